@@ -1,0 +1,79 @@
+//! Blocking client for the daemon socket, used by the CLI and the hook adapter.
+//!
+//! One connection per request. Every call has a deadline covering connect, write and read, so a
+//! hung daemon can never hang a caller (the hook adapter relies on this to fail closed).
+#![forbid(unsafe_code)]
+
+use crate::protocol::{self, Request, Response};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Why a request got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "cannot connect to verbd at {path}: {source} (is the daemon running? start it with `verbd serve`, or pass --socket / set VERBD_SOCKET)"
+    )]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("verbd at {path} did not answer within {deadline:?}")]
+    Timeout { path: PathBuf, deadline: Duration },
+    #[error("connection to verbd at {path} failed: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("verbd closed the connection without an answer")]
+    NoAnswer,
+    #[error("verbd sent an answer this client cannot read: {0}")]
+    BadAnswer(protocol::DecodeError),
+}
+
+/// Send one request and wait for its response, all within `deadline`.
+pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Response, ClientError> {
+    let started = Instant::now();
+    let stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+        path: socket.to_path_buf(),
+        source,
+    })?;
+    let io_err = |source: std::io::Error| {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            ClientError::Timeout {
+                path: socket.to_path_buf(),
+                deadline,
+            }
+        } else {
+            ClientError::Io {
+                path: socket.to_path_buf(),
+                source,
+            }
+        }
+    };
+    let remaining = || {
+        deadline
+            .checked_sub(started.elapsed())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(Duration::from_millis(1))
+    };
+    stream
+        .set_write_timeout(Some(remaining()))
+        .map_err(io_err)?;
+    (&stream)
+        .write_all(&protocol::encode_request(req))
+        .map_err(io_err)?;
+    stream.set_read_timeout(Some(remaining())).map_err(io_err)?;
+    let mut reader = BufReader::new(&stream);
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line).map_err(io_err)?;
+    if line.is_empty() {
+        return Err(ClientError::NoAnswer);
+    }
+    Response::decode(&line).map_err(ClientError::BadAnswer)
+}

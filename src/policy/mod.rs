@@ -1,0 +1,2 @@
+//! Policy: schema, compilation, typed parameters, templates.
+pub mod sql;

@@ -1,0 +1,267 @@
+//! Wire protocol between the daemon and its clients (CLI, hook adapter, tests).
+//!
+//! Newline-delimited JSON over a Unix stream socket: one request line, one response line.
+//! Every request carries `"v": PROTOCOL_VERSION`; a request with another version is answered
+//! with `error`. Caller identity is never part of a request: the daemon takes it from the kernel
+//! (SO_PEERCRED), so no field here can claim one (invariant 3). See docs/protocol.md.
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of this protocol; bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest request line the daemon reads (bytes, newline included).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// A request, tagged by `op`. Serialized together with `"v"` by [`encode_request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Run a verb (or propose it, when it needs approval).
+    Call {
+        verb: String,
+        #[serde(default)]
+        args: BTreeMap<String, serde_json::Value>,
+        /// The agent's stated reason; stored and shown as untrusted text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+    },
+    /// The verbs the caller may use.
+    List {},
+    /// Would a write to `path` (already resolved by the client) be allowed for the caller?
+    Check {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+    },
+    /// Proposals waiting for a decision (approvers only).
+    Pending {},
+    /// Approve proposal `id`; `hash` is a prefix of the proposal's canonical hash.
+    Approve { id: u64, hash: String },
+    /// Deny proposal `id`.
+    Deny { id: u64, reason: String },
+    /// Long-poll until proposal `id` reaches a final state or `timeout_ms` passes.
+    Wait { id: u64, timeout_ms: u64 },
+    /// Current state and outcome of proposal `id`.
+    Result { id: u64 },
+    /// Mark an `unknown_outcome` proposal as resolved by an operator.
+    Resolve {
+        id: u64,
+        outcome: String,
+        note: String,
+    },
+    /// Re-read the policy file, self-test it and swap it in if it passes.
+    Reload {},
+    /// Daemon identity, policy hash and counters.
+    Status {},
+}
+
+/// Serialize a request as one protocol line (with `"v"` and the trailing newline).
+pub fn encode_request(request: &Request) -> Vec<u8> {
+    let mut value = serde_json::to_value(request).expect("requests always serialize");
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("v".into(), PROTOCOL_VERSION.into());
+    }
+    let mut line = serde_json::to_vec(&value).expect("values always serialize");
+    line.push(b'\n');
+    line
+}
+
+/// Why a request line could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DecodeError {
+    #[error("request is not valid JSON: {0}")]
+    Json(String),
+    #[error("request must be a JSON object")]
+    NotObject,
+    #[error("request has no protocol version field \"v\" (this daemon speaks v{PROTOCOL_VERSION})")]
+    MissingVersion,
+    #[error("unsupported protocol version {0} (this daemon speaks v{PROTOCOL_VERSION})")]
+    UnsupportedVersion(u64),
+    #[error("malformed request: {0}")]
+    Shape(String),
+}
+
+/// Decode one request line (without or with its trailing newline).
+pub fn decode_request(line: &[u8]) -> Result<Request, DecodeError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(line).map_err(|e| DecodeError::Json(e.to_string()))?;
+    let serde_json::Value::Object(mut map) = value else {
+        return Err(DecodeError::NotObject);
+    };
+    match map.remove("v") {
+        None => return Err(DecodeError::MissingVersion),
+        Some(v) => match v.as_u64() {
+            Some(n) if n == u64::from(PROTOCOL_VERSION) => {}
+            Some(n) => return Err(DecodeError::UnsupportedVersion(n)),
+            None => return Err(DecodeError::Shape("\"v\" must be an integer".into())),
+        },
+    }
+    serde_json::from_value(serde_json::Value::Object(map))
+        .map_err(|e| DecodeError::Shape(e.to_string()))
+}
+
+/// How a finished child ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// Exit code when the child exited normally.
+    pub code: Option<i32>,
+    /// Signal number when the child was killed by a signal.
+    pub signal: Option<i32>,
+    /// True when verbd killed the process group because the verb's timeout passed.
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// The result of running a verb.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub exit: ExitInfo,
+    /// Scrubbed stdout, lossily decoded as UTF-8.
+    pub stdout: String,
+    /// Scrubbed stderr, lossily decoded as UTF-8.
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+}
+
+/// One parameter of a verb as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParamInfo {
+    pub name: String,
+    /// The type and its constraints, e.g. `int 1..=5000` or `enum(web|workers)`.
+    pub kind: String,
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// One verb as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerbInfo {
+    pub name: String,
+    pub description: String,
+    pub category: String,
+    /// True when a call creates a proposal for a human instead of running at once.
+    pub needs_approval: bool,
+    pub params: Vec<ParamInfo>,
+}
+
+/// A response, tagged by `status`. Every response also carries `"v"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Response {
+    /// The verb ran (whatever its exit code).
+    Ok {
+        #[serde(flatten)]
+        result: RunResult,
+        /// Present when the run was an approved proposal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proposal: Option<u64>,
+    },
+    /// An argument was refused; nothing ran. `message` is what the caller should read.
+    Invalid {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        param: Option<String>,
+        rule: String,
+        message: String,
+        /// Missing required parameters (`rule` is then `missing`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        missing: Vec<String>,
+    },
+    /// The caller may not do this; nothing ran.
+    Denied { reason: String },
+    /// A human must approve first. `message` begins with `CONFIRM_REQUIRED <id>`.
+    ConfirmRequired {
+        id: u64,
+        hash: String,
+        expires_at: String,
+        message: String,
+    },
+    /// A limit on concurrent work was reached; nothing ran. Retry later.
+    Busy { message: String },
+    /// The daemon could not do what was asked; nothing ran unless the message says so.
+    Error { message: String },
+    /// Answer to `list`.
+    Verbs { verbs: Vec<VerbInfo> },
+    /// Answer to `check`: allowed or not, with the reason.
+    Check { allowed: bool, reason: String },
+    /// Answer to `pending`, `result` and `wait`: proposals as JSON objects (see docs/protocol.md).
+    Proposals { proposals: Vec<serde_json::Value> },
+    /// Answer to `approve`/`deny`/`resolve` when no execution result is returned.
+    Decided {
+        id: u64,
+        state: String,
+        message: String,
+    },
+    /// Answer to `reload` and `status`.
+    Info { info: serde_json::Value },
+}
+
+impl Response {
+    /// Serialize as one protocol line with `"v"` and the trailing newline.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut value = serde_json::to_value(self).expect("responses always serialize");
+        if let serde_json::Value::Object(map) = &mut value {
+            map.insert("v".into(), PROTOCOL_VERSION.into());
+        }
+        let mut line = serde_json::to_vec(&value).expect("values always serialize");
+        line.push(b'\n');
+        line
+    }
+
+    /// Decode one response line.
+    pub fn decode(line: &[u8]) -> Result<Response, DecodeError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| DecodeError::Json(e.to_string()))?;
+        let serde_json::Value::Object(mut map) = value else {
+            return Err(DecodeError::NotObject);
+        };
+        map.remove("v");
+        serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| DecodeError::Shape(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_with_version() {
+        let req = Request::Call {
+            verb: "echo".into(),
+            args: [("text".to_string(), serde_json::json!("hi"))].into(),
+            reason: None,
+            idempotency_key: None,
+        };
+        let line = encode_request(&req);
+        assert!(line.ends_with(b"\n"));
+        assert_eq!(decode_request(&line).unwrap(), req);
+    }
+
+    #[test]
+    fn identity_fields_are_refused() {
+        let err = decode_request(br#"{"v":1,"op":"list","uid":0}"#).unwrap_err();
+        assert!(matches!(err, DecodeError::Shape(_)), "{err:?}");
+    }
+
+    #[test]
+    fn version_is_required_and_checked() {
+        assert_eq!(
+            decode_request(br#"{"op":"list"}"#),
+            Err(DecodeError::MissingVersion)
+        );
+        assert_eq!(
+            decode_request(br#"{"v":2,"op":"list"}"#),
+            Err(DecodeError::UnsupportedVersion(2))
+        );
+    }
+}
