@@ -17,3 +17,4 @@ pub mod protocol;
 pub mod sandbox;
 pub mod scrub;
 pub mod secrets;
+pub mod server;

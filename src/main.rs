@@ -1,1 +1,514 @@
-fn main() {}
+//! The `verbd` command line: the daemon (`serve`) and its clients.
+//!
+//! Exit codes of client commands (stable, documented in docs/protocol.md):
+//! the child's own exit code for a verb that ran (128+N when killed by signal N, 124 on timeout);
+//! 65 invalid arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required;
+//! 75 busy; 77 denied; 1 for a failed check (`policy check`, `audit verify`).
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use verbd::policy::{self, Policy, Verdict};
+use verbd::protocol::{Request, Response};
+use verbd::server::{self, Daemon, Runtime, ServeSettings, audit::AuditEvent};
+
+const EXIT_INVALID: u8 = 65;
+const EXIT_UNAVAILABLE: u8 = 69;
+const EXIT_ERROR: u8 = 70;
+const EXIT_CONFIRM: u8 = 73;
+const EXIT_BUSY: u8 = 75;
+const EXIT_DENIED: u8 = 77;
+
+#[derive(Parser)]
+#[command(
+    name = "verbd",
+    version,
+    about = "Privilege-separation broker for AI agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct SocketArg {
+    /// Daemon socket (default: $VERBD_SOCKET, else the path `verbd serve` uses by default)
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .or_else(|| std::env::var_os("VERBD_SOCKET").map(PathBuf::from))
+            .unwrap_or_else(server::default_socket_path)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (embedded demo policy when no --policy is given)
+    Serve {
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Call a verb: verbd call VERB key=value…
+    Call {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Print the full JSON response
+        #[arg(long)]
+        json: bool,
+        /// Why the agent asks (stored and shown to approvers as untrusted text)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Replaying the same key with the same arguments returns the first outcome
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        verb: String,
+        /// Arguments as key=value
+        args: Vec<String>,
+    },
+    /// List the verbs you may call
+    List {
+        #[command(flatten)]
+        socket: SocketArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policy tools (work offline, no daemon needed)
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Check a policy file; errors show file:line:col
+    Check { file: PathBuf },
+    /// Print the argv a verb would run with these arguments, without running it
+    Explain {
+        file: PathBuf,
+        verb: String,
+        args: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("verbd: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve {
+            policy,
+            socket,
+            state_dir,
+        } => serve(policy, socket, state_dir),
+        Command::Call {
+            socket,
+            json,
+            reason,
+            idempotency_key,
+            verb,
+            args,
+        } => {
+            let args = parse_kv(&args)?
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect();
+            let request = Request::Call {
+                verb,
+                args,
+                reason,
+                idempotency_key,
+            };
+            client_call(&socket.path(), &request, json)
+        }
+        Command::List { socket, json } => client_list(&socket.path(), json),
+        Command::Policy { command } => match command {
+            PolicyCommand::Check { file } => policy_check(&file),
+            PolicyCommand::Explain {
+                file,
+                verb,
+                args,
+                json,
+            } => policy_explain(&file, &verb, &args, json),
+        },
+    }
+}
+
+fn parse_kv(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for arg in args {
+        let (k, v) = arg
+            .split_once('=')
+            .with_context(|| format!("argument {arg:?} is not key=value"))?;
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            bail!("argument `{k}` given twice");
+        }
+    }
+    Ok(out)
+}
+
+/// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
+const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
+    verbd::client::request(socket, req, CALL_DEADLINE).map_err(|e| {
+        eprintln!("verbd: {e}");
+        ExitCode::from(EXIT_UNAVAILABLE)
+    })
+}
+
+/// Print a non-`ok` response as one line on stderr and map it to its exit code.
+fn report(response: &Response) -> ExitCode {
+    let (code, line) = match response {
+        Response::Invalid { message, .. } => (EXIT_INVALID, format!("invalid: {message}")),
+        Response::Denied { reason } => (EXIT_DENIED, format!("denied: {reason}")),
+        Response::ConfirmRequired { message, .. } => (EXIT_CONFIRM, message.clone()),
+        Response::Busy { message } => (EXIT_BUSY, format!("busy: {message}")),
+        Response::Error { message } => (EXIT_ERROR, format!("error: {message}")),
+        other => (EXIT_ERROR, format!("unexpected answer: {other:?}")),
+    };
+    eprintln!("{line}");
+    ExitCode::from(code)
+}
+
+fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, req) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    if json {
+        println!("{}", String::from_utf8_lossy(&response.encode()).trim_end());
+    }
+    match &response {
+        Response::Ok { result, .. } => {
+            if !json {
+                use std::io::Write;
+                let _ = std::io::stdout().write_all(result.stdout.as_bytes());
+                let _ = std::io::stderr().write_all(result.stderr.as_bytes());
+                if result.stdout_truncated || result.stderr_truncated {
+                    eprintln!("verbd: output truncated at the verb's max_output");
+                }
+            }
+            let code = if result.exit.timed_out {
+                if !json {
+                    eprintln!("verbd: the verb timed out; its process group was killed");
+                }
+                124
+            } else if let Some(sig) = result.exit.signal {
+                128 + sig
+            } else {
+                result.exit.code.unwrap_or(EXIT_ERROR as i32)
+            };
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        other if json => Ok(exit_code_of(other)),
+        other => Ok(report(other)),
+    }
+}
+
+fn exit_code_of(response: &Response) -> ExitCode {
+    ExitCode::from(match response {
+        Response::Invalid { .. } => EXIT_INVALID,
+        Response::Denied { .. } => EXIT_DENIED,
+        Response::ConfirmRequired { .. } => EXIT_CONFIRM,
+        Response::Busy { .. } => EXIT_BUSY,
+        _ => EXIT_ERROR,
+    })
+}
+
+fn client_list(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, &Request::List {}) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Verbs { verbs } = &response else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(verbs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for verb in verbs {
+        let approval = if verb.needs_approval {
+            ", needs approval"
+        } else {
+            ""
+        };
+        println!("{}  ({}{approval})", verb.name, verb.category);
+        if !verb.description.is_empty() {
+            println!("    {}", verb.description);
+        }
+        for p in &verb.params {
+            let req = if p.required { "required" } else { "optional" };
+            let default = p
+                .default
+                .as_ref()
+                .map(|d| format!(", default {d}"))
+                .unwrap_or_default();
+            println!("    {}=…  {} ({req}{default})", p.name, p.kind);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn policy_check(file: &Path) -> anyhow::Result<ExitCode> {
+    match policy::load_file(file) {
+        Ok(p) => {
+            for w in &p.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{}: ok ({} verbs, {} roles, {} sandbox profiles)",
+                file.display(),
+                p.verbs.len(),
+                p.roles.len(),
+                p.sandboxes.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn policy_explain(
+    file: &Path,
+    verb: &str,
+    args: &[String],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let policy = match policy::load_file(file) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let raw: BTreeMap<String, serde_json::Value> = parse_kv(args)?
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    // Explain as an operator: every role.
+    let roles: Vec<&policy::Role> = policy.roles.values().collect();
+    let (call, decision) = match policy.evaluate(&roles, verb, &raw) {
+        Verdict::Run(call) => (call, "runs at once"),
+        Verdict::Propose(call) => (call, "needs human approval"),
+        Verdict::Refuse(refusal) => {
+            eprintln!("refused: {}", refusal.message());
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let v = &policy.verbs[verb];
+    let env: BTreeMap<String, String> = match &call.action {
+        policy::PreparedAction::Exec { env, .. } => {
+            env.iter().map(|(k, v)| (k.clone(), v.display())).collect()
+        }
+        policy::PreparedAction::File => BTreeMap::new(),
+    };
+    let dry_run = match &call.action {
+        policy::PreparedAction::Exec {
+            dry_run: Some(d), ..
+        } => Some(d.display()),
+        _ => None,
+    };
+    if json {
+        let out = serde_json::json!({
+            "verb": verb,
+            "category": v.category_label(),
+            "decision": decision,
+            "args": call.args,
+            "args_hash": call.args_hash,
+            "argv": call.display_argv(),
+            "dry_run": dry_run,
+            "env": env,
+            "sandbox": v.sandbox,
+            "timeout_ms": v.timeout.as_millis() as u64,
+            "max_output": v.max_output,
+            "cwd": v.cwd,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("verb:     {verb} ({}, {decision})", v.category_label());
+        println!("argv:     {}", shell_words::join(call.display_argv()));
+        if let Some(d) = dry_run {
+            println!("dry-run:  {}", shell_words::join(d));
+        }
+        for (k, val) in &env {
+            println!("env:      {k}={val}");
+        }
+        println!("sandbox:  {}", v.sandbox);
+        println!("hash:     {}", call.args_hash);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
+    match path {
+        Some(p) => policy::load_file(p).map_err(|e| anyhow::anyhow!("{e}")),
+        None => policy::compile(policy::DEMO_POLICY, "<embedded demo policy>")
+            .map_err(|e| anyhow::anyhow!("{e}")),
+    }
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("chmod 0700 {}", dir.display()))?;
+    Ok(())
+}
+
+/// Started as root: give the state dir to the daemon user, then drop to it for good.
+fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
+    use nix::unistd::{
+        Gid, Uid, User, chown, getresgid, getresuid, setgroups, setresgid, setresuid,
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let Some(name) = &policy.daemon.user else {
+        if policy.daemon.allow_root {
+            tracing::warn!("running as root because the policy sets daemon.allow_root = true");
+            return Ok(());
+        }
+        bail!(
+            "refusing to run as root: set [daemon] user = \"verbd\" (the daemon drops to it after binding its socket), or allow_root = true if you really mean it"
+        );
+    };
+    let user = User::from_name(name)
+        .ok()
+        .flatten()
+        .with_context(|| format!("daemon.user {name:?} does not exist (create it: systemd-sysusers systemd/sysusers.d/verbd.conf)"))?;
+    if user.uid.is_root() {
+        bail!("daemon.user {name:?} is root; choose an unprivileged user");
+    }
+    let mut paths = vec![state_dir.to_path_buf()];
+    for entry in std::fs::read_dir(state_dir)? {
+        paths.push(entry?.path());
+    }
+    for p in &paths {
+        chown(p, Some(user.uid), Some(user.gid))
+            .with_context(|| format!("chown {} to {name}", p.display()))?;
+    }
+    setgroups(&[user.gid]).context("setgroups")?;
+    setresgid(user.gid, user.gid, user.gid).context("setresgid")?;
+    setresuid(user.uid, user.uid, user.uid).context("setresuid")?;
+    let uids = getresuid()?;
+    let gids = getresgid()?;
+    let dropped = [uids.real, uids.effective, uids.saved] == [user.uid; 3]
+        && [gids.real, gids.effective, gids.saved] == [user.gid; 3]
+        && nix::unistd::setuid(Uid::from_raw(0)).is_err()
+        && nix::unistd::setgid(Gid::from_raw(0)).is_err();
+    if !dropped {
+        bail!("privilege drop to {name} could not be verified; refusing to serve");
+    }
+    Ok(())
+}
+
+fn serve(
+    policy_path: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VERBD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let invoker_uid = nix::unistd::getuid().as_raw();
+    let policy = load_policy(policy_path.as_deref())?;
+    for w in &policy.warnings {
+        tracing::warn!("policy: {w}");
+    }
+    let state_dir = state_dir
+        .or_else(|| policy.daemon.state_dir.clone())
+        .unwrap_or_else(server::default_state_dir);
+    create_private_dir(&state_dir)?;
+    create_private_dir(&state_dir.join(server::SECRET_FILES_DIR))?;
+    let socket_path = socket
+        .or_else(|| policy.daemon.socket.clone())
+        .unwrap_or_else(|| match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(_) => server::default_socket_path(),
+            None => state_dir.join("verbd.sock"),
+        });
+    let origin = policy.origin.clone();
+    let runtime = Runtime::build(policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listener = server::socket::bind(
+        &socket_path,
+        runtime.policy.daemon.socket_mode,
+        runtime.policy.daemon.socket_group.as_deref(),
+    )?;
+    drop_privileges(&runtime.policy, &state_dir)?;
+    listener.set_nonblocking(true)?;
+    let settings = ServeSettings {
+        state_dir: state_dir.clone(),
+        invoker_uid,
+        policy_path,
+    };
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    tokio_rt.block_on(async move {
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let policy_hash = runtime.policy.hash.clone();
+        let daemon = Daemon::new(runtime, journal, settings);
+        daemon
+            .journal(AuditEvent::Start {
+                version: env!("CARGO_PKG_VERSION").into(),
+                policy: origin.clone(),
+                policy_hash,
+                pid: std::process::id(),
+                uid: nix::unistd::getuid().as_raw(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
+        eprintln!(
+            "verbd: serving {origin} on {} (state dir {})",
+            socket_path.display(),
+            state_dir.display()
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+        };
+        daemon.clone().serve(listener, shutdown).await;
+        let _ = daemon
+            .journal(AuditEvent::Stop {
+                reason: "signal".into(),
+                in_flight: daemon.executions_in_flight(),
+            })
+            .await;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

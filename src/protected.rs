@@ -117,6 +117,17 @@ impl ProtectedNames {
         Ok(set)
     }
 
+    /// The same set plus more absolute paths (e.g. the policy file once its location is known).
+    pub fn with_paths(mut self, paths: &[PathBuf]) -> Result<Self, ProtectedError> {
+        let extra = ProtectedNames::with_additions(&[], paths)?;
+        for path in extra.paths {
+            if !self.paths.contains(&path) {
+                self.paths.push(path);
+            }
+        }
+        Ok(self)
+    }
+
     /// The component sequences (lower-cased), for enforcers that walk directory trees.
     pub fn sequences(&self) -> &[Vec<String>] {
         &self.sequences

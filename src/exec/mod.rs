@@ -1,1 +1,267 @@
-//! (being written)
+//! Executor: runs one already-rendered argv in a sandboxed child and captures its output.
+//!
+//! Invariants: the program and arguments come only from a [`RenderedArgv`] (no shell, no string
+//! concatenation); the environment is cleared and rebuilt from the verb's declared env plus a
+//! fixed PATH; stdin is /dev/null; the child leads its own session, so the timeout, a client that
+//! goes away, or the end of the call kills the whole process group; stdout and stderr are drained
+//! to the end so the child never blocks on a full pipe, but only `max_output` bytes of each are
+//! kept (truncation is flagged); output is scrubbed of secrets before it leaves this module.
+//! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies live only
+//! for the duration of the call.
+#![forbid(unsafe_code)]
+
+use crate::policy::template::{ArgPart, RenderedArg, RenderedArgv};
+use crate::protocol::ExitInfo;
+use crate::sandbox::PreparedSandbox;
+use crate::scrub::Scrubber;
+use crate::secrets::{SecretFile, SecretStore};
+use sha2::{Digest, Sha256};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The PATH every child gets.
+pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Everything needed to run one call.
+pub struct ExecRequest<'a> {
+    pub argv: &'a RenderedArgv,
+    pub env: &'a [(String, RenderedArg)],
+    pub cwd: &'a Path,
+    pub timeout: Duration,
+    pub max_output: u64,
+    pub sandbox: &'a PreparedSandbox,
+    pub secrets: &'a SecretStore,
+    /// Private directory (0700) for `${secret_file:…}` copies.
+    pub secret_dir: &'a Path,
+    pub scrubber: &'a Scrubber,
+}
+
+/// What happened to the child.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub exit: ExitInfo,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub duration: Duration,
+}
+
+/// One captured, scrubbed output stream.
+#[derive(Debug, Clone, Default)]
+pub struct Captured {
+    /// Scrubbed bytes kept (at most the cap, plus redaction markers).
+    pub bytes: Vec<u8>,
+    /// Bytes the child wrote in total.
+    pub total: u64,
+    pub truncated: bool,
+}
+
+impl Captured {
+    /// Hex sha256 of the scrubbed bytes the caller receives.
+    pub fn sha256(&self) -> String {
+        crate::policy::hex(&Sha256::digest(&self.bytes))
+    }
+}
+
+/// Why a child could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("secret `{0}` is not loaded")]
+    MissingSecret(String),
+    #[error("cannot create the private copy of secret `{name}`: {source}")]
+    SecretFile {
+        name: String,
+        source: crate::secrets::SecretError,
+    },
+    #[error("sandbox setup failed: {0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    #[error("the sandbox could not be applied in the child (stage: {stage}); nothing was executed")]
+    SandboxStage { stage: String },
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("waiting for the child failed: {0}")]
+    Wait(std::io::Error),
+}
+
+/// Kills the child's whole process group when dropped, whatever path the call took
+/// (normal end, timeout, or the caller's future being dropped because the client went away).
+struct ProcessGroupGuard(Option<i32>);
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+fn resolve(
+    arg: &RenderedArg,
+    secrets: &SecretStore,
+    secret_dir: &Path,
+    owner: Option<(u32, u32)>,
+    files: &mut Vec<(String, SecretFile)>,
+) -> Result<OsString, ExecError> {
+    let mut out: Vec<u8> = Vec::new();
+    for part in arg.parts() {
+        match part {
+            ArgPart::Text(t) => out.extend_from_slice(t.as_bytes()),
+            ArgPart::Secret(name) => {
+                let value = secrets
+                    .get(name)
+                    .ok_or_else(|| ExecError::MissingSecret(name.clone()))?;
+                out.extend_from_slice(value.expose());
+            }
+            ArgPart::SecretFile(name) => {
+                if let Some((_, file)) = files.iter().find(|(n, _)| n == name) {
+                    out.extend_from_slice(file.path().as_os_str().as_bytes());
+                    continue;
+                }
+                let value = secrets
+                    .get(name)
+                    .ok_or_else(|| ExecError::MissingSecret(name.clone()))?;
+                let file =
+                    SecretFile::create(secret_dir, name, value, owner).map_err(|source| {
+                        ExecError::SecretFile {
+                            name: name.clone(),
+                            source,
+                        }
+                    })?;
+                out.extend_from_slice(file.path().as_os_str().as_bytes());
+                files.push((name.clone(), file));
+            }
+        }
+    }
+    Ok(OsStr::from_bytes(&out).to_os_string())
+}
+
+async fn capture<R: AsyncRead + Unpin>(
+    mut reader: R,
+    cap: u64,
+    scrubber: &Scrubber,
+) -> std::io::Result<Captured> {
+    let mut stream = scrubber.stream();
+    let mut captured = Captured::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        let room = cap.saturating_sub(captured.total);
+        captured.total += n as u64;
+        if room == 0 {
+            captured.truncated = true;
+            continue; // keep draining so the child never blocks on a full pipe
+        }
+        let keep = (n as u64).min(room) as usize;
+        if keep < n {
+            captured.truncated = true;
+        }
+        captured.bytes.extend(stream.push(&buf[..keep]));
+    }
+    captured.bytes.extend(stream.finish());
+    Ok(captured)
+}
+
+/// Run the call. Returns after the child exited (or was killed) and both pipes are drained.
+pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
+    let owner = req.sandbox.spec().run_as.map(|r| (r.uid, r.gid));
+    let mut secret_files = Vec::new();
+    let mut args = Vec::with_capacity(req.argv.args().len());
+    for arg in req.argv.args() {
+        args.push(resolve(
+            arg,
+            req.secrets,
+            req.secret_dir,
+            owner,
+            &mut secret_files,
+        )?);
+    }
+    let mut cmd = tokio::process::Command::new(req.argv.program());
+    cmd.args(&args)
+        .env_clear()
+        .env("PATH", CHILD_PATH)
+        .current_dir(req.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in req.env {
+        let value = resolve(value, req.secrets, req.secret_dir, owner, &mut secret_files)?;
+        cmd.env(key, value);
+    }
+    req.sandbox.install(&mut cmd)?;
+
+    let started = Instant::now();
+    let mut child =
+        cmd.spawn().map_err(
+            |source| match crate::sandbox::stage_of_spawn_error(&source) {
+                Some(stage) => ExecError::SandboxStage {
+                    stage: stage.to_string(),
+                },
+                None => ExecError::Spawn {
+                    program: req.argv.program().to_path_buf(),
+                    source,
+                },
+            },
+        )?;
+    // The child called setsid(), so its pid is its process group id.
+    let _group = ProcessGroupGuard(child.id().map(|p| p as i32));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let scrubber = req.scrubber;
+    let cap = req.max_output;
+    let work = async {
+        let (out, err, status) = tokio::join!(
+            capture(stdout, cap, scrubber),
+            capture(stderr, cap, scrubber),
+            async {
+                let status = child.wait().await;
+                // The leader is gone: kill what it left in its group so the pipes close.
+                if let Some(pgid) = _group.0 {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pgid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                status
+            }
+        );
+        (out, err, status)
+    };
+    let (stdout, stderr, status, timed_out) = match tokio::time::timeout(req.timeout, work).await {
+        Ok((out, err, status)) => (
+            out.unwrap_or_default(),
+            err.unwrap_or_default(),
+            status.map_err(ExecError::Wait)?,
+            false,
+        ),
+        Err(_) => {
+            drop(_group);
+            let status = child.wait().await.map_err(ExecError::Wait)?;
+            (Captured::default(), Captured::default(), status, true)
+        }
+    };
+    drop(secret_files);
+    Ok(ExecOutcome {
+        exit: ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+            timed_out,
+        },
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+    })
+}

@@ -1,2 +1,445 @@
-//! Policy: schema, compilation, typed parameters, templates.
+//! Policy: the operator's TOML compiled into checked verbs, and the per-call verdict.
+//!
+//! Responsibility: turn untrusted request arguments into either a rendered call or a typed
+//! refusal. Invariants: unknown verbs, roles without the verb, unknown parameters, missing
+//! required parameters and invalid values are all refused before anything runs (invariant 2);
+//! the verdict is a [`Verdict`], never a bool or a string; the argv comes only from the verb's
+//! template ([`template::RenderedArgv`] cannot be built elsewhere).
+#![forbid(unsafe_code)]
+
+pub mod compile;
+pub mod params;
+pub mod schema;
 pub mod sql;
+pub mod template;
+pub mod units;
+
+pub use compile::{PolicyError, compile, load_file};
+
+use crate::files::FileVerbSpec;
+use crate::sandbox::SandboxSpec;
+use crate::scrub::ScrubPattern;
+use crate::secrets::SecretSource;
+use params::{Param, ParamRejection};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use template::{ElementTemplate, RenderedArg, RenderedArgv, Template};
+use units::Rate;
+
+/// The embedded demo policy served when `verbd serve` gets no `--policy`.
+pub const DEMO_POLICY: &str = include_str!("../../policy/demo.toml");
+
+/// The special member name that stands for the uid that started the daemon.
+pub const INVOKER: &str = "@invoker";
+
+/// A compiled, checked policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Where it came from (`<embedded demo>` or a path).
+    pub origin: String,
+    /// Hex sha256 of the policy text: proposals record it.
+    pub hash: String,
+    pub daemon: DaemonConfig,
+    pub roles: BTreeMap<String, Role>,
+    pub approvals: ApprovalsConfig,
+    pub secrets: BTreeMap<String, SecretSource>,
+    pub sandboxes: BTreeMap<String, SandboxSpec>,
+    pub protected: crate::protected::ProtectedNames,
+    pub scrub_builtin: bool,
+    pub scrub_patterns: Vec<ScrubPattern>,
+    pub verbs: BTreeMap<String, Verb>,
+    /// Non-fatal findings (e.g. a short secret), shown by `policy check` and logged at start.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub socket: Option<PathBuf>,
+    pub socket_mode: u32,
+    pub socket_group: Option<String>,
+    pub approver_socket: Option<PathBuf>,
+    pub approver_socket_group: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub user: Option<String>,
+    pub allow_root: bool,
+    pub max_connections: usize,
+    pub max_executions: usize,
+    pub max_request_bytes: usize,
+    pub request_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleKind {
+    Agent,
+    Human,
+}
+
+#[derive(Debug, Clone)]
+pub struct Role {
+    pub name: String,
+    pub kind: RoleKind,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub uids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalMode {
+    Interactive,
+    Headless,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApprovalsConfig {
+    pub mode: ApprovalMode,
+    pub approvers: Vec<String>,
+    pub expires: Duration,
+    pub notify: Option<Template>,
+}
+
+/// What a verb does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    ReadOnly,
+    Mutating,
+    Destructive,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::ReadOnly => "read-only",
+            Category::Mutating => "mutating",
+            Category::Destructive => "destructive",
+        }
+    }
+}
+
+/// What a verb runs.
+#[derive(Debug, Clone)]
+pub enum VerbAction {
+    Command {
+        template: Template,
+        dry_run: Option<Template>,
+    },
+    File(FileVerbSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct Verb {
+    pub name: String,
+    pub description: String,
+    /// `None` means the operator did not say: treated as needing approval.
+    pub category: Option<Category>,
+    /// True when a call needs a human decision before it runs.
+    pub needs_approval: bool,
+    pub approvers: Vec<String>,
+    pub roles: Vec<String>,
+    pub action: VerbAction,
+    pub params: BTreeMap<String, Param>,
+    pub env: Vec<(String, ElementTemplate)>,
+    pub timeout: Duration,
+    pub max_output: u64,
+    pub cwd: PathBuf,
+    pub sandbox: String,
+    pub rate: Option<Rate>,
+    pub sha256: Option<String>,
+    pub max_concurrent: Option<usize>,
+    pub examples_accept: Vec<BTreeMap<String, String>>,
+    pub examples_reject: Vec<BTreeMap<String, String>>,
+}
+
+impl Verb {
+    /// The category as shown to people (`unspecified` when absent).
+    pub fn category_label(&self) -> &'static str {
+        self.category.map_or("unspecified", Category::as_str)
+    }
+
+    /// A digest of everything that decides what an approved proposal would run: template,
+    /// dry-run, env, params, sandbox. An approval is refused when this changed since proposal.
+    pub fn fingerprint(&self) -> String {
+        let action = match &self.action {
+            VerbAction::Command { template, dry_run } => format!(
+                "cmd:{:?}|dry:{:?}",
+                template.source(),
+                dry_run.as_ref().map(Template::source)
+            ),
+            VerbAction::File(spec) => format!("file:{spec:?}"),
+        };
+        let params: Vec<String> = self
+            .params
+            .values()
+            .map(|p| {
+                format!(
+                    "{}:{}:{}:{:?}",
+                    p.name,
+                    p.kind.describe(),
+                    p.allow_dash,
+                    p.default
+                )
+            })
+            .collect();
+        let text = format!(
+            "{action}|env:{:?}|params:{params:?}|sandbox:{}",
+            self.env, self.sandbox
+        );
+        hex(&Sha256::digest(text.as_bytes()))
+    }
+}
+
+/// Who is calling, as the kernel reported it and the user database resolved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+    pub user: Option<String>,
+    /// Group names of the caller's primary and supplementary groups.
+    pub groups: Vec<String>,
+}
+
+/// The outcome of evaluating a call request against the policy.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Run now.
+    Run(PreparedCall),
+    /// A human must approve first.
+    Propose(PreparedCall),
+    /// Refused; nothing runs.
+    Refuse(Refusal),
+}
+
+/// A fully validated and rendered call.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    pub verb: String,
+    /// Normalized arguments, defaults applied.
+    pub args: BTreeMap<String, String>,
+    /// Hex sha256 of the canonical `{verb, args}`: what an approval is bound to.
+    pub args_hash: String,
+    pub action: PreparedAction,
+}
+
+#[derive(Debug, Clone)]
+pub enum PreparedAction {
+    Exec {
+        argv: RenderedArgv,
+        env: Vec<(String, RenderedArg)>,
+        dry_run: Option<RenderedArgv>,
+    },
+    File,
+}
+
+impl PreparedCall {
+    /// Argv with secrets as placeholders, for proposals, journal and `explain`.
+    pub fn display_argv(&self) -> Vec<String> {
+        match &self.action {
+            PreparedAction::Exec { argv, .. } => argv.display(),
+            PreparedAction::File => vec![format!("(builtin {})", self.verb)],
+        }
+    }
+}
+
+/// Why a call was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such verb, or the caller's roles may not use it (not distinguished, to avoid probing).
+    NotAvailable {
+        verb: String,
+    },
+    UnknownParam {
+        param: String,
+        known: Vec<String>,
+    },
+    Missing {
+        params: Vec<String>,
+    },
+    Invalid(ParamRejection),
+    /// Headless policy and the verb needs approval.
+    Headless {
+        category: String,
+    },
+}
+
+impl Refusal {
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::NotAvailable { verb } => format!(
+                "verb `{verb}` does not exist or is not available to your roles (run `verbd list`)"
+            ),
+            Refusal::UnknownParam { param, known } => format!(
+                "unknown parameter `{param}` (this verb takes: {})",
+                if known.is_empty() {
+                    "no parameters".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+            Refusal::Missing { params } => format!(
+                "REQUIRES_CLARIFICATION: missing required parameters: {}",
+                params.join(", ")
+            ),
+            Refusal::Invalid(r) => r.to_string(),
+            Refusal::Headless { category } => format!(
+                "denied by automatic policy: {category} action requires explicit human confirmation"
+            ),
+        }
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex sha256 of the canonical JSON of verb + normalized args.
+pub fn args_hash(verb: &str, args: &BTreeMap<String, String>) -> String {
+    let canonical = serde_json::json!({ "verb": verb, "args": args });
+    hex(&Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// Turn a JSON argument into its text form: strings as-is, integers and bools printed.
+fn arg_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl Policy {
+    /// The roles whose membership matches the caller.
+    pub fn roles_of(&self, caller: &Caller, invoker_uid: u32) -> Vec<&Role> {
+        self.roles
+            .values()
+            .filter(|role| {
+                role.uids.contains(&caller.uid)
+                    || role.users.iter().any(|u| {
+                        (u == INVOKER && caller.uid == invoker_uid)
+                            || caller.user.as_deref() == Some(u.as_str())
+                    })
+                    || role.groups.iter().any(|g| caller.groups.contains(g))
+            })
+            .collect()
+    }
+
+    /// The verbs any of these roles may call.
+    pub fn verbs_for<'a>(&'a self, roles: &[&Role]) -> impl Iterator<Item = &'a Verb> {
+        let names: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
+        self.verbs
+            .values()
+            .filter(move |v| v.roles.iter().any(|r| names.contains(r)))
+    }
+
+    /// Validate and render a call for a caller with these roles.
+    pub fn evaluate(
+        &self,
+        roles: &[&Role],
+        verb_name: &str,
+        raw_args: &BTreeMap<String, serde_json::Value>,
+    ) -> Verdict {
+        let Some(verb) = self
+            .verbs
+            .get(verb_name)
+            .filter(|v| roles.iter().any(|r| v.roles.contains(&r.name)))
+        else {
+            return Verdict::Refuse(Refusal::NotAvailable {
+                verb: verb_name.to_string(),
+            });
+        };
+        let args = match self.validate_args(verb, raw_args) {
+            Ok(args) => args,
+            Err(refusal) => return Verdict::Refuse(refusal),
+        };
+        let action = match self.render(verb, &args) {
+            Ok(action) => action,
+            Err(rejection) => return Verdict::Refuse(Refusal::Invalid(rejection)),
+        };
+        let call = PreparedCall {
+            verb: verb.name.clone(),
+            args_hash: args_hash(&verb.name, &args),
+            args,
+            action,
+        };
+        if !verb.needs_approval {
+            Verdict::Run(call)
+        } else if self.approvals.mode == ApprovalMode::Headless {
+            Verdict::Refuse(Refusal::Headless {
+                category: verb.category_label().to_string(),
+            })
+        } else {
+            Verdict::Propose(call)
+        }
+    }
+
+    /// Check the argument names and values; apply defaults.
+    pub fn validate_args(
+        &self,
+        verb: &Verb,
+        raw_args: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<BTreeMap<String, String>, Refusal> {
+        if let Some(unknown) = raw_args.keys().find(|k| !verb.params.contains_key(*k)) {
+            return Err(Refusal::UnknownParam {
+                param: unknown.clone(),
+                known: verb.params.keys().cloned().collect(),
+            });
+        }
+        let missing: Vec<String> = verb
+            .params
+            .values()
+            .filter(|p| p.required && p.default.is_none() && !raw_args.contains_key(&p.name))
+            .map(|p| p.name.clone())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Refusal::Missing { params: missing });
+        }
+        let mut args = BTreeMap::new();
+        for param in verb.params.values() {
+            let value = match raw_args.get(&param.name) {
+                Some(raw) => {
+                    let text = arg_text(raw).ok_or_else(|| {
+                        Refusal::Invalid(ParamRejection {
+                            param: param.name.clone(),
+                            rule: "json-type",
+                            message: "must be a string, an integer or a bool".into(),
+                        })
+                    })?;
+                    param.validate(&text).map_err(Refusal::Invalid)?
+                }
+                None => match &param.default {
+                    Some(default) => default.clone(),
+                    None => continue,
+                },
+            };
+            args.insert(param.name.clone(), value);
+        }
+        Ok(args)
+    }
+
+    fn render(
+        &self,
+        verb: &Verb,
+        args: &BTreeMap<String, String>,
+    ) -> Result<PreparedAction, ParamRejection> {
+        match &verb.action {
+            VerbAction::Command { template, dry_run } => {
+                let argv = template.render(&verb.params, args)?;
+                let dry_run = match dry_run {
+                    Some(t) => Some(t.render(&verb.params, args)?),
+                    None => None,
+                };
+                let mut env = Vec::with_capacity(verb.env.len());
+                for (key, value) in &verb.env {
+                    if let Some(rendered) = value.render(&verb.params, args)? {
+                        env.push((key.clone(), rendered));
+                    }
+                }
+                Ok(PreparedAction::Exec { argv, env, dry_run })
+            }
+            VerbAction::File(_) => Ok(PreparedAction::File),
+        }
+    }
+}

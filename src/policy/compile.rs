@@ -1,0 +1,1227 @@
+//! Policy compilation: raw TOML → checked [`Policy`], with every error located at file:line:col.
+//!
+//! Load-time checks (fail closed; each is an error, not a warning): version is 1; program paths
+//! are absolute; a program that is a shell, interpreter or exec wrapper is refused unless the verb
+//! sets `allow_interpreter`; every placeholder is declared and every parameter is used; optional
+//! parameters without a default appear only inside optional groups; regexes compile and are
+//! anchored; roles, sandboxes, secrets and approver roles referenced exist; secrets are never
+//! inline; sandbox paths exist; examples are valid TOML values.
+#![forbid(unsafe_code)]
+
+use super::params::{DEFAULT_MAX_LENGTH, Param, ParamKind};
+use super::schema::*;
+use super::sql::{SqlKind, SqlOptions};
+use super::template::{ElementTemplate, Template};
+use super::units::{parse_duration, parse_mode, parse_rate, parse_size};
+use super::*;
+use crate::files::{FileOp, FileVerbSpec};
+use crate::protected::ProtectedNames;
+use crate::sandbox::{Network, Rlimits, RunAs, SandboxSpec};
+use regex::Regex;
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::path::Path;
+
+/// One problem in a policy, with its location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+/// A policy that cannot be used; lists every problem found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct PolicyError {
+    pub origin: String,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, d) in self.diagnostics.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}:{}:{}: {}", self.origin, d.line, d.col, d.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Programs that would turn a verb back into a general-purpose shell.
+const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "pdksh",
+    "csh",
+    "tcsh",
+    "fish",
+    "ash",
+    "rbash",
+    "busybox",
+    "toybox",
+    "env",
+    "python",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "expect",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "xargs",
+    "nice",
+    "nohup",
+    "timeout",
+    "stdbuf",
+    "setsid",
+    "sudo",
+    "su",
+    "doas",
+    "pkexec",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "flock",
+    "script",
+    "gdb",
+    "osascript",
+    "pwsh",
+    "powershell",
+    "R",
+    "Rscript",
+    "julia",
+    "ssh",
+    "socat",
+    "ncat",
+    "nc",
+    "vim",
+    "vi",
+    "nvim",
+    "ed",
+    "ex",
+    "emacs",
+];
+
+fn is_interpreter(program: &Path) -> Option<String> {
+    let check = |p: &Path| -> Option<String> {
+        let name = p.file_name()?.to_str()?;
+        let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        INTERPRETERS
+            .iter()
+            .any(|i| *i == name || *i == stem)
+            .then(|| name.to_string())
+    };
+    check(program).or_else(|| std::fs::canonicalize(program).ok().and_then(|p| check(&p)))
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let (line, col) = line_col(self.text, span.start);
+        self.diagnostics.push(Diagnostic {
+            line,
+            col,
+            message: message.into(),
+        });
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, col)
+}
+
+/// Read and compile a policy file.
+pub fn load_file(path: &Path) -> Result<Policy, PolicyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+        origin: path.display().to_string(),
+        diagnostics: vec![Diagnostic {
+            line: 0,
+            col: 0,
+            message: format!("cannot read the policy: {e}"),
+        }],
+    })?;
+    let mut policy = compile(&text, &path.display().to_string())?;
+    // The policy file itself is always protected from the agents' writes.
+    if let Ok(real) = std::fs::canonicalize(path) {
+        policy.protected = policy
+            .protected
+            .clone()
+            .with_paths(&[real])
+            .unwrap_or(policy.protected);
+    }
+    Ok(policy)
+}
+
+/// Compile policy text. `origin` names it in errors.
+pub fn compile(text: &str, origin: &str) -> Result<Policy, PolicyError> {
+    let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+        let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+        PolicyError {
+            origin: origin.to_string(),
+            diagnostics: vec![Diagnostic {
+                line,
+                col,
+                message: e.message().trim().to_string(),
+            }],
+        }
+    })?;
+    let mut ctx = Ctx {
+        text,
+        diagnostics: Vec::new(),
+    };
+    let policy = build(&mut ctx, raw, text, origin);
+    if ctx.diagnostics.is_empty() {
+        Ok(policy)
+    } else {
+        ctx.diagnostics.sort_by_key(|d| (d.line, d.col));
+        Err(PolicyError {
+            origin: origin.to_string(),
+            diagnostics: ctx.diagnostics,
+        })
+    }
+}
+
+fn duration_or(
+    ctx: &mut Ctx,
+    value: &Option<toml::Spanned<String>>,
+    default: Duration,
+) -> Duration {
+    match value {
+        None => default,
+        Some(v) => parse_duration(v.get_ref()).unwrap_or_else(|e| {
+            ctx.at(v.span(), e);
+            default
+        }),
+    }
+}
+
+fn size_or(ctx: &mut Ctx, value: &Option<toml::Spanned<String>>, default: u64) -> u64 {
+    match value {
+        None => default,
+        Some(v) => parse_size(v.get_ref()).unwrap_or_else(|e| {
+            ctx.at(v.span(), e);
+            default
+        }),
+    }
+}
+
+fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
+    if *raw.version.get_ref() != 1 {
+        ctx.at(
+            raw.version.span(),
+            format!(
+                "unsupported policy version {} (this verbd reads version = 1)",
+                raw.version.get_ref()
+            ),
+        );
+    }
+    let daemon = build_daemon(ctx, &raw.daemon);
+    let roles = build_roles(&raw.roles);
+    let approvals = build_approvals(ctx, &raw.approvals, &roles);
+    let secrets = build_secrets(ctx, &raw.secrets);
+    let protected = match ProtectedNames::with_additions(&raw.protected.names, &raw.protected.paths)
+    {
+        Ok(p) => p,
+        Err(e) => {
+            ctx.at(0..0, format!("[protected]: {e}"));
+            ProtectedNames::builtin()
+        }
+    };
+    let sandboxes = build_sandboxes(ctx, &raw.sandbox, &protected);
+    let mut scrub_names = BTreeSet::new();
+    for pattern in &raw.scrub.patterns {
+        if let Err(e) = Regex::new(&pattern.regex) {
+            ctx.at(
+                0..0,
+                format!("[scrub] pattern `{}`: bad regex: {e}", pattern.name),
+            );
+        }
+        if !scrub_names.insert(pattern.name.clone()) {
+            ctx.at(
+                0..0,
+                format!("[scrub] pattern name `{}` is used twice", pattern.name),
+            );
+        }
+    }
+    let mut verbs = BTreeMap::new();
+    for (name, raw_verb) in &raw.verb {
+        if let Some(verb) = build_verb(
+            ctx, name, raw_verb, &roles, &sandboxes, &secrets, &protected,
+        ) {
+            verbs.insert(name.clone(), verb);
+        }
+    }
+    Policy {
+        origin: origin.to_string(),
+        hash: hex(&Sha256::digest(text.as_bytes())),
+        daemon,
+        roles,
+        approvals,
+        secrets,
+        sandboxes,
+        protected,
+        scrub_builtin: raw.scrub.builtin,
+        scrub_patterns: raw
+            .scrub
+            .patterns
+            .iter()
+            .map(|p| ScrubPattern {
+                name: p.name.clone(),
+                regex: p.regex.clone(),
+            })
+            .collect(),
+        verbs,
+        warnings: Vec::new(),
+    }
+}
+
+fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
+    let socket_mode = match &raw.socket_mode {
+        None => 0o660,
+        Some(m) => parse_mode(m.get_ref()).unwrap_or_else(|e| {
+            ctx.at(m.span(), e);
+            0o660
+        }),
+    };
+    if socket_mode & 0o007 != 0 {
+        if let Some(m) = &raw.socket_mode {
+            ctx.at(
+                m.span(),
+                "socket_mode must not grant access to others (use a group: socket_group)",
+            );
+        }
+    }
+    for p in [&raw.socket, &raw.approver_socket, &raw.state_dir]
+        .into_iter()
+        .flatten()
+    {
+        if !p.get_ref().is_absolute() {
+            ctx.at(p.span(), "path must be absolute");
+        }
+    }
+    DaemonConfig {
+        socket: raw.socket.as_ref().map(|s| s.get_ref().clone()),
+        socket_mode,
+        socket_group: raw.socket_group.as_ref().map(|s| s.get_ref().clone()),
+        approver_socket: raw.approver_socket.as_ref().map(|s| s.get_ref().clone()),
+        approver_socket_group: raw
+            .approver_socket_group
+            .as_ref()
+            .map(|s| s.get_ref().clone()),
+        state_dir: raw.state_dir.as_ref().map(|s| s.get_ref().clone()),
+        user: raw.user.as_ref().map(|s| s.get_ref().clone()),
+        allow_root: raw.allow_root,
+        max_connections: raw.max_connections.unwrap_or(256),
+        max_executions: raw.max_executions.unwrap_or(16),
+        max_request_bytes: raw
+            .max_request_bytes
+            .unwrap_or(crate::protocol::MAX_REQUEST_BYTES),
+        request_timeout: duration_or(ctx, &raw.request_timeout, Duration::from_secs(10)),
+        shutdown_grace: duration_or(ctx, &raw.shutdown_grace, Duration::from_secs(10)),
+    }
+}
+
+fn build_roles(raw: &BTreeMap<String, toml::Spanned<RawRole>>) -> BTreeMap<String, Role> {
+    raw.iter()
+        .map(|(name, r)| {
+            let r = r.get_ref();
+            (
+                name.clone(),
+                Role {
+                    name: name.clone(),
+                    kind: match r.kind {
+                        RawRoleKind::Agent => RoleKind::Agent,
+                        RawRoleKind::Human => RoleKind::Human,
+                    },
+                    users: r.users.clone(),
+                    groups: r.groups.clone(),
+                    uids: r.uids.clone(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn check_approver_roles(
+    ctx: &mut Ctx,
+    span: Range<usize>,
+    names: &[String],
+    roles: &BTreeMap<String, Role>,
+) {
+    for name in names {
+        match roles.get(name) {
+            None => ctx.at(span.clone(), format!("approver role `{name}` is not defined")),
+            Some(r) if r.kind != RoleKind::Human => ctx.at(
+                span.clone(),
+                format!(
+                    "approver role `{name}` is an agent role; approvers must be roles with kind = \"human\""
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+fn build_approvals(
+    ctx: &mut Ctx,
+    raw: &RawApprovals,
+    roles: &BTreeMap<String, Role>,
+) -> ApprovalsConfig {
+    check_approver_roles(ctx, 0..0, &raw.approvers, roles);
+    let notify = raw.notify.as_ref().and_then(|n| command_template(ctx, n));
+    ApprovalsConfig {
+        mode: match raw.mode {
+            RawApprovalMode::Interactive => ApprovalMode::Interactive,
+            RawApprovalMode::Headless => ApprovalMode::Headless,
+        },
+        approvers: raw.approvers.clone(),
+        expires: duration_or(ctx, &raw.expires, Duration::from_secs(30 * 60)),
+        notify,
+    }
+}
+
+fn command_template(ctx: &mut Ctx, raw: &toml::Spanned<RawCommand>) -> Option<Template> {
+    let parsed = match raw.get_ref() {
+        RawCommand::Line(line) => Template::parse_line(line),
+        RawCommand::Argv(argv) => Template::parse(argv.clone()),
+    };
+    parsed.map_err(|e| ctx.at(raw.span(), e.to_string())).ok()
+}
+
+fn build_secrets(
+    ctx: &mut Ctx,
+    raw: &BTreeMap<String, toml::Spanned<RawSecret>>,
+) -> BTreeMap<String, SecretSource> {
+    let mut out = BTreeMap::new();
+    for (name, s) in raw {
+        let span = s.span();
+        let s = s.get_ref();
+        if s.value.is_some() {
+            ctx.at(
+                span,
+                format!(
+                    "secret `{name}` is written inline; secrets never live in the policy. Put it in a file (file = \"/etc/verbd/secrets/{name}\", mode 0600) or a systemd credential (credential = \"{name}\")"
+                ),
+            );
+            continue;
+        }
+        let sources = [
+            s.file.clone().map(SecretSource::File),
+            s.credential.clone().map(SecretSource::Credential),
+            s.env.clone().map(SecretSource::Env),
+        ];
+        let mut given = sources.into_iter().flatten();
+        match (given.next(), given.next()) {
+            (Some(source), None) => {
+                if let SecretSource::File(p) = &source {
+                    if !p.is_absolute() {
+                        ctx.at(span, format!("secret `{name}`: file path must be absolute"));
+                    }
+                }
+                out.insert(name.clone(), source);
+            }
+            _ => ctx.at(
+                span,
+                format!("secret `{name}` needs exactly one of file, credential or env"),
+            ),
+        }
+    }
+    out
+}
+
+fn build_sandboxes(
+    ctx: &mut Ctx,
+    raw: &BTreeMap<String, toml::Spanned<RawSandbox>>,
+    protected: &ProtectedNames,
+) -> BTreeMap<String, SandboxSpec> {
+    let mut out = BTreeMap::new();
+    if !raw.contains_key(DEFAULT_SANDBOX) {
+        out.insert(DEFAULT_SANDBOX.to_string(), default_sandbox(protected));
+    }
+    // Resolve inheritance in dependency order; cycles and unknown parents are errors.
+    let mut pending: Vec<&String> = raw.keys().collect();
+    while !pending.is_empty() {
+        let before = pending.len();
+        pending.retain(|name| {
+            let spanned = &raw[*name];
+            let parent = spanned.get_ref().inherit.as_ref().map(|p| p.get_ref());
+            let base = match parent {
+                None => None,
+                Some(p) if out.contains_key(p) => Some(out[p].clone()),
+                Some(p) if raw.contains_key(p) => return true,
+                Some(p) => {
+                    ctx.at(
+                        spanned.span(),
+                        format!("sandbox `{name}` inherits from unknown sandbox `{p}`"),
+                    );
+                    Some(default_sandbox(protected))
+                }
+            };
+            let spec = sandbox_spec(ctx, name, spanned, base, protected);
+            out.insert((*name).clone(), spec);
+            false
+        });
+        if pending.len() == before {
+            for name in &pending {
+                ctx.at(
+                    raw[*name].span(),
+                    format!("sandbox `{name}`: inheritance cycle"),
+                );
+            }
+            break;
+        }
+    }
+    out
+}
+
+/// Name of the profile a verb gets when it names none.
+pub const DEFAULT_SANDBOX: &str = "default";
+
+/// Read-only system roots of the built-in default profile (those that exist on this host).
+const DEFAULT_READ_ROOTS: &[&str] = &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"];
+
+fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
+    SandboxSpec {
+        name: DEFAULT_SANDBOX.into(),
+        read: DEFAULT_READ_ROOTS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect(),
+        write: Vec::new(),
+        protected: protected.clone(),
+        network: Network::None,
+        keep_capabilities: Vec::new(),
+        rlimits: Rlimits::default(),
+        umask: 0o077,
+        run_as: None,
+    }
+}
+
+fn sandbox_spec(
+    ctx: &mut Ctx,
+    name: &str,
+    spanned: &toml::Spanned<RawSandbox>,
+    base: Option<SandboxSpec>,
+    protected: &ProtectedNames,
+) -> SandboxSpec {
+    let span = spanned.span();
+    let raw = spanned.get_ref();
+    let mut spec = base.unwrap_or_else(|| SandboxSpec {
+        read: Vec::new(),
+        ..default_sandbox(protected)
+    });
+    spec.name = name.to_string();
+    if let Some(read) = &raw.read {
+        spec.read = read.clone();
+    }
+    if let Some(write) = &raw.write {
+        spec.write = write.clone();
+    }
+    for path in spec.read.iter().chain(&spec.write) {
+        if !path.is_absolute() {
+            ctx.at(
+                span.clone(),
+                format!("sandbox `{name}`: path {path:?} must be absolute"),
+            );
+        } else if !path.exists() {
+            ctx.at(
+                span.clone(),
+                format!(
+                    "sandbox `{name}`: path {} does not exist (create it or remove it from the profile; verbd never skips a missing path silently)",
+                    path.display()
+                ),
+            );
+        }
+    }
+    if let Some(network) = raw.network {
+        spec.network = match network {
+            RawNetwork::None => Network::None,
+            RawNetwork::Full => Network::Full,
+        };
+    }
+    if let Some(caps) = &raw.capabilities {
+        spec.keep_capabilities = caps
+            .iter()
+            .filter_map(|c| {
+                let upper = c.to_ascii_uppercase();
+                let full = if upper.starts_with("CAP_") {
+                    upper
+                } else {
+                    format!("CAP_{upper}")
+                };
+                full.parse::<caps::Capability>()
+                    .map_err(|_| {
+                        ctx.at(
+                            span.clone(),
+                            format!("sandbox `{name}`: unknown capability {c:?}"),
+                        )
+                    })
+                    .ok()
+            })
+            .collect();
+    }
+    if let Some(r) = &raw.rlimits {
+        let limits = &mut spec.rlimits;
+        if let Some(cpu) = &r.cpu {
+            match parse_duration(cpu.get_ref()) {
+                Ok(d) => limits.cpu_seconds = d.as_secs().max(1),
+                Err(e) => ctx.at(cpu.span(), e),
+            }
+        }
+        limits.address_space_bytes = size_or(ctx, &r.address_space, limits.address_space_bytes);
+        limits.file_size_bytes = size_or(ctx, &r.file_size, limits.file_size_bytes);
+        if let Some(n) = r.open_files {
+            limits.open_files = n;
+        }
+        if let Some(n) = r.processes {
+            limits.processes = n;
+        }
+    }
+    if let Some(umask) = &raw.umask {
+        match parse_mode(umask.get_ref()) {
+            Ok(m) => spec.umask = m,
+            Err(e) => ctx.at(umask.span(), e),
+        }
+    }
+    if let Some(run_as) = &raw.run_as {
+        match resolve_run_as(run_as) {
+            Ok(r) => spec.run_as = Some(r),
+            Err(e) => ctx.at(span.clone(), format!("sandbox `{name}`: {e}")),
+        }
+    }
+    spec
+}
+
+fn resolve_run_as(raw: &RawRunAs) -> Result<RunAs, String> {
+    let (uid, primary_gid) = match raw.user.parse::<u32>() {
+        Ok(uid) => (uid, None),
+        Err(_) => match nix::unistd::User::from_name(&raw.user) {
+            Ok(Some(u)) => (u.uid.as_raw(), Some(u.gid.as_raw())),
+            _ => return Err(format!("run_as user {:?} does not exist", raw.user)),
+        },
+    };
+    if uid == 0 {
+        return Err("run_as must not be root".into());
+    }
+    let gid = match &raw.group {
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => match nix::unistd::Group::from_name(g) {
+                Ok(Some(group)) => group.gid.as_raw(),
+                _ => return Err(format!("run_as group {g:?} does not exist")),
+            },
+        },
+        None => primary_gid.unwrap_or(uid),
+    };
+    if gid == 0 {
+        return Err("run_as group must not be root".into());
+    }
+    Ok(RunAs { uid, gid })
+}
+
+fn example_maps(
+    ctx: &mut Ctx,
+    span: Range<usize>,
+    verb: &str,
+    raw: &[BTreeMap<String, toml::Value>],
+) -> Vec<BTreeMap<String, String>> {
+    raw.iter()
+        .map(|example| {
+            example
+                .iter()
+                .filter_map(|(k, v)| {
+                    let text = match v {
+                        toml::Value::String(s) => s.clone(),
+                        toml::Value::Integer(i) => i.to_string(),
+                        toml::Value::Boolean(b) => b.to_string(),
+                        _ => {
+                            ctx.at(
+                                span.clone(),
+                                format!("verb `{verb}`: example value for `{k}` must be a string, integer or bool"),
+                            );
+                            return None;
+                        }
+                    };
+                    Some((k.clone(), text))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_verb(
+    ctx: &mut Ctx,
+    name: &str,
+    spanned: &toml::Spanned<RawVerb>,
+    roles: &BTreeMap<String, Role>,
+    sandboxes: &BTreeMap<String, SandboxSpec>,
+    secrets: &BTreeMap<String, SecretSource>,
+    protected: &ProtectedNames,
+) -> Option<Verb> {
+    let span = spanned.span();
+    let raw = spanned.get_ref();
+    let errors_before = ctx.diagnostics.len();
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        ctx.at(
+            span.clone(),
+            format!("verb name {name:?}: use letters, digits, `-`, `_`, `.`"),
+        );
+    }
+    if raw.roles.is_empty() {
+        ctx.at(
+            span.clone(),
+            format!("verb `{name}` lists no roles, so nobody could call it"),
+        );
+    }
+    for role in &raw.roles {
+        if !roles.contains_key(role) {
+            ctx.at(
+                span.clone(),
+                format!("verb `{name}`: role `{role}` is not defined in [roles]"),
+            );
+        }
+    }
+    check_approver_roles(ctx, span.clone(), &raw.approvers, roles);
+    let sandbox = match &raw.sandbox {
+        None => DEFAULT_SANDBOX.to_string(),
+        Some(s) => {
+            if !sandboxes.contains_key(s.get_ref()) {
+                ctx.at(
+                    s.span(),
+                    format!("verb `{name}`: sandbox `{}` is not defined", s.get_ref()),
+                );
+            }
+            s.get_ref().clone()
+        }
+    };
+
+    let mut params = BTreeMap::new();
+    for (pname, rp) in &raw.params {
+        if let Some(p) = build_param(ctx, name, pname, rp) {
+            params.insert(pname.clone(), p);
+        }
+    }
+
+    let action = match (&raw.builtin, &raw.command) {
+        (Some(_), Some(c)) => {
+            ctx.at(
+                c.span(),
+                format!("verb `{name}`: a builtin verb has no command"),
+            );
+            return None;
+        }
+        (None, None) => {
+            ctx.at(
+                span,
+                format!("verb `{name}` needs a command (or a builtin)"),
+            );
+            return None;
+        }
+        (Some(builtin), None) => build_file_verb(ctx, name, raw, builtin, protected, &mut params)?,
+        (None, Some(command)) => {
+            let template = command_template(ctx, command)?;
+            let dry_run = raw.dry_run.as_ref().and_then(|d| command_template(ctx, d));
+            for t in std::iter::once(&template).chain(dry_run.as_ref()) {
+                if let Some(shell) = is_interpreter(t.program()) {
+                    if !raw.allow_interpreter {
+                        ctx.at(
+                            command.span(),
+                            format!(
+                                "verb `{name}`: program {} is a shell/interpreter ({shell}); a verb that runs one is a shell with extra steps. Set allow_interpreter = true only if the script is fixed and not writable by agents",
+                                t.program().display()
+                            ),
+                        );
+                    }
+                }
+            }
+            VerbAction::Command { template, dry_run }
+        }
+    };
+
+    let mut env = Vec::new();
+    for (key, value) in &raw.env {
+        if key.is_empty() || key.contains(['=', '\0']) {
+            ctx.at(span.clone(), format!("verb `{name}`: bad env name {key:?}"));
+            continue;
+        }
+        match ElementTemplate::parse(value) {
+            Ok(t) => env.push((key.clone(), t)),
+            Err(e) => ctx.at(span.clone(), format!("verb `{name}`: env {key}: {e}")),
+        }
+    }
+
+    // Every placeholder declared, every param used, optional params only inside groups.
+    let mut used = BTreeSet::new();
+    let mut check_element = |ctx: &mut Ctx,
+                             element: &ElementTemplate,
+                             in_group: bool,
+                             what: &str| {
+        for p in element.params() {
+            used.insert(p.to_string());
+            match params.get(p) {
+                None => ctx.at(
+                    span.clone(),
+                    format!(
+                        "verb `{name}`: {what} uses {{{p}}} but no parameter `{p}` is declared"
+                    ),
+                ),
+                Some(param) => {
+                    let optional = !param.required && param.default.is_none();
+                    if param.kind.is_bool() && element.pieces().len() != 1 {
+                        ctx.at(
+                            span.clone(),
+                            format!("verb `{name}`: bool parameter `{p}` must be a whole element `{{{p}}}`"),
+                        );
+                    } else if optional && !param.kind.is_bool() && !in_group {
+                        ctx.at(
+                            span.clone(),
+                            format!(
+                                "verb `{name}`: optional parameter `{p}` has no default, so it must sit inside an optional group `[ … ]`"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        for s in element.secrets() {
+            if !secrets.contains_key(s) {
+                ctx.at(
+                    span.clone(),
+                    format!(
+                        "verb `{name}`: {what} uses secret `{s}`, which is not defined in [secrets]"
+                    ),
+                );
+            }
+        }
+    };
+    if let VerbAction::Command { template, dry_run } = &action {
+        for (element, in_group) in template.elements() {
+            check_element(ctx, element, in_group, "the command");
+        }
+        if let Some(d) = dry_run {
+            for (element, in_group) in d.elements() {
+                check_element(ctx, element, in_group, "dry_run");
+            }
+        }
+        for (key, value) in &env {
+            check_element(ctx, value, false, &format!("env {key}"));
+        }
+        for p in params.keys() {
+            if !used.contains(p) {
+                ctx.at(
+                    raw.params[p].span(),
+                    format!(
+                        "verb `{name}`: parameter `{p}` is declared but never used in the command"
+                    ),
+                );
+            }
+        }
+    }
+
+    let category = raw.category.map(|c| match c {
+        RawCategory::ReadOnly => Category::ReadOnly,
+        RawCategory::Mutating => Category::Mutating,
+        RawCategory::Destructive => Category::Destructive,
+    });
+    let needs_approval = match (category, raw.approval) {
+        (Some(Category::ReadOnly), Some(RawApprovalRequirement::Required)) => true,
+        (Some(Category::ReadOnly), _) => false,
+        (Some(Category::Mutating), Some(RawApprovalRequirement::None)) => false,
+        (Some(Category::Destructive), Some(RawApprovalRequirement::None)) => {
+            ctx.at(
+                span.clone(),
+                format!("verb `{name}`: a destructive verb always needs approval (approval = \"none\" is only for mutating verbs)"),
+            );
+            true
+        }
+        (None, Some(RawApprovalRequirement::None)) => {
+            ctx.at(
+                span.clone(),
+                format!(
+                    "verb `{name}`: approval = \"none\" needs an explicit category = \"mutating\""
+                ),
+            );
+            true
+        }
+        _ => true,
+    };
+    if category == Some(Category::Destructive) {
+        let has_dry_run = matches!(
+            &action,
+            VerbAction::Command {
+                dry_run: Some(_),
+                ..
+            }
+        );
+        if !has_dry_run {
+            ctx.at(
+                span.clone(),
+                format!("verb `{name}`: a destructive verb needs a dry_run command whose output the approver sees"),
+            );
+        }
+    }
+    let rate = raw.rate.as_ref().and_then(|r| {
+        parse_rate(r.get_ref())
+            .map_err(|e| ctx.at(r.span(), e))
+            .ok()
+    });
+    if let Some(pin) = &raw.sha256 {
+        if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
+            ctx.at(
+                span.clone(),
+                format!("verb `{name}`: sha256 must be 64 hex digits"),
+            );
+        }
+    }
+    let cwd = raw.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+    if !cwd.is_absolute() {
+        ctx.at(span.clone(), format!("verb `{name}`: cwd must be absolute"));
+    }
+    let examples_accept = example_maps(ctx, span.clone(), name, &raw.examples.accept);
+    let examples_reject = example_maps(ctx, span.clone(), name, &raw.examples.reject);
+
+    if ctx.diagnostics.len() > errors_before {
+        return None;
+    }
+    Some(Verb {
+        name: name.to_string(),
+        description: raw.description.clone(),
+        category,
+        needs_approval,
+        approvers: raw.approvers.clone(),
+        roles: raw.roles.clone(),
+        action,
+        params,
+        env,
+        timeout: duration_or(ctx, &raw.timeout, Duration::from_secs(30)),
+        max_output: size_or(ctx, &raw.max_output, 1 << 20),
+        cwd,
+        sandbox,
+        rate,
+        sha256: raw.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
+        max_concurrent: raw.max_concurrent,
+        examples_accept,
+        examples_reject,
+    })
+}
+
+fn build_file_verb(
+    ctx: &mut Ctx,
+    name: &str,
+    raw: &RawVerb,
+    builtin: &toml::Spanned<String>,
+    protected: &ProtectedNames,
+    params: &mut BTreeMap<String, Param>,
+) -> Option<VerbAction> {
+    let op = match builtin.get_ref().as_str() {
+        "file.write" => FileOp::Write,
+        "file.append" => FileOp::Append,
+        "file.read" => FileOp::Read,
+        "file.list" => FileOp::List,
+        other => {
+            ctx.at(
+                builtin.span(),
+                format!("verb `{name}`: unknown builtin {other:?} (file.write, file.append, file.read, file.list)"),
+            );
+            return None;
+        }
+    };
+    if !raw.params.is_empty() {
+        ctx.at(
+            builtin.span(),
+            format!("verb `{name}`: builtin verbs declare no params (they take path, and content for writes)"),
+        );
+    }
+    if raw.roots.is_empty() {
+        ctx.at(
+            builtin.span(),
+            format!("verb `{name}`: a file verb needs roots = [...]"),
+        );
+    }
+    for root in &raw.roots {
+        if !root.is_absolute() || !root.is_dir() {
+            ctx.at(
+                builtin.span(),
+                format!(
+                    "verb `{name}`: root {} must be an existing absolute directory",
+                    root.display()
+                ),
+            );
+        }
+    }
+    let max_size = size_or(ctx, &raw.max_size, 1 << 20);
+    let mut allowed_modes = Vec::new();
+    for m in &raw.modes {
+        match parse_mode(m) {
+            Ok(mode) if mode & 0o7111 == 0 => allowed_modes.push(mode),
+            Ok(_) => ctx.at(
+                builtin.span(),
+                format!("verb `{name}`: mode {m} has an executable or set-id bit; file verbs never create executables"),
+            ),
+            Err(e) => ctx.at(builtin.span(), format!("verb `{name}`: {e}")),
+        }
+    }
+    if allowed_modes.is_empty() {
+        allowed_modes.push(0o644);
+    }
+    let mk = |pname: &str, kind: ParamKind, required: bool| Param {
+        name: pname.to_string(),
+        description: String::new(),
+        kind,
+        required,
+        default: None,
+        allow_dash: false,
+    };
+    params.insert(
+        "path".into(),
+        mk(
+            "path",
+            ParamKind::Path {
+                roots: raw.roots.clone(),
+                must_exist: false,
+            },
+            true,
+        ),
+    );
+    if matches!(op, FileOp::Write | FileOp::Append) {
+        params.insert(
+            "content".into(),
+            mk(
+                "content",
+                ParamKind::Content {
+                    max_bytes: max_size,
+                },
+                true,
+            ),
+        );
+    }
+    if op == FileOp::Write {
+        params.insert(
+            "mode".into(),
+            Param {
+                default: Some(format!("{:04o}", allowed_modes[0])),
+                ..mk(
+                    "mode",
+                    ParamKind::Enum {
+                        values: allowed_modes.iter().map(|m| format!("{m:04o}")).collect(),
+                    },
+                    false,
+                )
+            },
+        );
+    }
+    Some(VerbAction::File(FileVerbSpec {
+        op,
+        roots: raw.roots.clone(),
+        max_size,
+        create_only: raw.create_only,
+        allowed_modes,
+        protected: protected.clone(),
+    }))
+}
+
+fn build_param(
+    ctx: &mut Ctx,
+    verb: &str,
+    name: &str,
+    spanned: &toml::Spanned<RawParam>,
+) -> Option<Param> {
+    let span = spanned.span();
+    let raw = spanned.get_ref();
+    let t = raw.kind;
+    let here = format!("verb `{verb}`, parameter `{name}`");
+    // Fields that only some types accept.
+    let allowed: &[&str] = match t {
+        RawParamType::Enum => &["values"],
+        RawParamType::Int => &["min", "max"],
+        RawParamType::String => &["pattern", "max_length"],
+        RawParamType::Bool => &["flag"],
+        RawParamType::Path => &["roots", "must_exist"],
+        RawParamType::Duration => &["max_duration"],
+        RawParamType::Sql => &["allow", "deny_functions", "max_length"],
+        RawParamType::SystemdUnit | RawParamType::K8sName | RawParamType::Hostname => &[],
+    };
+    let present = [
+        ("values", raw.values.is_some()),
+        ("min", raw.min.is_some()),
+        ("max", raw.max.is_some()),
+        ("pattern", raw.pattern.is_some()),
+        ("max_length", raw.max_length.is_some()),
+        ("flag", raw.flag.is_some()),
+        ("roots", raw.roots.is_some()),
+        ("must_exist", raw.must_exist.is_some()),
+        ("max_duration", raw.max_duration.is_some()),
+        ("allow", raw.allow.is_some()),
+        ("deny_functions", raw.deny_functions.is_some()),
+    ];
+    for (field, is_set) in present {
+        if is_set && !allowed.contains(&field) {
+            ctx.at(
+                span.clone(),
+                format!("{here}: `{field}` does not apply to this type"),
+            );
+        }
+    }
+    let kind = match t {
+        RawParamType::Enum => {
+            let values = raw.values.clone().unwrap_or_default();
+            if values.is_empty() {
+                ctx.at(
+                    span.clone(),
+                    format!("{here}: an enum needs values = [...]"),
+                );
+            }
+            ParamKind::Enum { values }
+        }
+        RawParamType::Int => {
+            let (Some(min), Some(max)) = (raw.min, raw.max) else {
+                ctx.at(span.clone(), format!("{here}: an int needs min and max"));
+                return None;
+            };
+            if min > max {
+                ctx.at(span.clone(), format!("{here}: min is greater than max"));
+            }
+            ParamKind::Int { min, max }
+        }
+        RawParamType::String => {
+            let Some(source) = raw.pattern.clone() else {
+                ctx.at(
+                    span.clone(),
+                    format!("{here}: a string needs a pattern (it is anchored: the whole value must match)"),
+                );
+                return None;
+            };
+            match Regex::new(&format!("^(?:{source})$")) {
+                Ok(pattern) => ParamKind::Str {
+                    pattern,
+                    source,
+                    max_length: raw.max_length.unwrap_or(DEFAULT_MAX_LENGTH),
+                },
+                Err(e) => {
+                    ctx.at(span.clone(), format!("{here}: bad pattern: {e}"));
+                    return None;
+                }
+            }
+        }
+        RawParamType::Bool => match &raw.flag {
+            Some(flag) if !flag.is_empty() => ParamKind::Bool { flag: flag.clone() },
+            _ => {
+                ctx.at(
+                    span.clone(),
+                    format!("{here}: a bool needs flag = \"--the-flag\""),
+                );
+                return None;
+            }
+        },
+        RawParamType::Path => {
+            let roots = raw.roots.clone().unwrap_or_default();
+            if roots.is_empty() {
+                ctx.at(span.clone(), format!("{here}: a path needs roots = [...]"));
+            }
+            for r in &roots {
+                if !r.is_absolute() {
+                    ctx.at(span.clone(), format!("{here}: root {r:?} must be absolute"));
+                }
+            }
+            ParamKind::Path {
+                roots,
+                must_exist: raw.must_exist.unwrap_or(false),
+            }
+        }
+        RawParamType::Duration => ParamKind::Duration {
+            max: raw.max_duration.as_ref().and_then(|m| {
+                parse_duration(m)
+                    .map_err(|e| ctx.at(span.clone(), format!("{here}: {e}")))
+                    .ok()
+            }),
+        },
+        RawParamType::SystemdUnit => ParamKind::SystemdUnit,
+        RawParamType::K8sName => ParamKind::K8sName,
+        RawParamType::Hostname => ParamKind::Hostname,
+        RawParamType::Sql => {
+            let mut opts = SqlOptions::default();
+            if let Some(allow) = &raw.allow {
+                opts.allow = allow
+                    .iter()
+                    .filter_map(|a| {
+                        a.parse::<SqlKind>()
+                            .map_err(|e| ctx.at(span.clone(), format!("{here}: {e}")))
+                            .ok()
+                    })
+                    .collect();
+            }
+            if let Some(deny) = &raw.deny_functions {
+                opts.deny_functions = deny.iter().map(|f| f.to_ascii_lowercase()).collect();
+            }
+            if let Some(max) = raw.max_length {
+                opts.max_length = max;
+            }
+            ParamKind::Sql(opts)
+        }
+    };
+    let required = raw.required.unwrap_or(!kind.is_bool());
+    let mut param = Param {
+        name: name.to_string(),
+        description: raw.description.clone(),
+        kind,
+        required,
+        default: None,
+        allow_dash: raw.allow_dash,
+    };
+    if let Some(default) = &raw.default {
+        let text = match default {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => {
+                ctx.at(
+                    span,
+                    format!("{here}: default must be a string, integer or bool"),
+                );
+                return None;
+            }
+        };
+        match param.validate(&text) {
+            Ok(normalized) => param.default = Some(normalized),
+            Err(e) => {
+                ctx.at(
+                    span,
+                    format!("{here}: the default is itself invalid: {}", e.message),
+                );
+                return None;
+            }
+        }
+    }
+    Some(param)
+}

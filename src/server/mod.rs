@@ -1,0 +1,619 @@
+//! The daemon: accept loop, limits, dispatch of requests to the policy, executor and journal.
+//!
+//! Invariants: identity comes only from SO_PEERCRED (invariant 3); a peer matching no role is
+//! refused before its request is read; every decision is journaled (and fsync'd) before the
+//! caller sees it, and a call whose record cannot be written is denied (fail closed, invariant 6);
+//! limits are enforced without queues: too many connections or executions get `busy` at once;
+//! a slow client only holds its own connection until the request timeout; a client that goes
+//! away mid-call gets its child's process group killed.
+#![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod peer;
+pub mod socket;
+
+use crate::exec::{self, ExecRequest};
+use crate::journal::{Appended, Journal, JournalError};
+use crate::policy::{Caller, Policy, PreparedAction, PreparedCall, Refusal, Role, Verdict};
+use crate::protocol::{self, ParamInfo, Request, Response, RunResult, VerbInfo};
+use crate::sandbox::PreparedSandbox;
+use crate::scrub::Scrubber;
+use crate::secrets::SecretStore;
+use audit::{AuditEvent, CallerRecord, OutputRecord};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+
+/// A policy with everything prepared for serving: sandboxes compiled, secrets loaded.
+pub struct Runtime {
+    pub policy: Policy,
+    pub sandboxes: BTreeMap<String, Arc<PreparedSandbox>>,
+    pub secrets: SecretStore,
+    pub scrubber: Scrubber,
+    verb_permits: BTreeMap<String, Arc<Semaphore>>,
+}
+
+/// Why a policy could not be prepared for serving.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("sandbox profile `{profile}`: {source}")]
+    Sandbox {
+        profile: String,
+        source: crate::sandbox::SandboxError,
+    },
+    #[error("secrets: {0}")]
+    Secrets(#[from] crate::secrets::SecretError),
+    #[error("scrub patterns: {0}")]
+    Scrub(#[from] crate::scrub::ScrubError),
+}
+
+impl Runtime {
+    /// Prepare a compiled policy: all allocation-heavy work happens here, once.
+    pub fn build(policy: Policy) -> Result<Runtime, RuntimeError> {
+        let mut sandboxes = BTreeMap::new();
+        for (name, spec) in &policy.sandboxes {
+            let prepared =
+                PreparedSandbox::prepare(spec.clone()).map_err(|source| RuntimeError::Sandbox {
+                    profile: name.clone(),
+                    source,
+                })?;
+            sandboxes.insert(name.clone(), Arc::new(prepared));
+        }
+        let secrets = SecretStore::load(&policy.secrets)?;
+        let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
+        let verb_permits = policy
+            .verbs
+            .values()
+            .filter_map(|v| {
+                v.max_concurrent
+                    .map(|n| (v.name.clone(), Arc::new(Semaphore::new(n))))
+            })
+            .collect();
+        Ok(Runtime {
+            policy,
+            sandboxes,
+            secrets,
+            scrubber,
+            verb_permits,
+        })
+    }
+}
+
+/// Settings that do not come from the policy.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub state_dir: PathBuf,
+    /// The uid that started the daemon (the `@invoker` role member).
+    pub invoker_uid: u32,
+    /// The policy file to re-read on reload (`None` for the embedded demo).
+    pub policy_path: Option<PathBuf>,
+}
+
+/// The running daemon's shared state.
+pub struct Daemon {
+    runtime: RwLock<Arc<Runtime>>,
+    journal: Arc<Mutex<Journal>>,
+    exec_permits: Arc<Semaphore>,
+    conn_permits: Arc<Semaphore>,
+    settings: ServeSettings,
+}
+
+/// Directory (inside the state dir) for per-call secret file copies.
+pub const SECRET_FILES_DIR: &str = "secret-files";
+
+impl Daemon {
+    pub fn new(runtime: Runtime, journal: Journal, settings: ServeSettings) -> Arc<Daemon> {
+        let daemon_cfg = &runtime.policy.daemon;
+        Arc::new(Daemon {
+            exec_permits: Arc::new(Semaphore::new(daemon_cfg.max_executions)),
+            conn_permits: Arc::new(Semaphore::new(daemon_cfg.max_connections)),
+            runtime: RwLock::new(Arc::new(runtime)),
+            journal: Arc::new(Mutex::new(journal)),
+            settings,
+        })
+    }
+
+    /// The runtime in force now. Calls keep the snapshot they started with.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.read().expect("runtime lock").clone()
+    }
+
+    /// Swap in a new runtime (after it passed its checks).
+    pub fn replace_runtime(&self, runtime: Runtime) {
+        *self.runtime.write().expect("runtime lock") = Arc::new(runtime);
+    }
+
+    pub fn settings(&self) -> &ServeSettings {
+        &self.settings
+    }
+
+    /// Append a record and fsync it, off the async threads.
+    pub async fn journal(&self, event: AuditEvent) -> Result<Appended, JournalError> {
+        let journal = self.journal.clone();
+        tokio::task::spawn_blocking(move || journal.lock().expect("journal lock").append(&event))
+            .await
+            .expect("journal task panicked")
+    }
+
+    /// Number of executions running now.
+    pub fn executions_in_flight(&self) -> usize {
+        let max = self.runtime().policy.daemon.max_executions;
+        max.saturating_sub(self.exec_permits.available_permits())
+    }
+
+    /// Serve connections from `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: UnixListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let daemon = self.clone();
+                        match self.conn_permits.clone().try_acquire_owned() {
+                            Ok(permit) => {
+                                tokio::spawn(async move {
+                                    daemon.handle(stream).await;
+                                    drop(permit);
+                                });
+                            }
+                            Err(_) => {
+                                tokio::spawn(async move {
+                                    let _ = write_response(
+                                        stream,
+                                        &Response::Busy {
+                                            message: "too many connections; retry shortly".into(),
+                                        },
+                                    )
+                                    .await;
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle(self: Arc<Self>, stream: UnixStream) {
+        let cred = match stream.peer_cred() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "no peer credentials; dropping connection");
+                return;
+            }
+        };
+        let caller = tokio::task::spawn_blocking(move || {
+            peer::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
+        })
+        .await
+        .expect("caller lookup panicked");
+        let runtime = self.runtime();
+        let roles = roles_owned(&runtime.policy.roles_of(&caller, self.settings.invoker_uid));
+        let record = CallerRecord::new(&caller, roles.iter().map(|r| r.name.clone()).collect());
+        if roles.is_empty() {
+            let reason = format!(
+                "uid {} ({}) matches no role in the verbd policy; ask the operator to add it to a [roles.*] table",
+                caller.uid,
+                caller.user.as_deref().unwrap_or("no user name")
+            );
+            let response = match self
+                .journal(AuditEvent::ConnectRefused {
+                    caller: record,
+                    reason: reason.clone(),
+                })
+                .await
+            {
+                Ok(_) => Response::Denied { reason },
+                Err(e) => journal_failure(&e),
+            };
+            let _ = write_response(stream, &response).await;
+            return;
+        }
+
+        let (read_half, mut write_half) = stream.into_split();
+        let limit = runtime.policy.daemon.max_request_bytes;
+        let mut reader = BufReader::new(read_half);
+        let mut line = Vec::new();
+        let read = tokio::time::timeout(
+            runtime.policy.daemon.request_timeout,
+            (&mut reader)
+                .take(limit as u64 + 1)
+                .read_until(b'\n', &mut line),
+        )
+        .await;
+        let request = match read {
+            Err(_) => return, // silent or slow client: its own connection only
+            Ok(Err(_)) | Ok(Ok(0)) => return,
+            Ok(Ok(_)) if line.len() > limit || !line.ends_with(b"\n") && line.len() >= limit => {
+                let _ = write_half
+                    .write_all(
+                        &Response::Error {
+                            message: format!("request larger than {limit} bytes"),
+                        }
+                        .encode(),
+                    )
+                    .await;
+                return;
+            }
+            Ok(Ok(_)) => protocol::decode_request(&line),
+        };
+        let response = match request {
+            Err(e) => Response::Error {
+                message: e.to_string(),
+            },
+            Ok(req) => {
+                let work = self
+                    .clone()
+                    .dispatch(runtime.clone(), &caller, &roles, record, req);
+                // Watch for the client hanging up while the call runs: dropping `work` kills the
+                // child's process group (see exec::ProcessGroupGuard).
+                let hangup = async {
+                    let mut sink = [0u8; 512];
+                    loop {
+                        match reader.read(&mut sink).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) => continue,
+                        }
+                    }
+                };
+                tokio::select! {
+                    response = work => response,
+                    _ = hangup => return,
+                }
+            }
+        };
+        let _ = write_half.write_all(&response.encode()).await;
+        let _ = write_half.shutdown().await;
+    }
+
+    async fn dispatch(
+        self: Arc<Self>,
+        runtime: Arc<Runtime>,
+        caller: &Caller,
+        roles: &[Role],
+        record: CallerRecord,
+        request: Request,
+    ) -> Response {
+        let role_refs: Vec<&Role> = roles.iter().collect();
+        match request {
+            Request::List {} => Response::Verbs {
+                verbs: runtime
+                    .policy
+                    .verbs_for(&role_refs)
+                    .map(verb_info)
+                    .collect(),
+            },
+            Request::Call { verb, args, .. } => {
+                let verdict = runtime.policy.evaluate(&role_refs, &verb, &args);
+                match verdict {
+                    Verdict::Refuse(refusal) => self.refuse(record, &verb, args, refusal).await,
+                    Verdict::Propose(call) => {
+                        let refusal_reason = format!(
+                            "approval required, not yet available: `{}` is a {} verb and needs a human's approval, which this verbd cannot take yet; nothing ran",
+                            call.verb,
+                            runtime.policy.verbs[&call.verb].category_label()
+                        );
+                        match self
+                            .journal(AuditEvent::Refused {
+                                caller: record,
+                                verb: verb.clone(),
+                                args,
+                                decision: "denied".into(),
+                                reason: refusal_reason.clone(),
+                            })
+                            .await
+                        {
+                            Ok(_) => Response::Denied {
+                                reason: refusal_reason,
+                            },
+                            Err(e) => journal_failure(&e),
+                        }
+                    }
+                    Verdict::Run(call) => self.run_call(&runtime, record, call, None).await,
+                }
+            }
+            Request::Status {} => Response::Info {
+                info: serde_json::json!({
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "policy": runtime.policy.origin,
+                    "policy_hash": runtime.policy.hash,
+                    "caller": { "uid": caller.uid, "user": caller.user, "roles": record.roles },
+                    "executions_in_flight": self.executions_in_flight(),
+                }),
+            },
+            Request::Check { .. }
+            | Request::Pending {}
+            | Request::Approve { .. }
+            | Request::Deny { .. }
+            | Request::Wait { .. }
+            | Request::Result { .. }
+            | Request::Resolve { .. }
+            | Request::Reload {} => Response::Error {
+                message: "this operation is not available in this verbd build".into(),
+            },
+        }
+    }
+
+    async fn refuse(
+        &self,
+        record: CallerRecord,
+        verb: &str,
+        args: BTreeMap<String, serde_json::Value>,
+        refusal: Refusal,
+    ) -> Response {
+        let (decision, response) = refusal_response(&refusal);
+        match self
+            .journal(AuditEvent::Refused {
+                caller: record,
+                verb: verb.to_string(),
+                args: redact_args(args),
+                decision: decision.into(),
+                reason: refusal.message(),
+            })
+            .await
+        {
+            Ok(_) => response,
+            Err(e) => journal_failure(&e),
+        }
+    }
+
+    /// Run a prepared call: journal the decision, execute, journal the result, answer.
+    pub async fn run_call(
+        &self,
+        runtime: &Runtime,
+        record: CallerRecord,
+        call: PreparedCall,
+        proposal: Option<u64>,
+    ) -> Response {
+        let verb = &runtime.policy.verbs[&call.verb];
+        let _global = match self.exec_permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                return Response::Busy {
+                    message: "verbd is running its maximum number of executions; retry shortly"
+                        .into(),
+                };
+            }
+        };
+        let _per_verb = match runtime.verb_permits.get(&verb.name) {
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    return Response::Busy {
+                        message: format!(
+                            "verb `{}` is already running its maximum number of times; retry shortly",
+                            verb.name
+                        ),
+                    };
+                }
+            },
+            None => None,
+        };
+        let exec_seq = match self
+            .journal(AuditEvent::Exec {
+                caller: record,
+                verb: call.verb.clone(),
+                args: call.args.clone(),
+                args_hash: call.args_hash.clone(),
+                argv: call.display_argv(),
+                proposal,
+            })
+            .await
+        {
+            Ok(a) => a.seq,
+            Err(e) => return journal_failure(&e),
+        };
+        let PreparedAction::Exec { argv, env, .. } = &call.action else {
+            return Response::Error {
+                message: "file verbs are not available in this verbd build".into(),
+            };
+        };
+        let Some(sandbox) = runtime.sandboxes.get(&verb.sandbox) else {
+            return Response::Error {
+                message: format!("sandbox `{}` is not prepared", verb.sandbox),
+            };
+        };
+        let secret_dir = self.settings.state_dir.join(SECRET_FILES_DIR);
+        let outcome = exec::run(ExecRequest {
+            argv,
+            env,
+            cwd: &verb.cwd,
+            timeout: verb.timeout,
+            max_output: verb.max_output,
+            sandbox,
+            secrets: &runtime.secrets,
+            secret_dir: &secret_dir,
+            scrubber: &runtime.scrubber,
+        })
+        .await;
+        let output_record = |c: &exec::Captured| OutputRecord {
+            bytes: c.total,
+            kept: c.bytes.len() as u64,
+            truncated: c.truncated,
+            sha256: c.sha256(),
+        };
+        match outcome {
+            Ok(outcome) => {
+                let event = AuditEvent::Result {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    proposal,
+                    exit_code: outcome.exit.code,
+                    signal: outcome.exit.signal,
+                    timed_out: outcome.exit.timed_out,
+                    duration_ms: outcome.duration.as_millis() as u64,
+                    stdout: output_record(&outcome.stdout),
+                    stderr: output_record(&outcome.stderr),
+                    error: None,
+                };
+                if let Err(e) = self.journal(event).await {
+                    return journal_failure(&e);
+                }
+                Response::Ok {
+                    result: RunResult {
+                        exit: outcome.exit,
+                        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+                        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+                        stdout_truncated: outcome.stdout.truncated,
+                        stderr_truncated: outcome.stderr.truncated,
+                        duration_ms: outcome.duration.as_millis() as u64,
+                    },
+                    proposal,
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let empty = exec::Captured::default();
+                let event = AuditEvent::Result {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    proposal,
+                    exit_code: None,
+                    signal: None,
+                    timed_out: false,
+                    duration_ms: 0,
+                    stdout: output_record(&empty),
+                    stderr: output_record(&empty),
+                    error: Some(message.clone()),
+                };
+                if let Err(je) = self.journal(event).await {
+                    return journal_failure(&je);
+                }
+                Response::Error { message }
+            }
+        }
+    }
+}
+
+fn roles_owned(roles: &[&Role]) -> Vec<Role> {
+    roles.iter().map(|r| (*r).clone()).collect()
+}
+
+/// Raw (refused) arguments are journaled, but long values are cut so a hostile client cannot
+/// flood the journal with one request.
+fn redact_args(args: BTreeMap<String, serde_json::Value>) -> BTreeMap<String, serde_json::Value> {
+    const MAX: usize = 512;
+    args.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) if s.len() > MAX => {
+                    let cut = (0..=MAX)
+                        .rev()
+                        .find(|i| s.is_char_boundary(*i))
+                        .unwrap_or(0);
+                    serde_json::Value::String(format!("{}…[{} bytes]", &s[..cut], s.len()))
+                }
+                other => other,
+            };
+            (k, v)
+        })
+        .collect()
+}
+
+fn refusal_response(refusal: &Refusal) -> (&'static str, Response) {
+    match refusal {
+        Refusal::NotAvailable { .. } | Refusal::Headless { .. } => (
+            "denied",
+            Response::Denied {
+                reason: refusal.message(),
+            },
+        ),
+        Refusal::Missing { params } => (
+            "invalid",
+            Response::Invalid {
+                param: None,
+                rule: "missing".into(),
+                message: refusal.message(),
+                missing: params.clone(),
+            },
+        ),
+        Refusal::UnknownParam { param, .. } => (
+            "invalid",
+            Response::Invalid {
+                param: Some(param.clone()),
+                rule: "unknown-parameter".into(),
+                message: refusal.message(),
+                missing: Vec::new(),
+            },
+        ),
+        Refusal::Invalid(r) => (
+            "invalid",
+            Response::Invalid {
+                param: Some(r.param.clone()),
+                rule: r.rule.into(),
+                message: refusal.message(),
+                missing: Vec::new(),
+            },
+        ),
+    }
+}
+
+/// The answer when the journal cannot be written: denied, nothing ran (fail closed).
+pub fn journal_failure(e: &JournalError) -> Response {
+    tracing::error!(error = %e, "journal write failed; denying");
+    Response::Denied {
+        reason: format!(
+            "the audit journal cannot be written ({e}); verbd denies every call it cannot record. Nothing ran."
+        ),
+    }
+}
+
+pub fn verb_info(verb: &crate::policy::Verb) -> VerbInfo {
+    VerbInfo {
+        name: verb.name.clone(),
+        description: verb.description.clone(),
+        category: verb.category_label().into(),
+        needs_approval: verb.needs_approval,
+        params: verb
+            .params
+            .values()
+            .map(|p| ParamInfo {
+                name: p.name.clone(),
+                kind: p.kind.describe(),
+                required: p.required && p.default.is_none(),
+                default: p.default.clone(),
+                description: p.description.clone(),
+            })
+            .collect(),
+    }
+}
+
+async fn write_response(mut stream: UnixStream, response: &Response) -> std::io::Result<()> {
+    stream.write_all(&response.encode()).await?;
+    stream.shutdown().await
+}
+
+/// Where `serve` puts its state when neither flag nor policy says.
+pub fn default_state_dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/verbd");
+    }
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| Path::new(d).is_absolute()) {
+        return PathBuf::from(dir).join("verbd");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/state/verbd"),
+        None => PathBuf::from("/tmp").join(format!("verbd-{}", nix::unistd::getuid())),
+    }
+}
+
+/// The socket `serve` uses when neither flag nor policy says, and where clients look.
+pub fn default_socket_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
+        Some(dir) => PathBuf::from(dir).join("verbd.sock"),
+        None => default_state_dir().join("verbd.sock"),
+    }
+}
