@@ -65,14 +65,16 @@ pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Respo
     stream
         .set_write_timeout(Some(remaining()))
         .map_err(io_err)?;
-    (&stream)
-        .write_all(&protocol::encode_request(req))
-        .map_err(io_err)?;
+    // A daemon that refuses the caller may answer and close before reading everything: a
+    // failed write is not final, the answer may already be waiting.
+    let written = (&stream).write_all(&protocol::encode_request(req));
     stream.set_read_timeout(Some(remaining())).map_err(io_err)?;
     let mut reader = BufReader::new(&stream);
     let mut line = Vec::new();
-    reader.read_until(b'\n', &mut line).map_err(io_err)?;
+    let read = reader.read_until(b'\n', &mut line);
     if line.is_empty() {
+        written.map_err(io_err)?;
+        read.map_err(io_err)?;
         return Err(ClientError::NoAnswer);
     }
     Response::decode(&line).map_err(ClientError::BadAnswer)

@@ -203,26 +203,6 @@ impl Daemon {
         let runtime = self.runtime();
         let roles = roles_owned(&runtime.policy.roles_of(&caller, self.settings.invoker_uid));
         let record = CallerRecord::new(&caller, roles.iter().map(|r| r.name.clone()).collect());
-        if roles.is_empty() {
-            let reason = format!(
-                "uid {} ({}) matches no role in the verbd policy; ask the operator to add it to a [roles.*] table",
-                caller.uid,
-                caller.user.as_deref().unwrap_or("no user name")
-            );
-            let response = match self
-                .journal(AuditEvent::ConnectRefused {
-                    caller: record,
-                    reason: reason.clone(),
-                })
-                .await
-            {
-                Ok(_) => Response::Denied { reason },
-                Err(e) => journal_failure(&e),
-            };
-            let _ = write_response(stream, &response).await;
-            return;
-        }
-
         let (read_half, mut write_half) = stream.into_split();
         let limit = runtime.policy.daemon.max_request_bytes;
         let mut reader = BufReader::new(read_half);
@@ -250,6 +230,27 @@ impl Daemon {
             }
             Ok(Ok(_)) => protocol::decode_request(&line),
         };
+        if roles.is_empty() {
+            let reason = format!(
+                "uid {} ({}) matches no role in the verbd policy; ask the operator to add it to a [roles.*] table",
+                caller.uid,
+                caller.user.as_deref().unwrap_or("no user name")
+            );
+            let response = match self
+                .journal(AuditEvent::ConnectRefused {
+                    caller: record,
+                    reason: reason.clone(),
+                })
+                .await
+            {
+                Ok(_) => Response::Denied { reason },
+                Err(e) => journal_failure(&e),
+            };
+            let _ = write_half.write_all(&response.encode()).await;
+            let _ = write_half.shutdown().await;
+            return;
+        }
+
         let response = match request {
             Err(e) => Response::Error {
                 message: e.to_string(),

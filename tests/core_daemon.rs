@@ -1,0 +1,375 @@
+//! The daemon end to end: identity from the kernel (invariant 3), role scoping, timeouts that kill
+//! whole process groups, output caps, limits and concurrency, fail-closed journaling (invariant 6),
+//! and policy errors with their locations.
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use verbd::protocol::{self, Request, Response};
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+max_executions = 50
+[roles.me]
+uids = [0]
+[roles.agent]
+uids = [61001]
+
+[verb.hello]
+description = "for the agent"
+category = "read-only"
+roles = ["agent", "me"]
+command = "/bin/echo hello"
+
+[verb.private]
+description = "root only"
+category = "read-only"
+roles = ["me"]
+command = "/bin/echo private"
+
+[verb.forky]
+description = "a child that leaves grandchildren behind, past its timeout"
+category = "read-only"
+roles = ["me"]
+allow_interpreter = true
+timeout = "1s"
+command = ["/bin/sh", "-c", "sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
+params.tag = { type = "int", min = 1, max = 999999 }
+
+[verb.flood]
+description = "writes 100 MB to stdout"
+category = "read-only"
+roles = ["me"]
+max_output = "1MiB"
+timeout = "60s"
+command = "/usr/bin/head -c 100000000 /dev/zero"
+
+[verb.slow]
+description = "sleeps"
+category = "read-only"
+roles = ["me"]
+timeout = "60s"
+max_concurrent = 1
+command = "/bin/sleep {secs}"
+params.secs = { type = "string", pattern = "[0-9]{1,3}(\\.[0-9]{1,3})?" }
+
+[verb.change]
+description = "mutating"
+category = "mutating"
+roles = ["me"]
+command = "/bin/echo changed"
+"#;
+
+#[test]
+fn caller_without_role_is_refused_and_with_role_sees_only_its_verbs() {
+    if !require_root("roles") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let as_uid = |uid: u32, args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("VERBD_SOCKET", &d.socket)
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .unwrap()
+    };
+    // 61000: no role.
+    let out = as_uid(61000, &["call", "hello"]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("uid 61000") && err.contains("matches no role"),
+        "{err}"
+    );
+    assert!(d.journal().contains("\"kind\":\"connect_refused\""));
+    assert!(d.journal().contains("\"uid\":61000"));
+    // 61001: the agent role.
+    let out = as_uid(61001, &["call", "hello"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    let out = as_uid(61001, &["call", "private"]);
+    assert_eq!(out.status.code(), Some(77));
+    let out = as_uid(61001, &["list", "--json"]);
+    let verbs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = verbs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hello"]);
+    // The journal recorded the kernel's uid, not anything the client said.
+    assert!(d.journal().contains("\"uid\":61001"));
+}
+
+#[test]
+fn identity_claims_in_requests_are_refused() {
+    if !require_root("identity claims") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.write_all(b"{\"v\":1,\"op\":\"call\",\"verb\":\"hello\",\"uid\":61001}\n")
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let r = Response::decode(buf.as_bytes()).unwrap();
+    assert!(
+        matches!(r, Response::Error { ref message } if message.contains("unknown field")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn timeout_kills_the_whole_process_group() {
+    if !require_root("timeout") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    let tag = (std::process::id() % 999_999 + 1).to_string();
+    let started = Instant::now();
+    let r = d.call("forky", &[("tag", &tag)]);
+    match &r {
+        Response::Ok { result, .. } => assert!(result.exit.timed_out, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let left = processes_matching(&format!("sleep 4242.{tag}"));
+    assert!(left.is_empty(), "grandchildren survived: {left:?}");
+}
+
+#[test]
+fn output_cap_truncates_without_hanging_or_buffering_everything() {
+    if !require_root("output cap") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    let r = d.call("flood", &[]);
+    match &r {
+        Response::Ok { result, .. } => {
+            assert!(result.stdout_truncated);
+            assert_eq!(result.stdout.len(), 1 << 20);
+            assert_eq!(
+                result.exit.code,
+                Some(0),
+                "the child finished writing: it never blocked"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The daemon kept at most the cap: its resident memory stays far below 100 MB.
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(hwm_kb < 60_000, "daemon peak RSS {hwm_kb} kB");
+    assert!(d.journal().contains("\"bytes\":100000000"));
+}
+
+#[test]
+fn non_read_only_verbs_never_run_without_approval() {
+    if !require_root("approval gate") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    match d.call("change", &[]) {
+        Response::Denied { reason } => assert!(reason.contains("approval"), "{reason}"),
+        Response::ConfirmRequired { .. } => {}
+        other => panic!("a mutating verb ran or was mis-answered: {other:?}"),
+    }
+    let ran = d
+        .journal_events()
+        .iter()
+        .any(|e| e["kind"] == "exec" && e["verb"] == "change");
+    assert!(!ran, "the journal shows an execution of a mutating verb");
+}
+
+#[test]
+fn busy_instead_of_unbounded_queue_and_disconnect_kills_the_child() {
+    if !require_root("busy") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    // One `slow` at a time: a second concurrent call is refused as busy.
+    let mut first = UnixStream::connect(&d.socket).unwrap();
+    first
+        .write_all(&protocol::encode_request(&Request::Call {
+            verb: "slow".into(),
+            args: [("secs".to_string(), serde_json::json!("31.337"))].into(),
+            reason: None,
+            idempotency_key: None,
+        }))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_matching("sleep 31.337").is_empty() {
+        assert!(Instant::now() < deadline, "slow verb never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    match d.call("slow", &[("secs", "0.1")]) {
+        Response::Busy { message } => assert!(message.contains("slow")),
+        other => panic!("{other:?}"),
+    }
+    // The client goes away: its child's process group is killed, nothing orphaned.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_matching("sleep 31.337").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "child orphaned after client disconnect"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_hundred_connections_with_ten_stalled_all_finish() {
+    if !require_root("concurrency") {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    // Ten clients that send half a request and then stall.
+    let stalled: Vec<UnixStream> = (0..10)
+        .map(|_| {
+            let mut s = UnixStream::connect(&d.socket).unwrap();
+            s.write_all(b"{\"v\":1,\"op\":\"ca").unwrap();
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    let handles: Vec<_> = (0..200)
+        .map(|_| {
+            let socket = d.socket.clone();
+            std::thread::spawn(move || {
+                let r = verbd::client::request(
+                    &socket,
+                    &Request::Call {
+                        verb: "hello".into(),
+                        args: Default::default(),
+                        reason: None,
+                        idempotency_key: None,
+                    },
+                    Duration::from_secs(60),
+                )
+                .unwrap();
+                match r {
+                    Response::Ok { result, .. } => assert_eq!(result.stdout, "hello\n"),
+                    // Over the execution limit: refused at once, never queued.
+                    Response::Busy { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "stalled clients held up the others: {:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+}
+
+#[test]
+fn policy_errors_name_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let check = |p: &std::path::Path| {
+        let out = Command::new(BIN)
+            .args(["policy", "check"])
+            .arg(p)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let typo = write(
+        "typo.toml",
+        "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncomand = \"/bin/true\"\n",
+    );
+    let (code, err) = check(&typo);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("typo.toml:6:1"), "{err}");
+    assert!(err.contains("comand"), "{err}");
+
+    let shell = write(
+        "shell.toml",
+        "version = 1\n[roles.a]\nuids = [1]\n\n[verb.x]\ncategory = \"read-only\"\nroles = [\"a\"]\ncommand = \"/bin/bash -c {cmd}\"\nparams.cmd = { type = \"string\", pattern = \".*\" }\n",
+    );
+    let (code, err) = check(&shell);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("shell.toml:8:"), "{err}");
+    assert!(err.contains("shell/interpreter"), "{err}");
+
+    for (name, text, needle) in [
+        (
+            "undeclared.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/bin/echo {nope}\"\n",
+            "no parameter `nope` is declared",
+        ),
+        (
+            "unused.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/bin/echo\"\nparams.p = { type = \"int\", min = 1, max = 2 }\n",
+            "never used",
+        ),
+        (
+            "relative.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"echo hi\"\n",
+            "literal absolute path",
+        ),
+        (
+            "regex.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/bin/echo {p}\"\nparams.p = { type = \"string\", pattern = \"(\" }\n",
+            "bad pattern",
+        ),
+        (
+            "env.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/usr/bin/env X=1 /bin/echo\"\n",
+            "shell/interpreter",
+        ),
+        (
+            "python.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/usr/bin/python3.11 -c print(1)\"\n",
+            "shell/interpreter",
+        ),
+        (
+            "optional.toml",
+            "version = 1\n[roles.a]\nuids = [1]\n[verb.x]\nroles = [\"a\"]\ncommand = \"/bin/echo {p}\"\nparams.p = { type = \"int\", min = 1, max = 2, required = false }\n",
+            "optional group",
+        ),
+    ] {
+        let (code, err) = check(&write(name, text));
+        assert_eq!(code, Some(1), "{name}");
+        assert!(
+            err.contains(&format!("{name}:")) && err.contains(needle),
+            "{name}: {err}"
+        );
+    }
+    // The shipped policies are valid.
+    for shipped in ["policy/demo.toml", "policy/example.toml"] {
+        let (code, err) = check(std::path::Path::new(shipped));
+        assert_eq!(code, Some(0), "{shipped}: {err}");
+    }
+}
