@@ -7,6 +7,7 @@
 //! See DESIGN.md (docs/) for the invariants each module upholds.
 
 pub mod adapters;
+pub mod approvals;
 pub mod client;
 pub mod exec;
 pub mod files;

@@ -460,6 +460,17 @@ fn serve(
     let origin = policy.origin.clone();
     let runtime = Runtime::build(policy).map_err(|e| anyhow::anyhow!("{e}"))?;
     let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The journal is the source of truth for proposals: rebuild them from it.
+    let records = verbd::journal::replay(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (book, unknown_outcome, never_started) = verbd::approvals::Book::replay(
+        records.iter().map(|r| {
+            (
+                r.seq,
+                verbd::journal::parse_rfc3339(&r.time).unwrap_or(std::time::UNIX_EPOCH),
+                &r.event,
+            )
+        }),
+    );
     let listener = server::socket::bind(
         &socket_path,
         runtime.policy.daemon.socket_mode,
@@ -478,7 +489,20 @@ fn serve(
     tokio_rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let policy_hash = runtime.policy.hash.clone();
-        let daemon = Daemon::new(runtime, journal, settings);
+        let daemon = Daemon::new(runtime, journal, book, settings);
+        for id in unknown_outcome {
+            tracing::warn!(id, "proposal was executing when the daemon stopped: unknown outcome, not re-run");
+            daemon
+                .journal(AuditEvent::ProposalUnknownOutcome { id })
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
+        }
+        for id in never_started {
+            daemon
+                .journal(AuditEvent::ProposalNotStarted { id })
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
+        }
         daemon
             .journal(AuditEvent::Start {
                 version: env!("CARGO_PKG_VERSION").into(),

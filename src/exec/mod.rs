@@ -39,6 +39,8 @@ pub struct ExecRequest<'a> {
     /// Private directory (0700) for `${secret_file:…}` copies.
     pub secret_dir: &'a Path,
     pub scrubber: &'a Scrubber,
+    /// Bytes for the child's stdin (the approval notifier gets the proposal); /dev/null if `None`.
+    pub stdin: Option<Vec<u8>>,
 }
 
 /// What happened to the child.
@@ -193,7 +195,11 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         .env_clear()
         .env("PATH", CHILD_PATH)
         .current_dir(req.cwd)
-        .stdin(Stdio::null())
+        .stdin(if req.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -218,6 +224,12 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         )?;
     // The child called setsid(), so its pid is its process group id.
     let _group = ProcessGroupGuard(child.id().map(|p| p as i32));
+    if let (Some(data), Some(mut pipe)) = (req.stdin, child.stdin.take()) {
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = pipe.write_all(&data).await;
+        });
+    }
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let scrubber = req.scrubber;

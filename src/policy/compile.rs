@@ -891,11 +891,15 @@ fn build_verb(
             );
         }
     }
-    let rate = raw.rate.as_ref().and_then(|r| {
-        parse_rate(r.get_ref())
-            .map_err(|e| ctx.at(r.span(), e))
-            .ok()
-    });
+    let mut rate_of = |r: &Option<toml::Spanned<String>>| {
+        r.as_ref().and_then(|r| {
+            parse_rate(r.get_ref())
+                .map_err(|e| ctx.at(r.span(), e))
+                .ok()
+        })
+    };
+    let rate = rate_of(&raw.rate);
+    let rate_global = rate_of(&raw.rate_global);
     if let Some(pin) = &raw.sha256 {
         if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
             ctx.at(
@@ -929,6 +933,7 @@ fn build_verb(
         cwd,
         sandbox,
         rate,
+        rate_global,
         sha256: raw.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
         max_concurrent: raw.max_concurrent,
         examples_accept,

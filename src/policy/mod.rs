@@ -146,6 +146,7 @@ pub struct Verb {
     pub cwd: PathBuf,
     pub sandbox: String,
     pub rate: Option<Rate>,
+    pub rate_global: Option<Rate>,
     pub sha256: Option<String>,
     pub max_concurrent: Option<usize>,
     pub examples_accept: Vec<BTreeMap<String, String>>,

@@ -245,7 +245,10 @@ pub struct RawVerb {
     pub sandbox: Option<Spanned<String>>,
     #[serde(default)]
     pub allow_interpreter: bool,
+    /// Per caller: at most N runs per period (`5/h`).
     pub rate: Option<Spanned<String>>,
+    /// All callers together.
+    pub rate_global: Option<Spanned<String>>,
     pub sha256: Option<String>,
     pub max_concurrent: Option<usize>,
     #[serde(default)]

@@ -2,6 +2,7 @@
 //! are recorded with their `${secret:…}` placeholders, output only as sizes and hashes.
 #![forbid(unsafe_code)]
 
+use crate::approvals::{Decider, Proposal};
 use crate::policy::Caller;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -72,6 +73,8 @@ pub enum AuditEvent {
         argv: Vec<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         proposal: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
     },
     /// The result of a run.
     Result {
@@ -107,6 +110,31 @@ pub enum AuditEvent {
         sha256: String,
         created: bool,
     },
+    /// A proposal was created (journaled before the agent hears `CONFIRM_REQUIRED`).
+    ProposalCreated { id: u64, proposal: Box<Proposal> },
+    /// A human approved: the proposal is consumed.
+    ProposalApproved { id: u64, by: Decider, hash: String },
+    ProposalDenied { id: u64, by: Decider, reason: String },
+    ProposalExpired { id: u64 },
+    /// Found executing without an end record at start: never re-run.
+    ProposalUnknownOutcome { id: u64 },
+    /// Found approved but never started at start: not run, needs a new proposal.
+    ProposalNotStarted { id: u64 },
+    /// An operator resolved an unknown outcome.
+    ProposalResolved {
+        id: u64,
+        by: Decider,
+        outcome: String,
+        note: String,
+    },
+    /// An approval attempt that was refused (who tried and why).
+    ApprovalRefused {
+        id: u64,
+        by: Decider,
+        reason: String,
+    },
+    /// The approval notifier failed; the proposal stands.
+    NotifyFailed { id: u64, error: String },
     /// A reload attempt and its outcome.
     Reload {
         ok: bool,

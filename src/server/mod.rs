@@ -8,13 +8,14 @@
 //! away mid-call gets its child's process group killed.
 #![forbid(unsafe_code)]
 
+mod approve;
 pub mod audit;
 pub mod peer;
 pub mod socket;
 
 use crate::exec::{self, ExecRequest};
 use crate::journal::{Appended, Journal, JournalError};
-use crate::policy::{Caller, Policy, PreparedAction, PreparedCall, Refusal, Role, Verdict};
+use crate::policy::{Caller, Policy, PreparedAction, PreparedCall, Refusal, Role};
 use crate::protocol::{self, ParamInfo, Request, Response, RunResult, VerbInfo};
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::Scrubber;
@@ -23,7 +24,7 @@ use audit::{AuditEvent, CallerRecord, OutputRecord};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -32,6 +33,8 @@ use tokio::sync::Semaphore;
 pub struct Runtime {
     pub policy: Policy,
     pub sandboxes: BTreeMap<String, Arc<PreparedSandbox>>,
+    /// The same profiles without write roots, for dry runs.
+    pub dry_run_sandboxes: BTreeMap<String, Arc<PreparedSandbox>>,
     pub secrets: SecretStore,
     pub scrubber: Scrubber,
     verb_permits: BTreeMap<String, Arc<Semaphore>>,
@@ -55,13 +58,22 @@ impl Runtime {
     /// Prepare a compiled policy: all allocation-heavy work happens here, once.
     pub fn build(policy: Policy) -> Result<Runtime, RuntimeError> {
         let mut sandboxes = BTreeMap::new();
+        let mut dry_run_sandboxes = BTreeMap::new();
         for (name, spec) in &policy.sandboxes {
-            let prepared =
-                PreparedSandbox::prepare(spec.clone()).map_err(|source| RuntimeError::Sandbox {
-                    profile: name.clone(),
-                    source,
-                })?;
-            sandboxes.insert(name.clone(), Arc::new(prepared));
+            let prepare = |spec: crate::sandbox::SandboxSpec| {
+                PreparedSandbox::prepare(spec)
+                    .map(Arc::new)
+                    .map_err(|source| RuntimeError::Sandbox {
+                        profile: name.clone(),
+                        source,
+                    })
+            };
+            sandboxes.insert(name.clone(), prepare(spec.clone())?);
+            let read_only = crate::sandbox::SandboxSpec {
+                write: Vec::new(),
+                ..spec.clone()
+            };
+            dry_run_sandboxes.insert(name.clone(), prepare(read_only)?);
         }
         let secrets = SecretStore::load(&policy.secrets)?;
         let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
@@ -76,6 +88,7 @@ impl Runtime {
         Ok(Runtime {
             policy,
             sandboxes,
+            dry_run_sandboxes,
             secrets,
             scrubber,
             verb_permits,
@@ -97,6 +110,7 @@ pub struct ServeSettings {
 pub struct Daemon {
     runtime: RwLock<Arc<Runtime>>,
     journal: Arc<Mutex<Journal>>,
+    book: Mutex<crate::approvals::Book>,
     exec_permits: Arc<Semaphore>,
     conn_permits: Arc<Semaphore>,
     settings: ServeSettings,
@@ -106,13 +120,19 @@ pub struct Daemon {
 pub const SECRET_FILES_DIR: &str = "secret-files";
 
 impl Daemon {
-    pub fn new(runtime: Runtime, journal: Journal, settings: ServeSettings) -> Arc<Daemon> {
+    pub fn new(
+        runtime: Runtime,
+        journal: Journal,
+        book: crate::approvals::Book,
+        settings: ServeSettings,
+    ) -> Arc<Daemon> {
         let daemon_cfg = &runtime.policy.daemon;
         Arc::new(Daemon {
             exec_permits: Arc::new(Semaphore::new(daemon_cfg.max_executions)),
             conn_permits: Arc::new(Semaphore::new(daemon_cfg.max_connections)),
             runtime: RwLock::new(Arc::new(runtime)),
             journal: Arc::new(Mutex::new(journal)),
+            book: Mutex::new(book),
             settings,
         })
     }
@@ -125,6 +145,11 @@ impl Daemon {
     /// Swap in a new runtime (after it passed its checks).
     pub fn replace_runtime(&self, runtime: Runtime) {
         *self.runtime.write().expect("runtime lock") = Arc::new(runtime);
+    }
+
+    /// The proposals book (short critical sections only; never held across an await).
+    pub fn book(&self) -> std::sync::MutexGuard<'_, crate::approvals::Book> {
+        self.book.lock().expect("book lock")
     }
 
     pub fn settings(&self) -> &ServeSettings {
@@ -297,34 +322,14 @@ impl Daemon {
                     .map(verb_info)
                     .collect(),
             },
-            Request::Call { verb, args, .. } => {
-                let verdict = runtime.policy.evaluate(&role_refs, &verb, &args);
-                match verdict {
-                    Verdict::Refuse(refusal) => self.refuse(record, &verb, args, refusal).await,
-                    Verdict::Propose(call) => {
-                        let refusal_reason = format!(
-                            "approval required, not yet available: `{}` is a {} verb and needs a human's approval, which this verbd cannot take yet; nothing ran",
-                            call.verb,
-                            runtime.policy.verbs[&call.verb].category_label()
-                        );
-                        match self
-                            .journal(AuditEvent::Refused {
-                                caller: record,
-                                verb: verb.clone(),
-                                args,
-                                decision: "denied".into(),
-                                reason: refusal_reason.clone(),
-                            })
-                            .await
-                        {
-                            Ok(_) => Response::Denied {
-                                reason: refusal_reason,
-                            },
-                            Err(e) => journal_failure(&e),
-                        }
-                    }
-                    Verdict::Run(call) => self.run_call(&runtime, record, call, None).await,
-                }
+            Request::Call {
+                verb,
+                args,
+                reason,
+                idempotency_key,
+            } => {
+                self.call(runtime, &role_refs, record, verb, args, reason, idempotency_key)
+                    .await
             }
             Request::Status {} => Response::Info {
                 info: serde_json::json!({
@@ -335,14 +340,19 @@ impl Daemon {
                     "executions_in_flight": self.executions_in_flight(),
                 }),
             },
-            Request::Check { .. }
-            | Request::Pending {}
-            | Request::Approve { .. }
-            | Request::Deny { .. }
-            | Request::Wait { .. }
-            | Request::Result { .. }
-            | Request::Resolve { .. }
-            | Request::Reload {} => Response::Error {
+            Request::Pending {} => self.pending(&runtime, roles).await,
+            Request::Approve { id, hash } => {
+                self.clone().approve(runtime, caller, roles, id, hash).await
+            }
+            Request::Deny { id, reason } => self.deny(&runtime, caller, roles, id, reason).await,
+            Request::Wait { id, timeout_ms } => {
+                self.wait(&runtime, caller, roles, id, timeout_ms).await
+            }
+            Request::Result { id } => self.result(&runtime, caller, roles, id).await,
+            Request::Resolve { id, outcome, note } => {
+                self.resolve(&runtime, caller, roles, id, outcome, note).await
+            }
+            Request::Check { .. } | Request::Reload {} => Response::Error {
                 message: "this operation is not available in this verbd build".into(),
             },
         }
@@ -378,8 +388,10 @@ impl Daemon {
         record: CallerRecord,
         call: PreparedCall,
         proposal: Option<u64>,
+        idempotency_key: Option<String>,
     ) -> Response {
         let verb = &runtime.policy.verbs[&call.verb];
+        let requester_uid = record.uid;
         let _global = match self.exec_permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -411,12 +423,44 @@ impl Daemon {
                 args_hash: call.args_hash.clone(),
                 argv: call.display_argv(),
                 proposal,
+                idempotency_key: idempotency_key.clone(),
             })
             .await
         {
             Ok(a) => a.seq,
-            Err(e) => return journal_failure(&e),
+            Err(e) => {
+                if let Some(id) = proposal {
+                    self.book().finished(id, None, true);
+                }
+                return journal_failure(&e);
+            }
         };
+        self.book()
+            .started(&call.verb, requester_uid, proposal, SystemTime::now());
+        let response = self.execute(runtime, &call, exec_seq, proposal).await;
+        let failed = !matches!(&response, Response::Ok { result, .. } if result.exit.code == Some(0));
+        let result = match &response {
+            Response::Ok { result, .. } => Some(result.clone()),
+            _ => None,
+        };
+        let mut book = self.book();
+        if let Some(id) = proposal {
+            book.finished(id, result, failed);
+        } else if let Some(key) = &idempotency_key {
+            book.remember_run(requester_uid, key, &call.verb, &call.args_hash, exec_seq, result);
+        }
+        response
+    }
+
+    /// Run the child for a journaled exec record, journal its result, and build the answer.
+    async fn execute(
+        &self,
+        runtime: &Runtime,
+        call: &PreparedCall,
+        exec_seq: u64,
+        proposal: Option<u64>,
+    ) -> Response {
+        let verb = &runtime.policy.verbs[&call.verb];
         let PreparedAction::Exec { argv, env, .. } = &call.action else {
             return Response::Error {
                 message: "file verbs are not available in this verbd build".into(),
@@ -438,6 +482,7 @@ impl Daemon {
             secrets: &runtime.secrets,
             secret_dir: &secret_dir,
             scrubber: &runtime.scrubber,
+            stdin: None,
         })
         .await;
         let output_record = |c: &exec::Captured| OutputRecord {
