@@ -132,14 +132,15 @@ pub enum FileError {
         actual: &'static str,
         requested: &'static str,
     },
-    #[error(
-        "path {path:?} is not absolute: give the full path beneath one of the allowed roots"
-    )]
+    #[error("path {path:?} is not absolute: give the full path beneath one of the allowed roots")]
     NotAbsolute { path: PathBuf },
     #[error(
         "path {path:?} is not in normal form ({problem}): write it without `.` or `..` components, repeated or trailing slashes, or NUL bytes"
     )]
-    NotNormalized { path: PathBuf, problem: &'static str },
+    NotNormalized {
+        path: PathBuf,
+        problem: &'static str,
+    },
     #[error("path {} is outside the allowed roots ({}): write beneath one of them", path.display(), display_paths(roots))]
     NotUnderRoot { path: PathBuf, roots: Vec<PathBuf> },
     #[error("path {} resolves outside its root {}: use a path that stays beneath the root", path.display(), root.display())]
@@ -158,7 +159,10 @@ pub enum FileError {
     NotADirectory { path: PathBuf },
     #[error("{} is not a regular file", path.display())]
     NotARegularFile { path: PathBuf },
-    #[error("mode {mode:#o} is not allowed: allowed modes are {}", display_modes(allowed))]
+    #[error(
+        "mode {mode:#o} is not allowed: allowed modes are {}",
+        display_modes(allowed)
+    )]
     ModeNotAllowed { mode: u32, allowed: Vec<u32> },
     #[error("{} is executable (mode {mode:#o}): file verbs never modify executable files", path.display())]
     ExecutableTarget { path: PathBuf, mode: u32 },
@@ -465,7 +469,10 @@ fn openat2_retrying<Fd: AsFd>(
     }
 }
 
-fn io_error<'a>(operation: &'static str, path: &'a Path) -> impl Fn(std::io::Error) -> FileError + 'a {
+fn io_error<'a>(
+    operation: &'static str,
+    path: &'a Path,
+) -> impl Fn(std::io::Error) -> FileError + 'a {
     move |source| FileError::Io {
         operation,
         path: path.to_path_buf(),
@@ -557,10 +564,7 @@ pub fn write_file(
     let mode = choose_mode(spec, mode)?;
     let root = OpenRoot::open(located, path)?;
     let (parent, name) = root.open_parent()?;
-    let existed = matches!(
-        inspect_target(&parent, name, path)?,
-        Existing::RegularFile
-    );
+    let existed = matches!(inspect_target(&parent, name, path)?, Existing::RegularFile);
     if existed && spec.create_only {
         return Err(FileError::Exists {
             path: path.to_path_buf(),
@@ -568,16 +572,8 @@ pub fn write_file(
     }
 
     let (temp_fd, temp) = create_temp(&parent, path)?;
-    let placed = fill_and_place(
-        spec.create_only,
-        &parent,
-        temp_fd,
-        &temp,
-        name,
-        content,
-        mode,
-        path,
-    );
+    let placed = fill_temp(temp_fd, content, mode, path)
+        .and_then(|()| rename_into_place(spec.create_only, &parent, &temp, name, path));
     if placed.is_err() {
         // Best effort: the temp file is ours and carries no content anyone relies on.
         let _ = rustix::fs::unlinkat(&parent, temp.as_str(), AtFlags::empty());
@@ -614,17 +610,8 @@ fn create_temp(parent: &OwnedFd, full: &Path) -> Result<(OwnedFd, String), FileE
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn fill_and_place(
-    create_only: bool,
-    parent: &OwnedFd,
-    temp_fd: OwnedFd,
-    temp: &str,
-    name: &OsStr,
-    content: &[u8],
-    mode: u32,
-    full: &Path,
-) -> Result<(), FileError> {
+/// Write, chmod and fsync the temp file (the mode is set on the fd: the umask plays no part).
+fn fill_temp(temp_fd: OwnedFd, content: &[u8], mode: u32, full: &Path) -> Result<(), FileError> {
     let mut file = File::from(temp_fd);
     file.write_all(content)
         .map_err(io_error("writing a temp file for", full))?;
@@ -632,7 +619,17 @@ fn fill_and_place(
         .map_err(errno_error("setting the mode of", full))?;
     file.sync_all()
         .map_err(io_error("syncing a temp file for", full))?;
-    drop(file);
+    Ok(())
+}
+
+/// Move the finished temp file over `name` (never over an existing file when `create_only`).
+fn rename_into_place(
+    create_only: bool,
+    parent: &OwnedFd,
+    temp: &str,
+    name: &OsStr,
+    full: &Path,
+) -> Result<(), FileError> {
     let flags = if create_only {
         RenameFlags::NOREPLACE
     } else {
@@ -744,7 +741,8 @@ pub fn append_file(
             max: spec.max_size,
         });
     }
-    file.write_all(content).map_err(io_error("appending to", path))?;
+    file.write_all(content)
+        .map_err(io_error("appending to", path))?;
     file.sync_all().map_err(io_error("syncing", path))?;
     if created {
         rustix::fs::fsync(&parent).map_err(errno_error("syncing the directory of", path))?;
@@ -861,7 +859,11 @@ mod tests {
         assert_eq!(located.root, Path::new("/srv/notes"));
         assert_eq!(located.relative, Path::new("a/b"));
         assert!(matches!(
-            check_write(&roots, &p, Path::new("/srv/notes/sub/.git/hooks/pre-commit")),
+            check_write(
+                &roots,
+                &p,
+                Path::new("/srv/notes/sub/.git/hooks/pre-commit")
+            ),
             Err(FileError::Protected { .. })
         ));
         assert!(matches!(

@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use verbd::files::{
-    self, DirEntryInfo, EntryKind, FileError, FileOp, FileVerbSpec, check_write,
-};
+use verbd::files::{self, DirEntryInfo, EntryKind, FileError, FileOp, FileVerbSpec, check_write};
 use verbd::protected::ProtectedNames;
 
 struct Sandbox {
@@ -245,7 +243,10 @@ fn a_directory_symlink_swapped_in_during_the_call_never_leads_outside() {
             Err(FileError::Symlink { .. }) | Err(FileError::NotADirectory { .. }) => refused += 1,
             Err(other) => panic!("unexpected error: {other}"),
         }
-        assert!(dir_names(&sb.outside).is_empty(), "a write escaped the root");
+        assert!(
+            dir_names(&sb.outside).is_empty(),
+            "a write escaped the root"
+        );
         if i >= 2_000 && written > 0 && refused > 0 {
             break;
         }
@@ -357,8 +358,11 @@ fn protected_names_at_any_depth_are_refused_and_nothing_is_written() {
 
     let policy_file = sb.root.join("policy.toml");
     let mut with_policy = spec(FileOp::Write, &sb.root);
-    with_policy.protected =
-        ProtectedNames::with_additions(&["secrets.yaml".into()], &[policy_file.clone()]).unwrap();
+    with_policy.protected = ProtectedNames::with_additions(
+        &["secrets.yaml".into()],
+        std::slice::from_ref(&policy_file),
+    )
+    .unwrap();
     for path in [policy_file.clone(), sb.root.join("docs/SECRETS.yaml")] {
         assert!(matches!(
             files::write_file(&with_policy, &path, b"x", None),
@@ -381,7 +385,11 @@ fn create_only_never_replaces() {
     let mut spec = spec(FileOp::Write, &sb.root);
     spec.create_only = true;
     let path = sb.root.join("once.txt");
-    assert!(files::write_file(&spec, &path, b"first", None).unwrap().created);
+    assert!(
+        files::write_file(&spec, &path, b"first", None)
+            .unwrap()
+            .created
+    );
     assert!(matches!(
         files::write_file(&spec, &path, b"second", None),
         Err(FileError::Exists { .. })
