@@ -275,12 +275,14 @@ fn a_file_symlink_swapped_in_during_the_call_is_never_written_through() {
         let (root, secret, stop) = (sb.root.clone(), secret.clone(), stop.clone());
         thread::spawn(move || {
             let mut swaps = 0u64;
+            let (staged_link, staged_file) = (root.join("staged-link"), root.join("staged-file"));
             while !stop.load(Ordering::Relaxed) {
-                let staged = root.join("staged-link");
-                let _ = fs::remove_file(&staged);
-                symlink(&secret, &staged).unwrap();
-                // Atomically replace whatever `target` is now with a symlink to the secret.
-                fs::rename(&staged, root.join("target")).unwrap();
+                // Atomically replace whatever `target` is with a symlink to the secret, then
+                // with a regular file again, so both states keep recurring.
+                symlink(&secret, &staged_link).unwrap();
+                fs::rename(&staged_link, root.join("target")).unwrap();
+                fs::write(&staged_file, b"decoy").unwrap();
+                fs::rename(&staged_file, root.join("target")).unwrap();
                 swaps += 1;
             }
             swaps
