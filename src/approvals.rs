@@ -143,7 +143,9 @@ impl From<&CallerRecord> for RequesterRecord {
 pub enum KeyTarget {
     Proposal(u64),
     /// A run without approval: the journal seq of its exec record.
-    Run { exec_seq: u64 },
+    Run {
+        exec_seq: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -257,7 +259,10 @@ impl Book {
             "exec" => {
                 let verb = event["verb"].as_str().unwrap_or_default().to_string();
                 let uid = event["caller"]["uid"].as_u64().unwrap_or(0) as u32;
-                self.runs.entry(verb.clone()).or_default().push_back((time, uid));
+                self.runs
+                    .entry(verb.clone())
+                    .or_default()
+                    .push_back((time, uid));
                 if let Some(pid) = event["proposal"].as_u64() {
                     self.exec_of.insert(seq, pid);
                     self.set_state(Some(pid), State::Executing, None);
@@ -282,7 +287,11 @@ impl Book {
                 if let Some(pid) = self.exec_of.get(&exec_seq).copied() {
                     self.set_state(
                         Some(pid),
-                        if failed { State::Failed } else { State::Succeeded },
+                        if failed {
+                            State::Failed
+                        } else {
+                            State::Succeeded
+                        },
                         None,
                     );
                     if let Some(p) = self.proposals.get_mut(&pid) {
@@ -356,7 +365,13 @@ impl Book {
     }
 
     /// The pending proposal of this requester for exactly this verb and args, if any.
-    pub fn pending_for(&self, uid: u32, verb: &str, args_hash: &str, now: SystemTime) -> Option<&Proposal> {
+    pub fn pending_for(
+        &self,
+        uid: u32,
+        verb: &str,
+        args_hash: &str,
+        now: SystemTime,
+    ) -> Option<&Proposal> {
         self.proposals.values().find(|p| {
             p.state == State::Pending
                 && p.requester.uid == uid
@@ -378,7 +393,12 @@ impl Book {
 
     /// The one atomic step from pending to approved. The caller holds the book's lock, journals
     /// the approval, and calls [`Book::unclaim`] if that fails.
-    pub fn claim(&mut self, id: u64, now: SystemTime, by: Decider) -> Result<&Proposal, ClaimRefusal> {
+    pub fn claim(
+        &mut self,
+        id: u64,
+        now: SystemTime,
+        by: Decider,
+    ) -> Result<&Proposal, ClaimRefusal> {
         let p = self.proposals.get_mut(&id).ok_or(ClaimRefusal::NotFound)?;
         if p.state != State::Pending {
             return Err(ClaimRefusal::NotPending(p.state));
@@ -403,14 +423,21 @@ impl Book {
 
     /// Record the start of a run (rate limits) and, for proposals, the executing state.
     pub fn started(&mut self, verb: &str, uid: u32, proposal: Option<u64>, now: SystemTime) {
-        self.runs.entry(verb.to_string()).or_default().push_back((now, uid));
+        self.runs
+            .entry(verb.to_string())
+            .or_default()
+            .push_back((now, uid));
         self.set_state(proposal, State::Executing, None);
     }
 
     /// Record the end of a proposal's run.
     pub fn finished(&mut self, id: u64, result: Option<RunResult>, failed: bool) {
         if let Some(p) = self.proposals.get_mut(&id) {
-            p.state = if failed { State::Failed } else { State::Succeeded };
+            p.state = if failed {
+                State::Failed
+            } else {
+                State::Succeeded
+            };
             if let Some(r) = &result {
                 p.exit_code = r.exit.code;
                 p.signal = r.exit.signal;
@@ -444,7 +471,8 @@ impl Book {
         let within = |per: Duration, only: Option<u32>| {
             runs.iter()
                 .filter(|(t, u)| {
-                    now.duration_since(*t).unwrap_or_default() <= per && only.is_none_or(|o| o == *u)
+                    now.duration_since(*t).unwrap_or_default() <= per
+                        && only.is_none_or(|o| o == *u)
                 })
                 .count()
         };
@@ -477,7 +505,15 @@ impl Book {
     }
 
     /// Remember a direct run under a key.
-    pub fn remember_run(&mut self, uid: u32, key: &str, verb: &str, args_hash: &str, exec_seq: u64, result: Option<RunResult>) {
+    pub fn remember_run(
+        &mut self,
+        uid: u32,
+        key: &str,
+        verb: &str,
+        args_hash: &str,
+        exec_seq: u64,
+        result: Option<RunResult>,
+    ) {
         self.keys.insert(
             (uid, key.to_string()),
             KeyEntry {
@@ -503,7 +539,10 @@ pub fn escape_for_terminal(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c) || ('\u{2066}'..='\u{2069}').contains(&c) => {
+            c if c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c) =>
+            {
                 out.push_str(&format!("\\u{{{:x}}}", c as u32))
             }
             c => out.push(c),
@@ -566,7 +605,8 @@ mod tests {
         let approved = serde_json::json!({"kind": "proposal_approved", "id": 7, "by": {"uid": 5, "user": null}});
         let exec = serde_json::json!({"kind": "exec", "verb": "scale", "caller": {"uid": 1000}, "proposal": 7});
         let now = SystemTime::now();
-        let (book, unknown, _) = Book::replay([(1, now, &created), (2, now, &approved), (3, now, &exec)]);
+        let (book, unknown, _) =
+            Book::replay([(1, now, &created), (2, now, &approved), (3, now, &exec)]);
         assert_eq!(unknown, vec![7]);
         assert_eq!(book.get(7).unwrap().state, State::UnknownOutcome);
         assert_eq!(book.next_id(), 8);
@@ -574,6 +614,9 @@ mod tests {
 
     #[test]
     fn escapes_control_characters() {
-        assert_eq!(escape_for_terminal("a\x1b[2Jb\nc\u{202e}"), "a\\u{1b}[2Jb\\nc\\u{202e}");
+        assert_eq!(
+            escape_for_terminal("a\x1b[2Jb\nc\u{202e}"),
+            "a\\u{1b}[2Jb\\nc\\u{202e}"
+        );
     }
 }

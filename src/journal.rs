@@ -62,11 +62,13 @@ pub fn replay(state_dir: &Path) -> Result<Vec<Record>, JournalError> {
     Ok(text
         .lines()
         .enumerate()
-        .filter_map(|(i, l)| serde_json::from_str(l).ok().map(|event| Record {
-            seq: i as u64 + 1,
-            time: String::new(),
-            event,
-        }))
+        .filter_map(|(i, l)| {
+            serde_json::from_str(l).ok().map(|event| Record {
+                seq: i as u64 + 1,
+                time: String::new(),
+                event,
+            })
+        })
         .collect())
 }
 

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+use verbd::approvals::escape_for_terminal;
 use verbd::policy::{self, Policy, Verdict};
 use verbd::protocol::{Request, Response};
 use verbd::server::{self, Daemon, Runtime, ServeSettings, audit::AuditEvent};
@@ -84,10 +85,83 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Proposals waiting for a human decision (approvers)
+    Pending {
+        #[command(flatten)]
+        socket: SocketArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve proposal ID; --hash is the prefix `verbd pending` shows (at least 8 hex digits)
+    Approve {
+        #[command(flatten)]
+        socket: SocketArg,
+        id: u64,
+        #[arg(long)]
+        hash: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny proposal ID
+    Deny {
+        #[command(flatten)]
+        socket: SocketArg,
+        id: u64,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Wait until proposal ID is decided and run (or the timeout passes)
+    Wait {
+        #[command(flatten)]
+        socket: SocketArg,
+        id: u64,
+        /// Seconds to wait (at most 600)
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// State and outcome of proposal ID
+    Result {
+        #[command(flatten)]
+        socket: SocketArg,
+        id: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve a proposal whose outcome is unknown (after a crash), after checking by hand
+    Resolve {
+        #[command(flatten)]
+        socket: SocketArg,
+        id: u64,
+        /// succeeded, failed or not-run
+        #[arg(long)]
+        outcome: String,
+        #[arg(long)]
+        note: String,
+    },
+    /// Agent runtime adapters
+    Hook {
+        #[command(subcommand)]
+        command: HookCommand,
+    },
     /// Policy tools (work offline, no daemon needed)
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum HookCommand {
+    /// Claude Code PreToolUse hook: reads the hook JSON on stdin; exit 0 allows, exit 2 denies
+    /// (and every failure denies)
+    ClaudeCode {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Print the settings.json snippet instead
+        #[arg(long)]
+        print_settings: bool,
     },
 }
 
@@ -144,6 +218,60 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client_call(&socket.path(), &request, json)
         }
         Command::List { socket, json } => client_list(&socket.path(), json),
+        Command::Pending { socket, json } => client_pending(&socket.path(), json),
+        Command::Approve {
+            socket,
+            id,
+            hash,
+            json,
+        } => client_call(&socket.path(), &Request::Approve { id, hash }, json),
+        Command::Deny { socket, id, reason } => {
+            client_call(&socket.path(), &Request::Deny { id, reason }, false)
+        }
+        Command::Wait {
+            socket,
+            id,
+            timeout,
+            json,
+        } => client_proposal(
+            &socket.path(),
+            &Request::Wait {
+                id,
+                timeout_ms: timeout.min(600) * 1000,
+            },
+            json,
+        ),
+        Command::Result { socket, id, json } => {
+            client_proposal(&socket.path(), &Request::Result { id }, json)
+        }
+        Command::Resolve {
+            socket,
+            id,
+            outcome,
+            note,
+        } => client_call(
+            &socket.path(),
+            &Request::Resolve { id, outcome, note },
+            false,
+        ),
+        Command::Hook { command } => match command {
+            HookCommand::ClaudeCode {
+                socket,
+                print_settings,
+            } => {
+                use verbd::adapters::claude_hook;
+                if print_settings {
+                    let exe = std::env::current_exe().context("locating the verbd binary")?;
+                    println!(
+                        "{}",
+                        claude_hook::settings_snippet(&exe, claude_hook::DEFAULT_DEADLINE)
+                    );
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let code = claude_hook::run(&socket.path(), claude_hook::DEFAULT_DEADLINE);
+                Ok(ExitCode::from(code.clamp(0, 255) as u8))
+            }
+        },
         Command::Policy { command } => match command {
             PolicyCommand::Check { file } => policy_check(&file),
             PolicyCommand::Explain {
@@ -194,6 +322,12 @@ fn report(response: &Response) -> ExitCode {
 }
 
 fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
+    // The state a `Decided` answer must report for the command to have done what it asked.
+    let wanted_state = match req {
+        Request::Deny { .. } => Some("denied"),
+        Request::Resolve { .. } => Some("resolved"),
+        _ => None,
+    };
     let response = match request(socket, req) {
         Ok(r) => r,
         Err(code) => return Ok(code),
@@ -223,9 +357,137 @@ fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitC
             };
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
+        Response::Decided { state, message, .. } => {
+            println!("{}", escape_for_terminal(message));
+            Ok(if wanted_state == Some(state.as_str()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_DENIED)
+            })
+        }
         other if json => Ok(exit_code_of(other)),
         other => Ok(report(other)),
     }
+}
+
+fn client_pending(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, &Request::Pending {}) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Proposals { proposals } = &response else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(proposals)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if proposals.is_empty() {
+        println!("no pending proposals");
+    }
+    for p in proposals {
+        print_proposal(p);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Show a proposal for a human. Every value passes through `escape_for_terminal`, so a hostile
+/// argument or reason cannot move the cursor, clear the screen or fake lines of this view.
+fn print_proposal(p: &serde_json::Value) {
+    let text = |v: &serde_json::Value| -> String {
+        escape_for_terminal(&match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        })
+    };
+    let hash = p["args_hash"].as_str().unwrap_or_default();
+    println!("─── proposal {} ({}) ───", p["id"], text(&p["state"]));
+    println!(
+        "  verb:        {} ({}) — {}",
+        text(&p["verb"]),
+        text(&p["category"]),
+        text(&p["description"])
+    );
+    println!(
+        "  requested:   uid {} ({}) pid {} at {}",
+        p["requester"]["uid"],
+        text(&p["requester"]["user"]),
+        p["requester"]["pid"],
+        text(&p["created_at"])
+    );
+    println!("  expires:     {}", text(&p["expires_at"]));
+    if let Some(args) = p["args"].as_object() {
+        for (k, v) in args {
+            println!("  arg {k:<9} {}", text(v));
+        }
+    }
+    let argv: Vec<String> = p["argv"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "  will run:    {}",
+        escape_for_terminal(&shell_words::join(argv))
+    );
+    if !p["reason"].is_null() {
+        println!(
+            "  reason (UNTRUSTED, written by the requester): {}",
+            text(&p["reason"])
+        );
+    }
+    if let Some(out) = p["dry_run_output"].as_str() {
+        println!("  dry run output:");
+        for line in out.lines() {
+            println!("    | {}", escape_for_terminal(line));
+        }
+    }
+    println!("  hash:        {hash}");
+    println!(
+        "  approve:     verbd approve {} --hash {}",
+        p["id"],
+        &hash[..hash.len().min(16)]
+    );
+    println!("  deny:        verbd deny {} --reason '…'", p["id"]);
+}
+
+fn client_proposal(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, req) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Proposals { proposals } = &response else {
+        return Ok(report(&response));
+    };
+    let Some(p) = proposals.first() else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(p)?);
+    } else {
+        print_proposal(p);
+        if let Some(r) = p.get("result") {
+            use std::io::Write;
+            let _ =
+                std::io::stdout().write_all(r["stdout"].as_str().unwrap_or_default().as_bytes());
+            let _ =
+                std::io::stderr().write_all(r["stderr"].as_str().unwrap_or_default().as_bytes());
+        }
+    }
+    let state = p["state"].as_str().unwrap_or_default();
+    Ok(match state {
+        "succeeded" | "failed" => {
+            let code = p["exit_code"].as_i64().unwrap_or(EXIT_ERROR as i64);
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        "pending" | "approved" | "executing" => ExitCode::from(EXIT_BUSY),
+        "denied" | "expired" => ExitCode::from(EXIT_DENIED),
+        _ => ExitCode::from(EXIT_ERROR),
+    })
 }
 
 fn exit_code_of(response: &Response) -> ExitCode {
@@ -462,15 +724,14 @@ fn serve(
     let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The journal is the source of truth for proposals: rebuild them from it.
     let records = verbd::journal::replay(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (book, unknown_outcome, never_started) = verbd::approvals::Book::replay(
-        records.iter().map(|r| {
+    let (book, unknown_outcome, never_started) =
+        verbd::approvals::Book::replay(records.iter().map(|r| {
             (
                 r.seq,
                 verbd::journal::parse_rfc3339(&r.time).unwrap_or(std::time::UNIX_EPOCH),
                 &r.event,
             )
-        }),
-    );
+        }));
     let listener = server::socket::bind(
         &socket_path,
         runtime.policy.daemon.socket_mode,
@@ -491,7 +752,10 @@ fn serve(
         let policy_hash = runtime.policy.hash.clone();
         let daemon = Daemon::new(runtime, journal, book, settings);
         for id in unknown_outcome {
-            tracing::warn!(id, "proposal was executing when the daemon stopped: unknown outcome, not re-run");
+            tracing::warn!(
+                id,
+                "proposal was executing when the daemon stopped: unknown outcome, not re-run"
+            );
             daemon
                 .journal(AuditEvent::ProposalUnknownOutcome { id })
                 .await

@@ -16,6 +16,9 @@ impl Scrubber {
     pub fn new(_s: &SecretStore, _e: &[ScrubPattern], _b: bool) -> Result<Scrubber, ScrubError> {
         Ok(Scrubber)
     }
+    pub fn scrub(&self, data: &[u8]) -> Vec<u8> {
+        data.to_vec()
+    }
     pub fn stream(&self) -> ScrubStream<'_> {
         ScrubStream(self)
     }

@@ -39,11 +39,20 @@ pub fn proposal_view(p: &Proposal) -> serde_json::Value {
     let mut v = serde_json::to_value(p).expect("proposals serialize");
     if let serde_json::Value::Object(map) = &mut v {
         map.insert("state".into(), p.state.as_str().into());
-        map.insert("created_at".into(), format_rfc3339(time_of_ms(p.created_ms)).into());
-        map.insert("expires_at".into(), format_rfc3339(time_of_ms(p.expires_ms)).into());
+        map.insert(
+            "created_at".into(),
+            format_rfc3339(time_of_ms(p.created_ms)).into(),
+        );
+        map.insert(
+            "expires_at".into(),
+            format_rfc3339(time_of_ms(p.expires_ms)).into(),
+        );
         map.insert("reason_is_untrusted".into(), true.into());
         if let Some(r) = &p.result {
-            map.insert("result".into(), serde_json::to_value(r).expect("results serialize"));
+            map.insert(
+                "result".into(),
+                serde_json::to_value(r).expect("results serialize"),
+            );
         }
     }
     v
@@ -70,7 +79,11 @@ impl Daemon {
     async fn expire_overdue(&self) {
         let overdue = self.book().overdue(SystemTime::now());
         for id in overdue {
-            if self.journal(AuditEvent::ProposalExpired { id }).await.is_ok() {
+            if self
+                .journal(AuditEvent::ProposalExpired { id })
+                .await
+                .is_ok()
+            {
                 if let Some(p) = self.book().get_mut(id) {
                     if p.state == State::Pending {
                         p.state = State::Expired;
@@ -155,9 +168,9 @@ impl Daemon {
         }
         let verb_def = runtime.policy.verbs[&call.verb].clone();
         if needs_approval {
-            if let Some(existing) = self
-                .book()
-                .pending_for(record.uid, &call.verb, &call.args_hash, now)
+            if let Some(existing) =
+                self.book()
+                    .pending_for(record.uid, &call.verb, &call.args_hash, now)
             {
                 return confirm_required(existing);
             }
@@ -315,14 +328,22 @@ impl Daemon {
         let id_param = crate::policy::params::Param {
             name: "id".into(),
             description: String::new(),
-            kind: crate::policy::params::ParamKind::Int { min: 1, max: i64::MAX },
+            kind: crate::policy::params::ParamKind::Int {
+                min: 1,
+                max: i64::MAX,
+            },
             required: true,
             default: None,
             allow_dash: false,
         };
         let params = BTreeMap::from([("id".to_string(), id_param)]);
         let args = BTreeMap::from([("id".to_string(), proposal.id.to_string())]);
-        let error = match (template.render(&params, &args), runtime.sandboxes.get(crate::policy::compile::DEFAULT_SANDBOX)) {
+        let error = match (
+            template.render(&params, &args),
+            runtime
+                .sandboxes
+                .get(crate::policy::compile::DEFAULT_SANDBOX),
+        ) {
             (Ok(argv), Some(sandbox)) => {
                 let secret_dir = self.settings.state_dir.join(super::SECRET_FILES_DIR);
                 let outcome = exec::run(ExecRequest {
@@ -344,7 +365,10 @@ impl Daemon {
                         "notifier exited with {:?} (signal {:?}): {}",
                         o.exit.code,
                         o.exit.signal,
-                        String::from_utf8_lossy(&o.stderr.bytes).chars().take(500).collect::<String>()
+                        String::from_utf8_lossy(&o.stderr.bytes)
+                            .chars()
+                            .take(500)
+                            .collect::<String>()
                     )),
                     Err(e) => Some(e.to_string()),
                 }
@@ -404,7 +428,11 @@ impl Daemon {
         if roles.iter().any(|r| r.kind == RoleKind::Agent)
             || !roles.iter().any(|r| {
                 runtime.policy.approvals.approvers.contains(&r.name)
-                    || runtime.policy.verbs.values().any(|v| v.approvers.contains(&r.name))
+                    || runtime
+                        .policy
+                        .verbs
+                        .values()
+                        .any(|v| v.approvers.contains(&r.name))
             })
         {
             return Response::Denied {
@@ -489,7 +517,11 @@ impl Daemon {
             )
             .into_iter()
             .chain(runtime.policy.roles.values().filter(|r| {
-                runtime.policy.verbs.get(&proposal.verb).is_some_and(|v| v.roles.contains(&r.name))
+                runtime
+                    .policy
+                    .verbs
+                    .get(&proposal.verb)
+                    .is_some_and(|v| v.roles.contains(&r.name))
             }))
             .collect();
         let raw_args = proposal
@@ -497,7 +529,10 @@ impl Daemon {
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect();
-        let call = match runtime.policy.evaluate(&requester_roles, &proposal.verb, &raw_args) {
+        let call = match runtime
+            .policy
+            .evaluate(&requester_roles, &proposal.verb, &raw_args)
+        {
             Verdict::Propose(call) | Verdict::Run(call)
                 if call.args_hash == proposal.args_hash && call.display_argv() == proposal.argv =>
             {
@@ -509,7 +544,10 @@ impl Daemon {
                 };
             }
         };
-        let claimed = self.book().claim(id, SystemTime::now(), by.clone()).map(|_| ());
+        let claimed = self
+            .book()
+            .claim(id, SystemTime::now(), by.clone())
+            .map(|_| ());
         match claimed {
             Err(ClaimRefusal::NotFound) => {
                 return Response::Denied {
@@ -633,8 +671,14 @@ impl Daemon {
 
     fn may_see(runtime: &Runtime, caller: &Caller, roles: &[Role], p: &Proposal) -> bool {
         caller.uid == p.requester.uid
-            || Self::approver_refusal(runtime, caller, roles, runtime.policy.verbs.get(&p.verb), None)
-                .is_none()
+            || Self::approver_refusal(
+                runtime,
+                caller,
+                roles,
+                runtime.policy.verbs.get(&p.verb),
+                None,
+            )
+            .is_none()
     }
 
     pub(super) async fn result(
@@ -664,8 +708,8 @@ impl Daemon {
         id: u64,
         timeout_ms: u64,
     ) -> Response {
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(timeout_ms).min(MAX_WAIT);
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(timeout_ms).min(MAX_WAIT);
         loop {
             let response = self.result(runtime, caller, roles, id).await;
             let done = match &response {

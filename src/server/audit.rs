@@ -50,7 +50,10 @@ pub enum AuditEvent {
         uid: u32,
     },
     /// The daemon stopped.
-    Stop { reason: String, in_flight: usize },
+    Stop {
+        reason: String,
+        in_flight: usize,
+    },
     /// A connection whose peer matches no role.
     ConnectRefused {
         caller: CallerRecord,
@@ -92,7 +95,10 @@ pub enum AuditEvent {
         error: Option<String>,
     },
     /// The client went away while its call ran; the process group was killed.
-    Cancelled { verb: String, exec_seq: u64 },
+    Cancelled {
+        verb: String,
+        exec_seq: u64,
+    },
     /// A `check` request (hook adapter) and its answer.
     Check {
         caller: CallerRecord,
@@ -111,15 +117,32 @@ pub enum AuditEvent {
         created: bool,
     },
     /// A proposal was created (journaled before the agent hears `CONFIRM_REQUIRED`).
-    ProposalCreated { id: u64, proposal: Box<Proposal> },
+    ProposalCreated {
+        id: u64,
+        proposal: Box<Proposal>,
+    },
     /// A human approved: the proposal is consumed.
-    ProposalApproved { id: u64, by: Decider, hash: String },
-    ProposalDenied { id: u64, by: Decider, reason: String },
-    ProposalExpired { id: u64 },
+    ProposalApproved {
+        id: u64,
+        by: Decider,
+        hash: String,
+    },
+    ProposalDenied {
+        id: u64,
+        by: Decider,
+        reason: String,
+    },
+    ProposalExpired {
+        id: u64,
+    },
     /// Found executing without an end record at start: never re-run.
-    ProposalUnknownOutcome { id: u64 },
+    ProposalUnknownOutcome {
+        id: u64,
+    },
     /// Found approved but never started at start: not run, needs a new proposal.
-    ProposalNotStarted { id: u64 },
+    ProposalNotStarted {
+        id: u64,
+    },
     /// An operator resolved an unknown outcome.
     ProposalResolved {
         id: u64,
@@ -134,7 +157,10 @@ pub enum AuditEvent {
         reason: String,
     },
     /// The approval notifier failed; the proposal stands.
-    NotifyFailed { id: u64, error: String },
+    NotifyFailed {
+        id: u64,
+        error: String,
+    },
     /// A reload attempt and its outcome.
     Reload {
         ok: bool,

@@ -328,8 +328,16 @@ impl Daemon {
                 reason,
                 idempotency_key,
             } => {
-                self.call(runtime, &role_refs, record, verb, args, reason, idempotency_key)
-                    .await
+                self.call(
+                    runtime,
+                    &role_refs,
+                    record,
+                    verb,
+                    args,
+                    reason,
+                    idempotency_key,
+                )
+                .await
             }
             Request::Status {} => Response::Info {
                 info: serde_json::json!({
@@ -350,9 +358,13 @@ impl Daemon {
             }
             Request::Result { id } => self.result(&runtime, caller, roles, id).await,
             Request::Resolve { id, outcome, note } => {
-                self.resolve(&runtime, caller, roles, id, outcome, note).await
+                self.resolve(&runtime, caller, roles, id, outcome, note)
+                    .await
             }
-            Request::Check { .. } | Request::Reload {} => Response::Error {
+            Request::Check { path, tool } => {
+                self.check(&runtime, &role_refs, record, path, tool).await
+            }
+            Request::Reload {} => Response::Error {
                 message: "this operation is not available in this verbd build".into(),
             },
         }
@@ -419,7 +431,7 @@ impl Daemon {
             .journal(AuditEvent::Exec {
                 caller: record,
                 verb: call.verb.clone(),
-                args: call.args.clone(),
+                args: journaled_args(&call),
                 args_hash: call.args_hash.clone(),
                 argv: call.display_argv(),
                 proposal,
@@ -438,7 +450,8 @@ impl Daemon {
         self.book()
             .started(&call.verb, requester_uid, proposal, SystemTime::now());
         let response = self.execute(runtime, &call, exec_seq, proposal).await;
-        let failed = !matches!(&response, Response::Ok { result, .. } if result.exit.code == Some(0));
+        let failed =
+            !matches!(&response, Response::Ok { result, .. } if result.exit.code == Some(0));
         let result = match &response {
             Response::Ok { result, .. } => Some(result.clone()),
             _ => None,
@@ -447,9 +460,191 @@ impl Daemon {
         if let Some(id) = proposal {
             book.finished(id, result, failed);
         } else if let Some(key) = &idempotency_key {
-            book.remember_run(requester_uid, key, &call.verb, &call.args_hash, exec_seq, result);
+            book.remember_run(
+                requester_uid,
+                key,
+                &call.verb,
+                &call.args_hash,
+                exec_seq,
+                result,
+            );
         }
         response
+    }
+
+    /// Run a builtin file verb (no child process: the daemon resolves beneath the roots itself).
+    async fn file_verb(
+        &self,
+        runtime: &Runtime,
+        call: &PreparedCall,
+        exec_seq: u64,
+        proposal: Option<u64>,
+    ) -> Response {
+        let verb = &runtime.policy.verbs[&call.verb];
+        let crate::policy::VerbAction::File(spec) = &verb.action else {
+            return Response::Error {
+                message: format!("verb `{}` is not a file verb", verb.name),
+            };
+        };
+        let spec = spec.clone();
+        let args = call.args.clone();
+        let started = std::time::Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let path = PathBuf::from(args.get("path").cloned().unwrap_or_default());
+            let content = args.get("content").cloned().unwrap_or_default();
+            let mode = args
+                .get("mode")
+                .and_then(|m| u32::from_str_radix(m, 8).ok());
+            match spec.op {
+                crate::files::FileOp::Write => {
+                    crate::files::write_file(&spec, &path, content.as_bytes(), mode)
+                        .map(FileOutcome::Written)
+                }
+                crate::files::FileOp::Append => {
+                    crate::files::append_file(&spec, &path, content.as_bytes())
+                        .map(FileOutcome::Written)
+                }
+                crate::files::FileOp::Read => {
+                    crate::files::read_file(&spec, &path).map(FileOutcome::Read)
+                }
+                crate::files::FileOp::List => crate::files::list_dir(&spec, &path).map(|entries| {
+                    let text: String = entries
+                        .iter()
+                        .map(|e| format!("{:?}\t{}\t{}\n", e.kind, e.size, e.name))
+                        .collect();
+                    FileOutcome::Read(text.into_bytes())
+                }),
+            }
+        })
+        .await
+        .expect("file task panicked");
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let (stdout, error) = match outcome {
+            Ok(FileOutcome::Written(receipt)) => {
+                if let Err(e) = self
+                    .journal(AuditEvent::FileWrite {
+                        verb: call.verb.clone(),
+                        exec_seq,
+                        path: receipt.path.display().to_string(),
+                        size: receipt.size,
+                        sha256: receipt.sha256.clone(),
+                        created: receipt.created,
+                    })
+                    .await
+                {
+                    return journal_failure(&e);
+                }
+                let text = serde_json::json!({
+                    "path": receipt.path,
+                    "size": receipt.size,
+                    "sha256": receipt.sha256,
+                    "created": receipt.created,
+                })
+                .to_string()
+                    + "\n";
+                (text.into_bytes(), None)
+            }
+            Ok(FileOutcome::Read(bytes)) => (runtime.scrubber.scrub(&bytes), None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        let captured = exec::Captured {
+            total: stdout.len() as u64,
+            bytes: stdout,
+            truncated: false,
+        };
+        let empty = exec::Captured::default();
+        let record = |c: &exec::Captured| OutputRecord {
+            bytes: c.total,
+            kept: c.bytes.len() as u64,
+            truncated: c.truncated,
+            sha256: c.sha256(),
+        };
+        let event = AuditEvent::Result {
+            verb: call.verb.clone(),
+            exec_seq,
+            proposal,
+            exit_code: Some(if error.is_some() { 1 } else { 0 }),
+            signal: None,
+            timed_out: false,
+            duration_ms,
+            stdout: record(&captured),
+            stderr: record(&empty),
+            error: error.clone(),
+        };
+        if let Err(e) = self.journal(event).await {
+            return journal_failure(&e);
+        }
+        match error {
+            // A refused path is the caller's to fix: say why, like any other refusal.
+            Some(reason) => Response::Denied { reason },
+            None => Response::Ok {
+                result: RunResult {
+                    exit: protocol::ExitInfo {
+                        code: Some(0),
+                        signal: None,
+                        timed_out: false,
+                    },
+                    stdout: String::from_utf8_lossy(&captured.bytes).into_owned(),
+                    stderr: String::new(),
+                    stdout_truncated: false,
+                    stderr_truncated: false,
+                    duration_ms,
+                },
+                proposal,
+            },
+        }
+    }
+
+    /// Answer a `check` (the hook adapter): may the caller write `path`? Allowed only beneath
+    /// the roots of file.write/file.append verbs the caller's roles may use, never on a
+    /// protected name. Journaled.
+    async fn check(
+        &self,
+        runtime: &Runtime,
+        roles: &[&Role],
+        record: CallerRecord,
+        path: String,
+        tool: Option<String>,
+    ) -> Response {
+        let roots: Vec<PathBuf> = runtime
+            .policy
+            .verbs_for(roles)
+            .filter_map(|v| match &v.action {
+                crate::policy::VerbAction::File(spec)
+                    if matches!(
+                        spec.op,
+                        crate::files::FileOp::Write | crate::files::FileOp::Append
+                    ) =>
+                {
+                    Some(spec.roots.clone())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let verdict = if roots.is_empty() {
+            Err("no file.write or file.append verb is available to your roles, so no direct write is allowed; ask the operator or use a verb".to_string())
+        } else {
+            crate::files::check_write(&roots, &runtime.policy.protected, Path::new(&path))
+                .map_err(|e| e.to_string())
+        };
+        let (allowed, reason) = match verdict {
+            Ok(()) => (true, format!("{path} is beneath an allowed root")),
+            Err(reason) => (false, reason),
+        };
+        match self
+            .journal(AuditEvent::Check {
+                caller: record,
+                path,
+                tool,
+                allowed,
+                reason: reason.clone(),
+            })
+            .await
+        {
+            Ok(_) => Response::Check { allowed, reason },
+            Err(e) => journal_failure(&e),
+        }
     }
 
     /// Run the child for a journaled exec record, journal its result, and build the answer.
@@ -462,9 +657,7 @@ impl Daemon {
     ) -> Response {
         let verb = &runtime.policy.verbs[&call.verb];
         let PreparedAction::Exec { argv, env, .. } = &call.action else {
-            return Response::Error {
-                message: "file verbs are not available in this verbd build".into(),
-            };
+            return self.file_verb(runtime, call, exec_seq, proposal).await;
         };
         let Some(sandbox) = runtime.sandboxes.get(&verb.sandbox) else {
             return Response::Error {
@@ -544,8 +737,30 @@ impl Daemon {
     }
 }
 
+/// Arguments as journaled: file content is recorded as its size and sha256, never verbatim.
+fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
+    let mut args = call.args.clone();
+    if matches!(call.action, PreparedAction::File) {
+        if let Some(content) = args.get_mut("content") {
+            *content = format!(
+                "<{} bytes, sha256 {}>",
+                content.len(),
+                crate::policy::hex(&sha2::Digest::finalize(
+                    <sha2::Sha256 as sha2::Digest>::new_with_prefix(content.as_bytes())
+                ))
+            );
+        }
+    }
+    args
+}
+
 fn roles_owned(roles: &[&Role]) -> Vec<Role> {
     roles.iter().map(|r| (*r).clone()).collect()
+}
+
+enum FileOutcome {
+    Written(crate::files::WriteReceipt),
+    Read(Vec<u8>),
 }
 
 /// Raw (refused) arguments are journaled, but long values are cut so a hostile client cannot

@@ -88,6 +88,46 @@ impl Daemon {
         }
     }
 
+    /// Start the daemon again on the same policy file, socket and state dir.
+    pub fn respawn(&mut self) {
+        self.stop();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--policy")
+            .arg(&self.policy)
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.log)
+                    .unwrap(),
+            );
+        self.child = Some(cmd.spawn().expect("spawn verbd serve"));
+        self.wait_ready();
+    }
+
+    /// Let every uid reach the socket (tests act as several unprivileged users).
+    pub fn open_socket(&self) {
+        std::fs::set_permissions(&self.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+
+    /// Run the CLI as another uid (and gid), like a different person or agent would.
+    pub fn cli_as(&self, uid: u32, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        Command::new(BIN)
+            .args(args)
+            .env("VERBD_SOCKET", &self.socket)
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .unwrap()
+    }
+
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
