@@ -16,4 +16,5 @@ pub mod protected;
 pub mod protocol;
 pub mod sandbox;
 pub mod scrub;
+pub mod sd;
 pub mod secrets;
