@@ -165,10 +165,8 @@ pub fn activated_sockets() -> Result<Vec<ActivatedSocket>, SdError> {
         return Ok(Vec::new());
     }
     let names_sent = env::var_os(LISTEN_FDNAMES).is_some();
-    // Reading the variables (and marking the fds close-on-exec) before removing them.
-    let passed = sd_notify::listen_fds_with_names()
-        .map(|fds| fds.collect::<Vec<_>>())
-        .map_err(SdError::Environment);
+    // Read the variables (which also marks the fds close-on-exec) before removing them.
+    let passed = passed_fds();
     let single_threaded = SingleThreaded::check()?;
     remove_activation_env(&single_threaded);
     passed?
@@ -178,6 +176,18 @@ pub fn activated_sockets() -> Result<Vec<ActivatedSocket>, SdError> {
             into_listener(adopt_inherited_fd(fd, &single_threaded), name)
         })
         .collect()
+}
+
+/// The fds passed to this process with their names. Names for another process's fds are not
+/// checked: when `LISTEN_PID` names someone else there is nothing to name (sd_listen_fds(3)).
+fn passed_fds() -> Result<Vec<(RawFd, String)>, SdError> {
+    let for_this_process = sd_notify::listen_fds().map_err(SdError::Environment)?;
+    if for_this_process.len() == 0 {
+        return Ok(Vec::new());
+    }
+    sd_notify::listen_fds_with_names()
+        .map(|fds| fds.collect())
+        .map_err(SdError::Environment)
 }
 
 /// Evidence that the process had exactly one thread when it was built. It lives only inside
