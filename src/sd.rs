@@ -154,7 +154,7 @@ pub fn notify_watchdog() {
 ///
 /// Returns `Ok(vec![])` when the process was not socket-activated. When `LISTEN_*` variables are
 /// present they are removed from the environment whether or not `LISTEN_PID` names this process
-/// (as `sd_listen_fds(1)` does), which requires a single-threaded process: call this first
+/// (like `sd_listen_fds(unset_environment = 1)`), which requires a single-threaded process: call this first
 /// thing in `serve`, before any thread or async runtime starts, or it fails with
 /// [`SdError::ThreadsRunning`]. A second call returns `Ok(vec![])`.
 pub fn activated_sockets() -> Result<Vec<ActivatedSocket>, SdError> {
@@ -169,12 +169,17 @@ pub fn activated_sockets() -> Result<Vec<ActivatedSocket>, SdError> {
     let passed = passed_fds();
     let single_threaded = SingleThreaded::check()?;
     remove_activation_env(&single_threaded);
-    passed?
+    // Own every fd before checking any, so that a refused one closes the rest on the way out.
+    let adopted: Vec<(OwnedFd, Option<String>)> = passed?
         .into_iter()
         .map(|(fd, name)| {
             let name = (names_sent && !name.is_empty()).then_some(name);
-            into_listener(adopt_inherited_fd(fd, &single_threaded), name)
+            (adopt_inherited_fd(fd, &single_threaded), name)
         })
+        .collect();
+    adopted
+        .into_iter()
+        .map(|(fd, name)| into_listener(fd, name))
         .collect()
 }
 

@@ -24,6 +24,9 @@ const CHILD_SWITCH: &str = "VERBD_SD_TEST_CHILD";
 // ---------------------------------------------------------------------------------------------
 // Child side: runs before main when CHILD_SWITCH is set.
 
+// SAFETY: `.init_array` holds pointers to `extern "C" fn()` that the dynamic loader calls before
+// `main`; this static is exactly one such pointer, and `#[used]` keeps the linker from dropping it.
+// `child_entry` returns at once unless CHILD_SWITCH is set, so normal test runs are unaffected.
 #[used]
 #[unsafe(link_section = ".init_array")]
 static CHILD_ENTRY: extern "C" fn() = child_entry;
