@@ -17,5 +17,6 @@ pub mod protected;
 pub mod protocol;
 pub mod sandbox;
 pub mod scrub;
+pub mod sd;
 pub mod secrets;
 pub mod server;
