@@ -38,7 +38,11 @@ fn harness_cluster_holds_table_t_and_runs_verbs_as_the_agent_role() {
     }
     assert_eq!(stdout(&output), expected);
     let socket = cluster.socket_dir().join(format!(".s.PGSQL.{}", pg::PORT));
-    assert!(socket.exists(), "the server listens on {}", socket.display());
+    assert!(
+        socket.exists(),
+        "the server listens on {}",
+        socket.display()
+    );
 }
 
 #[test]
@@ -154,7 +158,10 @@ fn real_read_only_queries_return_the_right_rows() {
              FROM t WHERE name LIKE '%a' ORDER BY 1 /* nested /* comment */ ok */",
             "n,l,tab\nALPHA,9,t\nBETA,9,t\nGAMMA,9,t\n",
         ),
-        ("VALUES (1, 'one'), (2, 'two')", "column1,column2\n1,one\n2,two\n"),
+        (
+            "VALUES (1, 'one'), (2, 'two')",
+            "column1,column2\n1,one\n2,two\n",
+        ),
         ("TABLE t", "id,name\n1,alpha\n2,beta\n3,gamma\n"),
         (
             "SELECT count(*) FILTER (WHERE id > 1) AS big, sum(id)::numeric(5,1) AS total FROM t",

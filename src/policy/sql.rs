@@ -12,9 +12,11 @@
 //!   identifiers and comments. psql treats such a backslash as a meta-command (`\!` runs a shell
 //!   command, `\copy` writes files); `psql -c '\…'` executes one. The text is scanned by a small
 //!   PostgreSQL-faithful lexer written here, independent of sqlparser's tokenizer.
-//! - `ambiguous-string`: a plain `'…'` literal whose extent would differ under
-//!   `standard_conforming_strings=off` (a backslash right before a quote) is refused, so the
-//!   server can never see code where the validator saw a string.
+//! - `ambiguous-string`: text that lexes into different tokens under
+//!   `standard_conforming_strings=off` (a backslash right before a quote in a plain `'…'`
+//!   literal moves its end) is refused, so the server can never see code where the validator
+//!   saw a string. Text whose legacy reading does not lex at all (e.g. `ESCAPE '\'` at the
+//!   end) is fine: such a server would reject it whole.
 //! - `unterminated`: every string, quoted identifier, dollar quote and comment is closed.
 //! - `statement-count`: exactly one statement; one trailing `;` is accepted. Checked both by the
 //!   lexer (any `;` followed by more code) and by the parser.
@@ -261,7 +263,8 @@ pub fn validate(sql: &str, opts: &SqlOptions) -> Result<(), SqlRejection> {
         ));
     }
     let denylist = Denylist::new(&opts.deny_functions);
-    let tokens = lex(sql)?;
+    let tokens = lex(sql, StringMode::Conforming)?;
+    check_string_mode_independent(sql, &tokens)?;
     check_single_statement(sql, &tokens)?;
     let first_word = check_leading_keyword(sql, &tokens)?;
     check_locking_tokens(sql, &tokens)?;
@@ -329,7 +332,10 @@ enum TokenKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Token {
     kind: TokenKind,
+    /// Byte offset of the token's first character.
     offset: usize,
+    /// Byte offset just past the token.
+    end: usize,
 }
 
 fn is_ident_start(byte: u8) -> bool {
@@ -391,12 +397,22 @@ fn dollar_delimiter(bytes: &[u8], start: usize) -> Option<&[u8]> {
     (bytes.get(at) == Some(&b'$')).then(|| &bytes[start..=at])
 }
 
-fn lex(sql: &str) -> Result<Vec<Token>, SqlRejection> {
+/// How the server reads plain `'…'` literals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StringMode {
+    /// `standard_conforming_strings=on` (the default): a backslash is an ordinary character.
+    Conforming,
+    /// `standard_conforming_strings=off`: a backslash escapes the next character.
+    Legacy,
+}
+
+fn lex(sql: &str, mode: StringMode) -> Result<Vec<Token>, SqlRejection> {
     let bytes = sql.as_bytes();
     let mut tokens = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
         let start = at;
+        let pushed_before = tokens.len();
         let byte = bytes[at];
         let next = bytes.get(at + 1).copied();
         if is_space(byte) {
@@ -425,10 +441,11 @@ fn lex(sql: &str) -> Result<Vec<Token>, SqlRejection> {
                 }
             }
         } else if byte == b'\'' {
-            at = scan_plain_string(sql, start, start)?;
+            at = scan_plain_string(sql, start, start, mode)?;
             tokens.push(Token {
                 kind: TokenKind::Other,
                 offset: start,
+                end: 0,
             });
         } else if byte == b'"' {
             at = scan_quoted(bytes, start, b'"', false)
@@ -436,6 +453,7 @@ fn lex(sql: &str) -> Result<Vec<Token>, SqlRejection> {
             tokens.push(Token {
                 kind: TokenKind::Word(sql[start + 1..at - 1].replace("\"\"", "\"")),
                 offset: start,
+                end: 0,
             });
         } else if byte == b'$' {
             if let Some(delimiter) = dollar_delimiter(bytes, start) {
@@ -452,12 +470,13 @@ fn lex(sql: &str) -> Result<Vec<Token>, SqlRejection> {
             tokens.push(Token {
                 kind: TokenKind::Other,
                 offset: start,
+                end: 0,
             });
         } else if is_ident_start(byte) {
             while bytes.get(at).is_some_and(|&byte| is_ident_continue(byte)) {
                 at += 1;
             }
-            at = lex_word_or_prefixed_literal(sql, start, at, &mut tokens)?;
+            at = lex_word_or_prefixed_literal(sql, start, at, mode, &mut tokens)?;
         } else if byte == b'\\' {
             return Err(SqlRejection::new(
                 "backslash",
@@ -476,7 +495,14 @@ fn lex(sql: &str) -> Result<Vec<Token>, SqlRejection> {
             tokens.push(Token {
                 kind,
                 offset: start,
+                end: 0,
             });
+        }
+        // Every branch pushes at most one token with `end: 0`; its end is known only now.
+        if tokens.len() > pushed_before
+            && let Some(token) = tokens.last_mut()
+        {
+            token.end = at;
         }
     }
     Ok(tokens)
@@ -488,6 +514,7 @@ fn lex_word_or_prefixed_literal(
     sql: &str,
     start: usize,
     end: usize,
+    mode: StringMode,
     tokens: &mut Vec<Token>,
 ) -> Result<usize, SqlRejection> {
     let bytes = sql.as_bytes();
@@ -498,10 +525,25 @@ fn lex_word_or_prefixed_literal(
         let after = scan_quoted(bytes, end, b'\'', true)
             .ok_or_else(|| unterminated(sql, "string literal", start))?;
         (after, TokenKind::Other)
-    } else if quote_follows && ["b", "x", "n"].iter().any(|p| word.eq_ignore_ascii_case(p)) {
-        (scan_plain_string(sql, start, end)?, TokenKind::Other)
+    } else if quote_follows && ["b", "x"].iter().any(|p| word.eq_ignore_ascii_case(p)) {
+        // Bit and hex strings never treat a backslash as an escape.
+        let after = scan_quoted(bytes, end, b'\'', false)
+            .ok_or_else(|| unterminated(sql, "string literal", start))?;
+        (after, TokenKind::Other)
+    } else if quote_follows && word.eq_ignore_ascii_case("n") {
+        (scan_plain_string(sql, start, end, mode)?, TokenKind::Other)
     } else if unicode_prefix && bytes.get(end + 1) == Some(&b'\'') {
-        (scan_plain_string(sql, start, end + 1)?, TokenKind::Other)
+        if mode == StringMode::Legacy {
+            // The server refuses U&'…' when standard_conforming_strings is off.
+            return Err(SqlRejection::new(
+                "parse",
+                "U&'…' literals need standard_conforming_strings=on",
+            ));
+        }
+        (
+            scan_plain_string(sql, start, end + 1, mode)?,
+            TokenKind::Other,
+        )
     } else if unicode_prefix && bytes.get(end + 1) == Some(&b'"') {
         let after = scan_quoted(bytes, end + 1, b'"', false)
             .ok_or_else(|| unterminated(sql, "quoted identifier", start))?;
@@ -512,27 +554,56 @@ fn lex_word_or_prefixed_literal(
     tokens.push(Token {
         kind,
         offset: start,
+        end: 0,
     });
     Ok(after)
 }
 
-/// Scans a standard-conforming `'…'` literal whose opening quote is at `quote`, refusing it if
-/// its extent would differ with `standard_conforming_strings=off`.
-fn scan_plain_string(sql: &str, token_start: usize, quote: usize) -> Result<usize, SqlRejection> {
-    let bytes = sql.as_bytes();
-    let end = scan_quoted(bytes, quote, b'\'', false)
-        .ok_or_else(|| unterminated(sql, "string literal", token_start))?;
-    if scan_quoted(bytes, quote, b'\'', true) != Some(end) {
-        return Err(SqlRejection::new(
+/// Scans a plain `'…'` literal whose opening quote is at `quote`, as the server reads it in
+/// `mode`. Returns the offset after the closing quote.
+fn scan_plain_string(
+    sql: &str,
+    token_start: usize,
+    quote: usize,
+    mode: StringMode,
+) -> Result<usize, SqlRejection> {
+    scan_quoted(sql.as_bytes(), quote, b'\'', mode == StringMode::Legacy)
+        .ok_or_else(|| unterminated(sql, "string literal", token_start))
+}
+
+/// Refuses text that a server with `standard_conforming_strings=off` would read as different
+/// tokens (a backslash before a quote in a plain literal moves the literal's end), so the
+/// server can never see code where the validator saw a string. If the legacy reading does not
+/// even lex, such a server would reject the whole text before running any of it.
+fn check_string_mode_independent(sql: &str, tokens: &[Token]) -> Result<(), SqlRejection> {
+    let Ok(legacy) = lex(sql, StringMode::Legacy) else {
+        return Ok(());
+    };
+    let first_difference = tokens
+        .iter()
+        .zip(&legacy)
+        .find(|(conforming, legacy)| conforming != legacy)
+        .map(|(conforming, legacy)| conforming.offset.min(legacy.offset))
+        .or_else(|| {
+            (tokens.len() != legacy.len()).then(|| {
+                let shorter = tokens.len().min(legacy.len());
+                tokens
+                    .get(shorter)
+                    .or(legacy.get(shorter))
+                    .map_or(0, |token| token.offset)
+            })
+        });
+    match first_difference {
+        None => Ok(()),
+        Some(offset) => Err(SqlRejection::new(
             "ambiguous-string",
             format!(
-                "string literal at {} contains a backslash before a quote; its end depends on \
-                 standard_conforming_strings (write E'…' with \\\\ or avoid the backslash)",
-                Position::of(sql, token_start)
+                "the text at {} reads differently when standard_conforming_strings=off \
+                 (a backslash before a quote in a '…' literal); write E'…' with \\\\ instead",
+                Position::of(sql, offset)
             ),
-        ));
+        )),
     }
-    Ok(end)
 }
 
 fn find_subslice(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -580,6 +651,7 @@ fn check_leading_keyword(sql: &str, tokens: &[Token]) -> Result<String, SqlRejec
         Some(Token {
             kind: TokenKind::Word(word),
             offset,
+            ..
         }) => {
             let word = word.to_ascii_lowercase();
             if LEADING_KEYWORDS.contains(&word.as_str()) {
@@ -654,6 +726,7 @@ fn check_call_tokens(sql: &str, tokens: &[Token], denylist: &Denylist) -> Result
             Token {
                 kind: TokenKind::Word(name),
                 offset,
+                ..
             },
             Token {
                 kind: TokenKind::OpenParen,
@@ -1045,9 +1118,16 @@ mod tests {
         // and run `; DELETE FROM t; --` as code.
         let message = refused(r"SELECT 'x\' , ' ; DELETE FROM t; -- '", "ambiguous-string");
         assert!(message.contains("line 1, column 8"), "{message}");
-        refused(r"SELECT 'a\' AS x", "ambiguous-string");
-        refused(r"SELECT 1 FROM t WHERE path = 'C:\'", "ambiguous-string");
+        refused(r"SELECT 'a\' AS x, ' AS y -- '", "ambiguous-string");
+        refused(r"SELECT N'a\' AS x, ' AS y -- '", "ambiguous-string");
+        // The legacy reading of these does not even lex (an odd number of unescaped quotes
+        // remains), so a server with standard_conforming_strings=off would reject them whole.
+        accepted(r"SELECT 'a\' AS x");
+        accepted(r"SELECT 1 FROM t WHERE path = 'C:\'");
+        accepted(r"SELECT 1 FROM t WHERE name LIKE '%\_x%' ESCAPE '\' AND id > 1");
         accepted(r"SELECT 'a\\'");
+        // Bit and hex strings never use backslash escapes, E'' strings always do.
+        accepted(r"SELECT B'101', X'ff', E'\'' || ' -- '");
     }
 
     #[test]
@@ -1299,7 +1379,7 @@ mod tests {
     fn lexer_layer_catches_calls_the_parser_never_sees_as_calls() {
         let denylist = Denylist::new(&[]);
         let sql = "SELECT x FROM t WHERE pg_ls_dir\n(\n'/')";
-        let tokens = lex(sql).unwrap();
+        let tokens = lex(sql, StringMode::Conforming).unwrap();
         let rejection = check_call_tokens(sql, &tokens, &denylist).unwrap_err();
         assert_eq!(rejection.rule, "denied-function");
         assert!(
@@ -1307,13 +1387,17 @@ mod tests {
             "{}",
             rejection.message
         );
-        let tokens = lex("SELECT 'pg_ls_dir(' , pg_lsn('0/0')").unwrap();
+        let tokens = lex(
+            "SELECT 'pg_ls_dir(' , pg_lsn('0/0')",
+            StringMode::Conforming,
+        )
+        .unwrap();
         assert_eq!(check_call_tokens("", &tokens, &denylist), Ok(()));
     }
 
     #[test]
     fn lexer_tokens() {
-        let tokens = lex("SELECT a$b, $1, E'x', U&\"q\"(").unwrap();
+        let tokens = lex("SELECT a$b, $1, E'x', U&\"q\"(", StringMode::Conforming).unwrap();
         let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
         assert_eq!(
             kinds,

@@ -75,8 +75,7 @@ fn find_bin_dir() -> Option<PathBuf> {
         .filter_map(|entry| {
             let major = entry.file_name().to_str()?.parse::<u32>().ok()?;
             let bin = entry.path().join("bin");
-            (bin.join("initdb").is_file() && bin.join("postgres").is_file())
-                .then_some((major, bin))
+            (bin.join("initdb").is_file() && bin.join("postgres").is_file()).then_some((major, bin))
         })
         .collect();
     versions.sort();
