@@ -119,17 +119,12 @@ fn corpus_acceptance_rate() {
         "accepted {accepted}/{} = {percent:.1}% of the read-only corpus",
         records.len()
     );
-    eprintln!(
-        "accepted {accepted}/{} = {percent:.1}% of the read-only corpus",
-        records.len()
-    );
     for (number, rejection) in &refused {
         let first_line = records[number - 1]
             .lines()
             .find(|line| !line.trim_start().starts_with("--"))
             .unwrap_or("");
         println!("  refused record {number}: {rejection}\n      {first_line}");
-        eprintln!("  refused record {number}: {rejection}\n      {first_line}");
     }
     assert!(
         percent >= MIN_ACCEPTANCE_PERCENT,

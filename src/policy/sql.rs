@@ -1363,6 +1363,41 @@ mod tests {
     }
 
     #[test]
+    fn ast_layer_alone_catches_denied_functions_in_every_position() {
+        let denylist = Denylist::new(&[]);
+        for sql in [
+            "SELECT pg_catalog.pg_read_file('/etc/passwd')",
+            "SELECT * FROM pg_ls_dir('/') AS d",
+            "SELECT * FROM t, LATERAL pg_ls_dir(t.path) d",
+            "SELECT * FROM (SELECT lo_import('/x')) s",
+            "WITH x AS (SELECT set_config('a', 'b', false)) SELECT * FROM x",
+            "SELECT * FROM t ORDER BY pg_sleep(1)",
+            "SELECT * FROM t WHERE EXISTS (SELECT dblink('x', 'y'))",
+            "SELECT sum(a) FILTER (WHERE pg_cancel_backend(a)) FROM t",
+            "VALUES (nextval('s'))",
+            "EXPLAIN SELECT pg_stat_file('/etc/passwd')",
+        ] {
+            let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
+            let outcome = statements[0].visit(&mut ShapeChecker {
+                denylist: &denylist,
+            });
+            match outcome {
+                ControlFlow::Break(rejection) => {
+                    assert_eq!(rejection.rule, "denied-function", "{sql}: {rejection}")
+                }
+                ControlFlow::Continue(()) => panic!("the AST walk missed the call in {sql:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_overflowing_the_stack() {
+        let depth = 4000;
+        let sql = format!("SELECT {}1{}", "(".repeat(depth), ")".repeat(depth));
+        refused(&sql, "parse");
+    }
+
+    #[test]
     fn extra_denied_functions_from_options() {
         let opts = SqlOptions {
             deny_functions: vec!["md5".to_owned(), "http_*".to_owned()],
