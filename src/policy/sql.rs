@@ -24,23 +24,32 @@
 //! - `statement-kind`: the statement is a query (`SELECT`, `WITH … SELECT`, `VALUES`, `TABLE`,
 //!   set operations of those) or `EXPLAIN` of a query. Everything else — COPY, SET, DO, CALL,
 //!   transaction control, LISTEN/NOTIFY, PREPARE/EXECUTE, DDL, DML — is refused, wherever it
-//!   appears in the tree.
+//!   appears in the tree. The lexer first requires the leading word (after any `(`) to be
+//!   SELECT, WITH, VALUES, TABLE or EXPLAIN; the AST decides the rest.
 //! - `not-allowed-kind`: the query's kind (see [`SqlKind`]) is in the parameter's `allow` list.
 //!   A set operation needs every operand's kind allowed; `EXPLAIN` needs only `explain`.
 //! - `explain-analyze`: `EXPLAIN ANALYZE` / `EXPLAIN (ANALYZE …)` executes the statement and is
 //!   refused, whatever the option's value.
 //! - `data-modifying-cte`: no `INSERT`/`UPDATE`/`DELETE`/`MERGE` inside `WITH`.
 //! - `select-into`: no `SELECT … INTO` (it creates a table).
-//! - `locking-clause`: no `FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE`, at any depth.
+//! - `locking-clause`: no `FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE`, at any depth
+//!   (checked on the token stream, which also covers the forms sqlparser cannot parse, and on
+//!   every query node of the AST).
 //! - `denied-function`: no call to a function on the denylist ([`BUILTIN_DENIED_FUNCTIONS`] plus
 //!   the parameter's `deny_functions`), matched on the last name part, case-insensitively, at any
 //!   depth of the AST (select list, FROM/LATERAL table functions, subqueries, CTEs, ORDER BY, …)
 //!   and, as a second independent layer, on the lexer's token stream (`name (`).
 //!
-//! Caveats the caller must handle: the checks assume the server runs with
-//! `standard_conforming_strings=on` (the default; set it in `PGOPTIONS` to be sure) and a
-//! client encoding that is ASCII-safe (UTF-8). User-defined functions can do anything their
-//! owner allows: the database role must be read-only.
+//! Order: nul, length, lexical rules (backslash, unterminated, ambiguous-string,
+//! statement-count, leading keyword, locking tokens), parse, top-level shape (statement-kind,
+//! explain-analyze, not-allowed-kind), AST walk, lexer-level function calls. The first failing
+//! rule is reported.
+//!
+//! Caveats the caller must handle: `PGOPTIONS=-c default_transaction_read_only=on` is only a
+//! default — `BEGIN READ WRITE; …` in a multi-statement string overrides it (tests/pg_harness.rs
+//! shows it), so the single-statement rule here and a read-only database role are both
+//! needed. User-defined functions and views can do anything their owner allows: the role must
+//! be read-only. Use a UTF-8 client encoding (`PGCLIENTENCODING=UTF8`).
 
 #![forbid(unsafe_code)]
 
@@ -88,6 +97,9 @@ pub const DEFAULT_MAX_LENGTH: usize = 16_384;
 ///   `*_if_assigned` / snapshot functions only read and stay allowed;
 /// - notifications: `pg_notify`;
 /// - catalog writes and upgrade internals: `pg_import_system_collations`, `binary_upgrade_*`.
+///
+/// Core PostgreSQL has no SQL-callable COPY function (COPY is a statement, refused by the
+/// `statement-kind` rule); `pg_copy_*` above are the replication-slot copies.
 pub const BUILTIN_DENIED_FUNCTIONS: &[&str] = &[
     "pg_read*",
     "pg_stat_file",
