@@ -1,0 +1,145 @@
+//! Benchmarks: argument validation + rendering of a 5-parameter verb, and one run that compares,
+//! side by side, spawning `/bin/true` directly, spawning it inside the sandbox, and a `/bin/true`
+//! verb round trip over the daemon socket. Results are written up in docs/PERFORMANCE.md.
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use verbd::policy::{self, Verdict};
+use verbd::protocol::{Request, Response};
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.me]
+users = ["@invoker"]
+uids = [0]
+
+[verb.logs]
+description = "five params"
+category = "read-only"
+roles = ["me"]
+command = "/usr/bin/journalctl --no-pager -u {unit} -n {lines} --since=-{since} -o {format} [ --grep {pattern} ]"
+params.unit = { type = "systemd-unit" }
+params.lines = { type = "int", min = 1, max = 5000 }
+params.since = { type = "duration" }
+params.format = { type = "enum", values = ["short", "short-iso", "json", "cat"] }
+params.pattern = { type = "string", pattern = "[A-Za-z0-9 ._-]{1,64}", required = false }
+
+[verb.true]
+description = "does nothing"
+category = "read-only"
+roles = ["me"]
+command = "/bin/true"
+"#;
+
+fn validate_and_render(c: &mut Criterion) {
+    let policy = policy::compile(POLICY, "bench").expect("bench policy compiles");
+    let roles: Vec<&policy::Role> = policy.roles.values().collect();
+    let args: BTreeMap<String, serde_json::Value> = [
+        ("unit", "nginx.service"),
+        ("lines", "200"),
+        ("since", "1h30m"),
+        ("format", "short-iso"),
+        ("pattern", "upstream timed out"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.into())))
+    .collect();
+    c.bench_function("validate+render 5-param verb", |b| {
+        b.iter(|| match policy.evaluate(&roles, black_box("logs"), black_box(&args)) {
+            Verdict::Run(call) => black_box(call),
+            other => panic!("{other:?}"),
+        })
+    });
+}
+
+struct BenchDaemon {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for BenchDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_daemon() -> BenchDaemon {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let socket = dir.path().join("verbd.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_verbd"))
+        .arg("serve")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("VERBD_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start verbd");
+    for _ in 0..500 {
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    BenchDaemon {
+        child,
+        socket,
+        _dir: dir,
+    }
+}
+
+fn spawn_comparison(c: &mut Criterion) {
+    let daemon = start_daemon();
+    let policy = policy::compile(POLICY, "bench").unwrap();
+    let spec = policy.sandboxes["default"].clone();
+    let sandbox = verbd::sandbox::PreparedSandbox::prepare(spec).expect("sandbox prepares");
+    let mut group = c.benchmark_group("true: raw spawn vs sandboxed spawn vs verb call");
+    group.sample_size(200);
+    group.bench_function("raw spawn /bin/true", |b| {
+        b.iter(|| {
+            let status = Command::new("/bin/true").status().unwrap();
+            assert!(status.success());
+        })
+    });
+    group.bench_function("sandboxed spawn /bin/true", |b| {
+        b.iter(|| {
+            let mut cmd = Command::new("/bin/true");
+            cmd.env_clear();
+            sandbox.install_std(&mut cmd).unwrap();
+            let status = cmd.status().unwrap();
+            assert!(status.success());
+        })
+    });
+    let request = Request::Call {
+        verb: "true".into(),
+        args: BTreeMap::new(),
+        reason: None,
+        idempotency_key: None,
+    };
+    group.bench_function("verb call over the socket (journaled, fsync)", |b| {
+        b.iter(|| {
+            match verbd::client::request(&daemon.socket, &request, Duration::from_secs(10))
+                .unwrap()
+            {
+                Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
+                other => panic!("{other:?}"),
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, validate_and_render, spawn_comparison);
+criterion_main!(benches);
