@@ -37,11 +37,11 @@
 //! | `gcp-private-key` | the string value of a JSON `"private_key": "…"` |
 //! | `url-credentials` | the password in `scheme://user:password@host` (scheme, user and host kept) |
 //! | `authorization` | the credential after `Authorization:`/`Proxy-Authorization:` `Bearer`/`Basic`/`Token`/`Digest` |
-//! | `credential-assignment` | the value after a key ending in `password`, `passwd`, `passphrase`, `secret`, `api_key`/`apikey`, `access_token`, `auth_token`, `refresh_token` or `private_token` (any case) and `=` or `:` (e.g. `PGPASSWORD=…`, `"password": "…"`, `--db-password=…`) |
+//! | `credential-assignment` | the value after a key ending in `password`, `passwd`, `passphrase`, `secret`, `api_key`/`apikey`, `access_token`, `auth_token`, `refresh_token` or `private_token` (any case) and `=` or `:` (e.g. `PGPASSWORD=…`, `"password": "…"`, `--db-password=…`); a quoted value (which may contain spaces) is redacted between its quotes, an unquoted one up to whitespace or a quote |
 //!
 //! **Policy patterns** (`[scrub]`) are applied after the built-ins, within each line, and replace
 //! the whole match with `[REDACTED:NAME]`, or only the capture group named `secret` when the
-//! pattern has one. A pattern that matches the empty string, or does not compile, is an error
+//! pattern has one (more generally: the first matching group whose name starts with `secret`). A pattern that matches the empty string, or does not compile, is an error
 //! naming the pattern.
 //!
 //! # Invariants
@@ -87,6 +87,8 @@ pub const MIN_PARTIAL_SECRET: usize = 4;
 const MIN_BASE64_CORE: usize = 8;
 /// Bytes kept while swallowing a private key block, enough to hold a split END marker.
 const PRIVATE_KEY_END_HOLD: usize = 96;
+/// Longer than any BEGIN marker [`PRIVATE_KEY_BEGIN`] can match.
+const PRIVATE_KEY_MARKER_MAX: usize = 96;
 const PRIVATE_KEY_LABEL: &[u8] = b"[REDACTED:private-key]";
 const PRIVATE_KEY_BEGIN: &str = r"(?-u)-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
 const PRIVATE_KEY_END: &str = r"(?-u)-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
@@ -174,8 +176,10 @@ const BUILTINS: &[Builtin] = &[
     },
     Builtin {
         label: "credential-assignment",
-        regex: r#"(?i-u)\b[A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|refresh[_-]?token|private[_-]?token)["']?[ \t]*[:=][ \t]*["']?(?P<secret>[^\s"',;&]+)"#,
-        at_end: None,
+        regex: r#"(?i-u)\b[A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|refresh[_-]?token|private[_-]?token)["']?[ \t]*[:=][ \t]*(?:"(?P<secret_dq>(?:[^"\\\n]|\\.)+)"|'(?P<secret_sq>[^'\n]+)'|(?P<secret>[^\s"']+))"#,
+        at_end: Some(
+            r#"(?i-u)\b[A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|refresh[_-]?token|private[_-]?token)["']?[ \t]*[:=][ \t]*["'](?P<secret>[^"'\n]+)\z"#,
+        ),
     },
 ];
 
@@ -184,42 +188,46 @@ struct TokenPattern {
     label: Vec<u8>,
     regex: Regex,
     at_end: Option<Regex>,
-    secret_group: Option<usize>,
+    /// Capture groups whose name starts with `secret`; the first that matched is redacted.
+    secret_groups: Vec<usize>,
 }
 
 impl TokenPattern {
     fn new(name: &str, regex: Regex, at_end: Option<Regex>) -> TokenPattern {
-        let secret_group = regex
+        let secret_groups = regex
             .capture_names()
-            .position(|group| group == Some("secret"));
+            .enumerate()
+            .filter(|(_, group)| group.is_some_and(|group| group.starts_with("secret")))
+            .map(|(index, _)| index)
+            .collect();
         TokenPattern {
             label: redaction_label(name),
             regex,
             at_end,
-            secret_group,
+            secret_groups,
         }
     }
 
     fn apply(&self, text: Vec<u8>) -> Vec<u8> {
-        replace_with(&self.regex, text, self.secret_group, &self.label)
+        replace_with(&self.regex, text, &self.secret_groups, &self.label)
     }
 
     fn apply_at_end(&self, text: Vec<u8>) -> Vec<u8> {
         match &self.at_end {
-            Some(regex) => replace_with(regex, text, self.secret_group, &self.label),
+            Some(regex) => replace_with(regex, text, &self.secret_groups, &self.label),
             None => text,
         }
     }
 }
 
-/// Replaces each match (or its `secret` group) by `label`, leaving values that are already a
-/// redaction marker alone.
-fn replace_with(regex: &Regex, text: Vec<u8>, secret_group: Option<usize>, label: &[u8]) -> Vec<u8> {
+/// Replaces each match (or its first matching `secret*` group) by `label`, leaving values that are
+/// already a redaction marker alone.
+fn replace_with(regex: &Regex, text: Vec<u8>, secret_groups: &[usize], label: &[u8]) -> Vec<u8> {
     let replaced = regex.replace_all(&text, |caps: &Captures<'_>| {
         let Some(whole) = caps.get(0) else {
             return Vec::new();
         };
-        match secret_group.and_then(|group| caps.get(group)) {
+        match secret_groups.iter().find_map(|&group| caps.get(group)) {
             Some(secret) if is_redaction_marker(secret.as_bytes()) => whole.as_bytes().to_vec(),
             Some(secret) => {
                 let mut out = Vec::with_capacity(whole.len() + label.len());
@@ -373,6 +381,8 @@ impl Scrubber {
         ScrubStream {
             scrubber: self,
             pending: Zeroizing::new(Vec::new()),
+            newline_free: 0,
+            begin_searched: 0,
             in_private_key: false,
             private_key_swallowed: 0,
         }
@@ -456,44 +466,77 @@ impl Scrubber {
     }
 
     /// How much of `pending` (no private key marker in it) can be scrubbed and emitted now,
-    /// such that no literal or token occurrence can straddle the cut.
-    fn safe_cut(&self, pending: &[u8]) -> usize {
+    /// such that no literal or token occurrence can straddle the cut. `newline_free` is how much
+    /// of `pending`'s start is already known to hold no newline (so a long line fed in small
+    /// chunks is not rescanned on every push); it is updated here.
+    fn safe_cut(&self, pending: &[u8], newline_free: &mut usize) -> usize {
         let len = pending.len();
         // A literal starting before this point is entirely inside `pending`.
         let literal_limit = len.saturating_sub(self.longest_form);
-        let line_cut = pending[..literal_limit]
+        let search_from = (*newline_free).min(literal_limit);
+        let line_cut = match pending[search_from..literal_limit]
             .iter()
             .rposition(|&b| b == b'\n')
-            .map_or(0, |newline| newline + 1);
-        let mut spans: Vec<(usize, usize)> = match &self.literals {
-            Some(literals) => literals
-                .find_overlapping_iter(pending)
-                .map(|m| (m.start(), m.end()))
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut cut = line_cut;
-        if literal_limit - line_cut > MAX_HELD_LINE {
-            // The incomplete line is too long to keep waiting for its end: cut inside it, but
-            // not inside a token occurrence.
-            cut = literal_limit.min(len - LONG_LINE_OVERLAP);
-            let line = &pending[line_cut..];
-            for token in self.builtin_tokens.iter().chain(&self.policy_tokens) {
-                spans.extend(
-                    token
-                        .regex
-                        .find_iter(line)
-                        .map(|m| (line_cut + m.start(), line_cut + m.end())),
-                );
+        {
+            Some(newline) => search_from + newline + 1,
+            None => {
+                *newline_free = literal_limit;
+                0
             }
-            cut = back_off(cut, &spans);
-            if cut <= line_cut && len - line_cut > MAX_HELD_MATCH {
-                // A single policy-pattern match longer than the cap: bound memory instead.
-                spans.retain(|&(start, end)| end - start <= self.longest_form);
-                cut = literal_limit.min(len - LONG_LINE_OVERLAP);
+        };
+        if literal_limit - line_cut <= MAX_HELD_LINE {
+            return if line_cut == 0 {
+                0
+            } else {
+                self.back_off_literals(pending, line_cut)
+            };
+        }
+        // The incomplete line is too long to keep waiting for its end: cut inside it, but not
+        // inside a token or literal occurrence.
+        let line = &pending[line_cut..];
+        let token_spans: Vec<(usize, usize)> = self
+            .builtin_tokens
+            .iter()
+            .chain(&self.policy_tokens)
+            .flat_map(|token| token.regex.find_iter(line))
+            .map(|m| (line_cut + m.start(), line_cut + m.end()))
+            .collect();
+        let forced = literal_limit.min(len - LONG_LINE_OVERLAP);
+        let mut cut = forced;
+        loop {
+            let next = self.back_off_literals(pending, back_off(cut, &token_spans));
+            if next == cut {
+                break;
+            }
+            cut = next;
+        }
+        if cut <= line_cut && len - line_cut > MAX_HELD_MATCH {
+            // A single policy-pattern match longer than the cap: bound memory instead.
+            cut = self.back_off_literals(pending, forced);
+        }
+        cut
+    }
+
+    /// Moves `cut` left until no literal occurrence straddles it. Only the window of one
+    /// literal length on either side can hold such an occurrence.
+    fn back_off_literals(&self, pending: &[u8], mut cut: usize) -> usize {
+        let Some(literals) = &self.literals else {
+            return cut;
+        };
+        loop {
+            let window_start = cut.saturating_sub(self.longest_form);
+            let window_end = (cut + self.longest_form).min(pending.len());
+            let straddling = literals
+                .find_overlapping_iter(&pending[window_start..window_end])
+                .map(|m| (window_start + m.start(), window_start + m.end()))
+                .filter(|&(start, end)| start < cut && end > cut)
+                .map(|(start, _)| start)
+                .min();
+            match straddling {
+                Some(start) => cut = start,
+                None => return cut,
             }
         }
-        back_off(cut, &spans)
     }
 }
 
@@ -628,6 +671,10 @@ fn percent_encode(value: &[u8], digits: &[u8; 16], space_as_plus: bool) -> Vec<u
 pub struct ScrubStream<'a> {
     scrubber: &'a Scrubber,
     pending: Zeroizing<Vec<u8>>,
+    /// `pending[..newline_free]` holds no newline.
+    newline_free: usize,
+    /// `pending[..begin_searched]` was searched for a private key BEGIN marker, without a match.
+    begin_searched: usize,
     in_private_key: bool,
     private_key_swallowed: usize,
 }
@@ -663,7 +710,7 @@ impl ScrubStream<'_> {
         loop {
             if let (true, Some(markers)) = (self.in_private_key, &scrubber.private_keys) {
                 if let Some(end) = markers.end.find(&self.pending).map(|m| m.end()) {
-                    self.pending.drain(..end);
+                    self.consume(end);
                     self.in_private_key = false;
                     continue;
                 }
@@ -672,22 +719,17 @@ impl ScrubStream<'_> {
                     return;
                 }
                 let swallow = self.pending.len().saturating_sub(PRIVATE_KEY_END_HOLD);
-                self.pending.drain(..swallow);
+                self.consume(swallow);
                 self.private_key_swallowed += swallow;
                 if self.private_key_swallowed <= MAX_PRIVATE_KEY_BLOCK {
                     return;
                 }
                 self.in_private_key = false;
             }
-            let begin = scrubber
-                .private_keys
-                .as_ref()
-                .and_then(|markers| markers.begin.find(&self.pending))
-                .map(|m| (m.start(), m.end()));
-            if let Some((start, end)) = begin {
+            if let Some((start, end)) = self.find_private_key_begin() {
                 out.extend(scrubber.scrub_segment(&self.pending[..start], false));
                 out.extend_from_slice(PRIVATE_KEY_LABEL);
-                self.pending.drain(..end);
+                self.consume(end);
                 self.in_private_key = true;
                 self.private_key_swallowed = 0;
                 continue;
@@ -697,13 +739,35 @@ impl ScrubStream<'_> {
                 self.pending.clear();
                 return;
             }
-            let cut = scrubber.safe_cut(&self.pending);
+            let cut = scrubber.safe_cut(&self.pending, &mut self.newline_free);
             if cut > 0 {
                 out.extend(scrubber.scrub_segment(&self.pending[..cut], false));
-                self.pending.drain(..cut);
+                self.consume(cut);
             }
             return;
         }
+    }
+
+    /// The first private key BEGIN marker in `pending`, searching only what may hold one that
+    /// was not complete at the previous search.
+    fn find_private_key_begin(&mut self) -> Option<(usize, usize)> {
+        let markers = self.scrubber.private_keys.as_ref()?;
+        let from = self.begin_searched.saturating_sub(PRIVATE_KEY_MARKER_MAX);
+        let found = markers
+            .begin
+            .find(&self.pending[from..])
+            .map(|m| (from + m.start(), from + m.end()));
+        if found.is_none() {
+            self.begin_searched = self.pending.len();
+        }
+        found
+    }
+
+    /// Drops the first `count` held bytes (already emitted or swallowed).
+    fn consume(&mut self, count: usize) {
+        self.pending.drain(..count);
+        self.newline_free = 0;
+        self.begin_searched = 0;
     }
 }
 
