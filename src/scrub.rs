@@ -11,7 +11,8 @@
 //! - the raw value, and its JSON string escaping (when that differs);
 //! - standard base64 (`+/`) and base64url (`-_`), each padded and unpadded, plus the stable core of
 //!   the value's encoding at each of the three byte alignments inside a longer base64 blob (cores
-//!   shorter than 8 characters are skipped);
+//!   shorter than 8 characters are skipped), and the padded encoding wrapped at 76 columns
+//!   (coreutils `base64`) and at 64 (`openssl base64`, PEM);
 //! - lowercase and uppercase hex;
 //! - percent-encoding (RFC 3986 unreserved characters kept) with uppercase and lowercase hex
 //!   digits, and form encoding (space as `+`).
@@ -57,6 +58,10 @@
 //!   partial secret is still a secret.
 //! - Bytes that match nothing pass through unchanged, byte for byte (invalid UTF-8 included).
 //! - Built-in patterns never match across a newline; policy patterns are applied line by line.
+//! - Not covered (a determined child can always transform its output): other encodings (gzip,
+//!   reversed or interleaved text, base64 wrapped at other widths or of a substring), a secret
+//!   printed one character per write with other output in between, and tokens of formats not in
+//!   the table above.
 //! - The scrubber's own copies of secret forms are wiped on drop; the Aho-Corasick automaton's
 //!   internal tables cannot be, and live as long as the policy. Held-back output is wiped on drop.
 #![forbid(unsafe_code)]
@@ -83,11 +88,12 @@ pub const MAX_HELD_MATCH: usize = 1024 * 1024;
 pub const MAX_PRIVATE_KEY_BLOCK: usize = 64 * 1024;
 /// A tail of the output this long (or longer) that begins a secret form is redacted at the end.
 pub const MIN_PARTIAL_SECRET: usize = 4;
+/// Line widths at which tools wrap base64: coreutils `base64` (76) and PEM/`openssl base64` (64).
+const BASE64_LINE_WIDTHS: [usize; 2] = [76, 64];
 /// Base64 alignment cores shorter than this are not matched (too likely in unrelated text).
 const MIN_BASE64_CORE: usize = 8;
-/// Bytes kept while swallowing a private key block, enough to hold a split END marker.
-const PRIVATE_KEY_END_HOLD: usize = 96;
-/// Longer than any BEGIN marker [`PRIVATE_KEY_BEGIN`] can match.
+/// Longer than any BEGIN or END marker can be: the overlap kept when searching for a marker that
+/// may be split across chunks.
 const PRIVATE_KEY_MARKER_MAX: usize = 96;
 const PRIVATE_KEY_LABEL: &[u8] = b"[REDACTED:private-key]";
 const PRIVATE_KEY_BEGIN: &str = r"(?-u)-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
@@ -430,10 +436,19 @@ impl Scrubber {
         };
         let mut spans: Vec<(usize, usize, usize)> = literals
             .find_overlapping_iter(text)
-            .map(|m| (m.start(), m.end(), self.forms[m.pattern().as_usize()].secret))
+            .map(|m| {
+                (
+                    m.start(),
+                    m.end(),
+                    self.forms[m.pattern().as_usize()].secret,
+                )
+            })
             .collect();
         if at_end {
             for form in &self.forms {
+                if !might_end_with_prefix(&form.bytes, text) {
+                    continue;
+                }
                 let partial = longest_prefix_at_end(&form.bytes, text);
                 if partial >= MIN_PARTIAL_SECRET {
                     spans.push((text.len() - partial, text.len(), form.secret));
@@ -560,6 +575,18 @@ fn compile_builtin(pattern: &str) -> Regex {
     Regex::new(pattern).expect("built-in scrub pattern compiles")
 }
 
+/// Cheap filter before [`longest_prefix_at_end`]: a trailing prefix of at least
+/// [`MIN_PARTIAL_SECRET`] bytes starts with the form's first bytes somewhere in the tail.
+fn might_end_with_prefix(form: &[u8], text: &[u8]) -> bool {
+    if form.len() <= MIN_PARTIAL_SECRET {
+        return false;
+    }
+    let head = &form[..MIN_PARTIAL_SECRET];
+    let tail = &text[text.len().saturating_sub(form.len() - 1)..];
+    tail.windows(MIN_PARTIAL_SECRET)
+        .any(|window| window == head)
+}
+
 /// Length of the longest proper prefix of `form` that `text` ends with (Knuth-Morris-Pratt over
 /// the last `form.len() - 1` bytes).
 fn longest_prefix_at_end(form: &[u8], text: &[u8]) -> usize {
@@ -608,7 +635,13 @@ fn literal_forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
         add(quoted.as_bytes()[1..quoted.len() - 1].to_vec());
     }
     for (padded, unpadded) in [(STANDARD, STANDARD_NO_PAD), (URL_SAFE, URL_SAFE_NO_PAD)] {
-        add(padded.encode(value).into_bytes());
+        let encoded = Zeroizing::new(padded.encode(value).into_bytes());
+        for width in BASE64_LINE_WIDTHS {
+            if encoded.len() > width {
+                add(wrap_lines(&encoded, width));
+            }
+        }
+        add(encoded.to_vec());
         add(unpadded.encode(value).into_bytes());
         for offset in 0..3 {
             let core = base64_core(&unpadded, value, offset);
@@ -634,11 +667,23 @@ fn base64_core(engine: &impl Engine, value: &[u8], offset: usize) -> Vec<u8> {
     // Leading characters that mix in the bytes before the value.
     let skip = [0, 2, 3][offset];
     // A trailing partial group's last character mixes in the byte after the value.
-    let drop_end = usize::from(shifted.len() % 3 != 0);
+    let drop_end = usize::from(!shifted.len().is_multiple_of(3));
     if encoded.len() < skip + drop_end {
         return Vec::new();
     }
     encoded[skip..encoded.len() - drop_end].to_vec()
+}
+
+/// `encoded` with a newline after every `width` characters (as `base64` and `openssl` print it).
+fn wrap_lines(encoded: &[u8], width: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded.len() + encoded.len() / width);
+    for (index, line) in encoded.chunks(width).enumerate() {
+        if index > 0 {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(line);
+    }
+    out
 }
 
 fn hex(value: &[u8], digits: &[u8; 16]) -> Vec<u8> {
@@ -718,7 +763,7 @@ impl ScrubStream<'_> {
                     self.pending.clear();
                     return;
                 }
-                let swallow = self.pending.len().saturating_sub(PRIVATE_KEY_END_HOLD);
+                let swallow = self.pending.len().saturating_sub(PRIVATE_KEY_MARKER_MAX);
                 self.consume(swallow);
                 self.private_key_swallowed += swallow;
                 if self.private_key_swallowed <= MAX_PRIVATE_KEY_BLOCK {
@@ -800,7 +845,10 @@ mod tests {
             let encoded = STANDARD.encode(&blob);
             let core = base64_core(&STANDARD_NO_PAD, secret, prefix_len % 3);
             assert!(
-                encoded.as_bytes().windows(core.len()).any(|w| w == core.as_slice()),
+                encoded
+                    .as_bytes()
+                    .windows(core.len())
+                    .any(|w| w == core.as_slice()),
                 "offset {prefix_len}: core not found in {encoded}"
             );
         }

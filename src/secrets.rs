@@ -68,7 +68,10 @@ impl fmt::Display for SecretSource {
         match self {
             SecretSource::File(path) => write!(f, "file {}", path.display()),
             SecretSource::Credential(name) => {
-                write!(f, "systemd credential `{name}` (${CREDENTIALS_DIRECTORY_VAR}/{name})")
+                write!(
+                    f,
+                    "systemd credential `{name}` (${CREDENTIALS_DIRECTORY_VAR}/{name})"
+                )
             }
             SecretSource::Env(var) => write!(f, "environment variable {var}"),
         }
@@ -217,7 +220,9 @@ impl SecretStore {
 
     /// Names and values, sorted by name (for the scrubber).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &SecretValue)> {
-        self.values.iter().map(|(name, value)| (name.as_str(), value))
+        self.values
+            .iter()
+            .map(|(name, value)| (name.as_str(), value))
     }
 
     /// Policy warnings: short secrets (scrubbing them mangles output) and secrets taken from the
@@ -446,7 +451,9 @@ pub fn check_source(
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             return Err(problem(
                 PermissionProblemKind::Missing,
-                format!("create {shown} with mode 0600, owned by root (install -m 0600 -o root -g root SOURCE {shown})"),
+                format!(
+                    "create {shown} with mode 0600, owned by root (install -m 0600 -o root -g root SOURCE {shown})"
+                ),
             ));
         }
         Err(error) => {
@@ -576,14 +583,13 @@ impl SecretFile {
         owner: Option<(u32, u32)>,
     ) -> Result<SecretFile, SecretError> {
         check_secret_file_dir(dir)?;
-        let io_error = |action: &'static str, path: &Path, error: io::Error| {
-            SecretError::SecretFileIo {
+        let io_error =
+            |action: &'static str, path: &Path, error: io::Error| SecretError::SecretFileIo {
                 name: name.to_owned(),
                 action,
                 path: path.to_path_buf(),
                 error,
-            }
-        };
+            };
         let (path, file) = loop {
             let token = random_token().map_err(|error| io_error("name", dir, error))?;
             let path = dir.join(format!("verbd-secret-{token}"));
@@ -650,10 +656,12 @@ fn check_secret_file_dir(dir: &Path) -> Result<(), SecretError> {
         dir: dir.to_path_buf(),
         reason,
     };
-    let metadata =
-        std::fs::symlink_metadata(dir).map_err(|error| unsafe_dir(format!("cannot inspect it: {error}")))?;
+    let metadata = std::fs::symlink_metadata(dir)
+        .map_err(|error| unsafe_dir(format!("cannot inspect it: {error}")))?;
     if !metadata.file_type().is_dir() {
-        return Err(unsafe_dir("is not a directory (or is a symlink)".to_owned()));
+        return Err(unsafe_dir(
+            "is not a directory (or is a symlink)".to_owned(),
+        ));
     }
     let euid = nix::unistd::geteuid().as_raw();
     if metadata.uid() != euid {

@@ -63,7 +63,10 @@ fn store_of(pairs: &[(&str, &[u8])]) -> SecretStore {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || haystack.windows(needle.len()).any(|window| window == needle)
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -105,7 +108,8 @@ fn load_errors_name_the_source_and_never_the_value() {
     let huge = dir.path().join("huge");
     write_file(&huge, &secret.repeat(60_000), 0o600);
 
-    let cases: Vec<(SecretSource, fn(&SecretError) -> bool)> = vec![
+    type IsExpected = fn(&SecretError) -> bool;
+    let cases: Vec<(SecretSource, IsExpected)> = vec![
         (SecretSource::File(link.clone()), |e| {
             matches!(e, SecretError::Read { .. })
         }),
@@ -130,7 +134,10 @@ fn load_errors_name_the_source_and_never_the_value() {
         let error = SecretStore::load(&sources(&[("db", source.clone())])).unwrap_err();
         assert!(expected(&error), "{source}: unexpected {error:?}");
         let shown = format!("{error} {error:?}");
-        assert!(shown.contains("`db`") || shown.contains("\"db\""), "{shown}");
+        assert!(
+            shown.contains("`db`") || shown.contains("\"db\""),
+            "{shown}"
+        );
         assert!(!contains(shown.as_bytes(), secret), "{shown}");
         assert!(!contains(shown.as_bytes(), b"SECRET-VALUE"), "{shown}");
     }
@@ -260,14 +267,21 @@ fn credential_and_env_sources_load() {
 fn secret_values_never_show_in_formatting() {
     let store = store_of(&[("k", b"formatting-secret-999")]);
     let value = store.get("k").unwrap();
-    for shown in [format!("{value}"), format!("{value:?}"), format!("{store:?}")] {
+    for shown in [
+        format!("{value}"),
+        format!("{value:?}"),
+        format!("{store:?}"),
+    ] {
         assert!(!shown.contains("formatting-secret"), "{shown}");
     }
     assert_eq!(format!("{value}"), "[secret]");
     let scrubber = Scrubber::new(&store, &[], true).unwrap();
     let shown = format!("{scrubber:?} {:?}", scrubber.stream());
     assert!(!shown.contains("formatting-secret"), "{shown}");
-    assert!(!shown.contains(&STANDARD.encode("formatting-secret-999")), "{shown}");
+    assert!(
+        !shown.contains(&STANDARD.encode("formatting-secret-999")),
+        "{shown}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -395,13 +409,8 @@ fn check_source_refuses_agent_and_foreign_owners() {
 fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     let dir = private_dir();
     let missing = dir.path().join("missing");
-    let problem = check_source(
-        "pg",
-        &SecretSource::File(missing.clone()),
-        DAEMON_UID,
-        &[],
-    )
-    .unwrap_err();
+    let problem =
+        check_source("pg", &SecretSource::File(missing.clone()), DAEMON_UID, &[]).unwrap_err();
     assert_eq!(problem.kind, PermissionProblemKind::Missing);
     assert!(problem.fix.contains(&missing.display().to_string()));
 
@@ -445,13 +454,8 @@ fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     let inside = open_dir.join("pg");
     write_file(&inside, b"value-for-check", 0o600);
     fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o777)).unwrap();
-    let problem = check_source(
-        "pg",
-        &SecretSource::File(inside.clone()),
-        DAEMON_UID,
-        &[],
-    )
-    .unwrap_err();
+    let problem =
+        check_source("pg", &SecretSource::File(inside.clone()), DAEMON_UID, &[]).unwrap_err();
     assert!(
         matches!(
             problem.kind,
@@ -501,8 +505,13 @@ fn secret_file_is_private_owned_and_removed() {
     // 0711: a child running as another uid may open its own file but cannot list the directory.
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).unwrap();
     let value = SecretValue::new(b"apiVersion: v1\nkind: Config\ntoken: kube-secret-42\n".to_vec());
-    let file = SecretFile::create(dir.path(), "kubeconfig", &value, Some((AGENT_UID, AGENT_UID)))
-        .unwrap();
+    let file = SecretFile::create(
+        dir.path(),
+        "kubeconfig",
+        &value,
+        Some((AGENT_UID, AGENT_UID)),
+    )
+    .unwrap();
     let path: PathBuf = file.path().to_path_buf();
     assert_eq!(path.parent(), Some(dir.path()));
     let metadata = fs::symlink_metadata(&path).unwrap();
@@ -581,7 +590,10 @@ fn secret_file_refuses_unsafe_directories() {
     fs::set_permissions(&real, fs::Permissions::from_mode(0o700)).unwrap();
     symlink(&real, &link).unwrap();
     let error = SecretFile::create(&link, "pg", &value, None).unwrap_err();
-    assert!(matches!(error, SecretError::UnsafeSecretFileDir { .. }), "{error:?}");
+    assert!(
+        matches!(error, SecretError::UnsafeSecretFileDir { .. }),
+        "{error:?}"
+    );
     assert_eq!(fs::read_dir(&real).unwrap().count(), 0);
 }
 
@@ -625,7 +637,9 @@ fn secret_and_its_encodings_are_redacted() {
         PG.to_vec(),
         STANDARD.encode(PG).into_bytes(),
         STANDARD_NO_PAD.encode(PG).into_bytes(),
-        base64::engine::general_purpose::URL_SAFE.encode(PG).into_bytes(),
+        base64::engine::general_purpose::URL_SAFE
+            .encode(PG)
+            .into_bytes(),
         URL_SAFE_NO_PAD.encode(PG).into_bytes(),
         hex_lower.into_bytes(),
         hex_upper.into_bytes(),
@@ -805,7 +819,10 @@ fn builtin_token_formats_are_redacted() {
         let out = scrubber.scrub(input.as_bytes());
         assert_eq!(String::from_utf8_lossy(&out), expected, "input {input:?}");
         for leak in leaks {
-            assert!(!contains(&out, leak.as_bytes()), "{leak} leaked from {input:?}");
+            assert!(
+                !contains(&out, leak.as_bytes()),
+                "{leak} leaked from {input:?}"
+            );
         }
     }
     // Without the built-in set the same text passes through.
@@ -875,6 +892,21 @@ fn secret_split_across_chunks_is_caught_at_every_position() {
         scrubber.scrub(&input),
         b"$ cat config\n[REDACTED:kubeconfig]\n$ done\n"
     );
+    // `base64 kubeconfig` wraps at 76 columns, `openssl base64` at 64.
+    let encoded = STANDARD.encode(kubeconfig);
+    for width in [76, 64] {
+        let wrapped: Vec<String> = encoded
+            .as_bytes()
+            .chunks(width)
+            .map(|line| String::from_utf8(line.to_vec()).unwrap())
+            .collect();
+        let input = format!("$ base64 config\n{}\n$ done\n", wrapped.join("\n"));
+        assert_eq!(
+            String::from_utf8(scrubber.scrub(input.as_bytes())).unwrap(),
+            "$ base64 config\n[REDACTED:kubeconfig]\n$ done\n",
+            "width {width}"
+        );
+    }
 }
 
 #[test]
@@ -882,7 +914,10 @@ fn tokens_split_across_chunks_are_caught_at_every_position() {
     let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
     for (input, expected, leaks) in token_samples() {
         assert_split_everywhere(&scrubber, input.as_bytes(), leaks[0].as_bytes(), &input);
-        assert_eq!(String::from_utf8_lossy(&scrubber.scrub(input.as_bytes())), expected);
+        assert_eq!(
+            String::from_utf8_lossy(&scrubber.scrub(input.as_bytes())),
+            expected
+        );
     }
 }
 
@@ -930,9 +965,19 @@ fn truncated_tokens_leak_no_prefix() {
         ("AKIAIOSFODNN7EXAMPLE", 4, 0, "aws-access-key"),
         (&github, 4, 0, "github-token"),
         ("glpat-xK9vR2mQ7wL4nT8pZ3sY", 6, 0, "gitlab-token"),
-        ("xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", 5, 0, "slack-token"),
+        (
+            "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+            5,
+            0,
+            "slack-token",
+        ),
         (jwt, 3, 0, "jwt"),
-        ("sk-ant-api03-Zq7vP2xmK9wLr4Tn8Yb3Qf6Hs1Dj5Ga0Ce2Wm7Ui4Oy9Kt", 7, 0, "api-key"),
+        (
+            "sk-ant-api03-Zq7vP2xmK9wLr4Tn8Yb3Qf6Hs1Dj5Ga0Ce2Wm7Ui4Oy9Kt",
+            7,
+            0,
+            "api-key",
+        ),
         ("postgres://app:S3cr3tP4ssw0rd", 16, 15, "url-credentials"),
     ];
     for (token, shortest, keep, label) in cases {
@@ -943,9 +988,17 @@ fn truncated_tokens_leak_no_prefix() {
             assert_eq!(out, expected, "{label} cut at {cut}");
         }
     }
-    for cut in ["password=hunt", "\"password\": \"correct hor", "SecretAccessKey: wJalr"] {
+    for cut in [
+        "password=hunt",
+        "\"password\": \"correct hor",
+        "SecretAccessKey: wJalr",
+    ] {
         let out = String::from_utf8(scrubber.scrub(cut.as_bytes())).unwrap();
-        assert!(out.ends_with("[REDACTED:credential-assignment]") || out.ends_with("[REDACTED:aws-secret-key]"), "{cut} → {out}");
+        assert!(
+            out.ends_with("[REDACTED:credential-assignment]")
+                || out.ends_with("[REDACTED:aws-secret-key]"),
+            "{cut} → {out}"
+        );
     }
 }
 
@@ -967,7 +1020,8 @@ fn output_without_secrets_passes_through_byte_for_byte() {
     let scrubber = secret_scrubber();
     let mut inputs: Vec<Vec<u8>> = vec![
         noise(300_000, 0x9e37_79b9_7f4a_7c15),
-        b"NAME   READY   STATUS    RESTARTS   AGE\nweb-1  1/1     Running   0          5d\n".to_vec(),
+        b"NAME   READY   STATUS    RESTARTS   AGE\nweb-1  1/1     Running   0          5d\n"
+            .to_vec(),
         vec![b'x'; 400_000],
         b"\xff\xfe invalid \xc3\x28 utf-8 \x80\n\n\r\n".to_vec(),
         Vec::new(),
@@ -1046,7 +1100,7 @@ fn ten_megabyte_stream_scrubs_in_bounded_memory() {
         let mut chunk = Vec::with_capacity(70_000);
         while chunk.len() < 65_536 {
             line_no += 1;
-            if line_no % 1000 == 0 {
+            if line_no.is_multiple_of(1000) {
                 chunk.extend_from_slice(format!("{line_no:08} secret ").as_bytes());
                 chunk.extend_from_slice(secret);
                 chunk.push(b'\n');
@@ -1081,7 +1135,8 @@ fn policy_patterns_compile_at_load_and_bad_ones_are_named() {
         name: "employee-id".to_owned(),
         regex: r"EMP-[0-9]{6}".to_owned(),
     };
-    let scrubber = Scrubber::new(&SecretStore::empty(), std::slice::from_ref(&good), false).unwrap();
+    let scrubber =
+        Scrubber::new(&SecretStore::empty(), std::slice::from_ref(&good), false).unwrap();
     assert_eq!(
         scrubber.scrub(b"owner EMP-123456 ok\n"),
         b"owner [REDACTED:employee-id] ok\n"
@@ -1100,14 +1155,20 @@ fn policy_patterns_compile_at_load_and_bad_ones_are_named() {
         regex: "x*".to_owned(),
     };
     let error = Scrubber::new(&SecretStore::empty(), &[empty], false).unwrap_err();
-    assert!(matches!(error, ScrubError::MatchesEmpty { .. }), "{error:?}");
+    assert!(
+        matches!(error, ScrubError::MatchesEmpty { .. }),
+        "{error:?}"
+    );
 
     let badly_named = ScrubPattern {
         name: "has space]".to_owned(),
         regex: "abc".to_owned(),
     };
     let error = Scrubber::new(&SecretStore::empty(), &[badly_named], false).unwrap_err();
-    assert!(matches!(error, ScrubError::BadPatternName { .. }), "{error:?}");
+    assert!(
+        matches!(error, ScrubError::BadPatternName { .. }),
+        "{error:?}"
+    );
 }
 
 #[test]
