@@ -27,7 +27,7 @@
 //!
 //! | label | matches |
 //! |---|---|
-//! | `private-key` | `-----BEGIN … PRIVATE KEY-----` through `-----END … PRIVATE KEY-----` (PEM, OpenSSH, PKCS#8, encrypted, `PGP PRIVATE KEY BLOCK`), across lines; an unterminated block is redacted to the end of the output, up to 64 KiB |
+//! | `private-key` | `-----BEGIN … PRIVATE KEY-----` through `-----END … PRIVATE KEY-----` (PEM, OpenSSH, PKCS#8, encrypted, `PGP PRIVATE KEY BLOCK`), across lines; a block without END swallows 64 KiB after its BEGIN marker (or to the end of the output), then output resumes |
 //! | `aws-access-key` | `AKIA`/`ASIA` + 16 of `[A-Z0-9]` |
 //! | `github-token` | `ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_` + 20..255 alphanumerics; `github_pat_` + 20..255 of `[A-Za-z0-9_]` |
 //! | `gitlab-token` | `glpat-`, `gldt-`, `glrt-`, `glptt-`, `glcbt-`, `glimt-`, `gloas-`, `glsoat-`, `glffct-`, `glagent-` + 20 or more of `[A-Za-z0-9_.-]` |
@@ -754,19 +754,25 @@ impl ScrubStream<'_> {
         let scrubber = self.scrubber;
         loop {
             if let (true, Some(markers)) = (self.in_private_key, &scrubber.private_keys) {
-                if let Some(end) = markers.end.find(&self.pending).map(|m| m.end()) {
+                // The block ends at its END marker or after MAX_PRIVATE_KEY_BLOCK bytes, at the
+                // same offset however the output is chunked.
+                let budget = MAX_PRIVATE_KEY_BLOCK - self.private_key_swallowed;
+                let reach = self.pending.len().min(budget + PRIVATE_KEY_MARKER_MAX);
+                if let Some(end) = markers.end.find(&self.pending[..reach]).map(|m| m.end()) {
                     self.consume(end);
                     self.in_private_key = false;
                     continue;
                 }
-                if at_end {
-                    self.pending.clear();
-                    return;
-                }
-                let swallow = self.pending.len().saturating_sub(PRIVATE_KEY_MARKER_MAX);
+                let swallow = if at_end {
+                    self.pending.len().min(budget)
+                } else {
+                    // Keep enough to find an END marker split across chunks.
+                    let keep = self.pending.len().saturating_sub(PRIVATE_KEY_MARKER_MAX);
+                    keep.min(budget)
+                };
                 self.consume(swallow);
                 self.private_key_swallowed += swallow;
-                if self.private_key_swallowed <= MAX_PRIVATE_KEY_BLOCK {
+                if self.private_key_swallowed < MAX_PRIVATE_KEY_BLOCK {
                     return;
                 }
                 self.in_private_key = false;

@@ -850,6 +850,36 @@ fn unterminated_private_key_is_redacted_to_the_end() {
     assert_eq!(out, b"key follows:\n[REDACTED:private-key]");
 }
 
+#[test]
+fn unterminated_private_key_block_is_capped_the_same_way_in_every_chunking() {
+    let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
+    let mut input = b"before\n-----BEGIN EC PRIVATE KEY-----\n".to_vec();
+    let body_line = b"MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oExTANBgkqhkiG9w0BAQEF\n";
+    while input.len() < 100_000 {
+        input.extend_from_slice(body_line);
+    }
+    input.extend_from_slice(b"after the block\n");
+    let whole = scrubber.scrub(&input);
+    assert!(whole.starts_with(b"before\n[REDACTED:private-key]"));
+    assert!(whole.ends_with(b"after the block\n"));
+    // The first 64 KiB after the marker are swallowed, the rest is output again.
+    let body_start = b"before\n-----BEGIN EC PRIVATE KEY-----".len();
+    let resumed = input.len() - body_start - 64 * 1024;
+    assert_eq!(
+        whole.len(),
+        b"before\n[REDACTED:private-key]".len() + resumed
+    );
+    for chunk_size in [1000usize, 4096, 65_536, 99_999] {
+        let mut stream = scrubber.stream();
+        let mut out = Vec::new();
+        for chunk in input.chunks(chunk_size) {
+            out.extend(stream.push(chunk));
+        }
+        out.extend(stream.finish());
+        assert!(out == whole, "chunk size {chunk_size} differs");
+    }
+}
+
 /// A split at every position of the input gives the one-shot result and leaks nothing.
 fn assert_split_everywhere(scrubber: &Scrubber, input: &[u8], secret: &[u8], context: &str) {
     let whole = scrubber.scrub(input);
