@@ -42,8 +42,13 @@
 //!
 //! **Policy patterns** (`[scrub]`) are applied after the built-ins, within each line, and replace
 //! the whole match with `[REDACTED:NAME]`, or only the capture group named `secret` when the
-//! pattern has one (more generally: the first matching group whose name starts with `secret`). A pattern that matches the empty string, or does not compile, is an error
-//! naming the pattern.
+//! pattern has one (more generally: the first matching group whose name starts with `secret`).
+//! A pattern that matches the empty string, or does not compile, is an error naming the pattern.
+//!
+//! **Order**: private key blocks are cut out of the stream first; then, per segment, loaded
+//! secrets (so a secret inside `password=…` is named after the secret), the other built-ins in
+//! table order, policy patterns, and at the end of the stream the trailing partial forms. A value
+//! that is already exactly a `[REDACTED…]` marker is left alone by later patterns.
 //!
 //! # Invariants
 //! - Chunking does not change the result: a secret, an encoded form or a token split across
@@ -58,10 +63,10 @@
 //!   partial secret is still a secret.
 //! - Bytes that match nothing pass through unchanged, byte for byte (invalid UTF-8 included).
 //! - Built-in patterns never match across a newline; policy patterns are applied line by line.
-//! - Not covered (a determined child can always transform its output): other encodings (gzip,
-//!   reversed or interleaved text, base64 wrapped at other widths or of a substring), a secret
-//!   printed one character per write with other output in between, and tokens of formats not in
-//!   the table above.
+//! - Not covered (a child that transforms a secret defeats any output filter): other encodings
+//!   (gzip, reversed or interleaved text, base64 wrapped at other widths or of a substring),
+//!   fragments the child itself cuts out of a secret (`substr(password, 1, 4)`) in the middle of
+//!   the output, and token formats not in the table above.
 //! - The scrubber's own copies of secret forms are wiped on drop; the Aho-Corasick automaton's
 //!   internal tables cannot be, and live as long as the policy. Held-back output is wiped on drop.
 #![forbid(unsafe_code)]
