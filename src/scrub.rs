@@ -360,7 +360,10 @@ impl Scrubber {
                 name: pattern.name.clone(),
                 error,
             })?;
-            if regex.is_match(b"") {
+            let matches_empty = [&b""[..], b"a b-c\n1.", b"\n"]
+                .iter()
+                .any(|probe| regex.find_iter(probe).any(|m| m.is_empty()));
+            if matches_empty {
                 return Err(ScrubError::MatchesEmpty {
                     name: pattern.name.clone(),
                 });

@@ -19,7 +19,11 @@ use verbd::secrets::{
 const AGENT_UID: u32 = 61000;
 const OTHER_UID: u32 = 61001;
 const FOREIGN_UID: u32 = 62000;
-const DAEMON_UID: u32 = 0;
+
+/// The tests run as the daemon would: the files they create are owned by this uid.
+fn daemon_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
 
 /// Returns false (after saying so loudly) when the test cannot run without root; under CI a
 /// missing precondition fails instead.
@@ -179,7 +183,7 @@ fn credential_and_env_sources_load() {
             check_source(
                 "pg",
                 &SecretSource::Credential("pg".to_owned()),
-                DAEMON_UID,
+                daemon_uid(),
                 &[AGENT_UID],
             )
             .unwrap();
@@ -198,7 +202,7 @@ fn credential_and_env_sources_load() {
             let problem = check_source(
                 "pg",
                 &SecretSource::Credential("pg".to_owned()),
-                DAEMON_UID,
+                daemon_uid(),
                 &[],
             )
             .unwrap_err();
@@ -295,16 +299,16 @@ fn check_source_accepts_root_owned_0600() {
     check_source(
         "pg",
         &SecretSource::File(path.clone()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap();
     write_file(&path, b"value-for-check", 0o400);
-    check_source("pg", &SecretSource::File(path), DAEMON_UID, &[AGENT_UID]).unwrap();
+    check_source("pg", &SecretSource::File(path), daemon_uid(), &[AGENT_UID]).unwrap();
     check_source(
         "pg",
         &SecretSource::Env("PGPASSWORD".to_owned()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap();
@@ -319,7 +323,7 @@ fn check_source_refuses_group_and_world_access_with_the_fix() {
         let problem = check_source(
             "pg",
             &SecretSource::File(path.clone()),
-            DAEMON_UID,
+            daemon_uid(),
             &[AGENT_UID],
         )
         .unwrap_err();
@@ -351,7 +355,7 @@ fn check_source_refuses_agent_and_foreign_owners() {
     let problem = check_source(
         "kubeconfig",
         &SecretSource::File(path.clone()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap_err();
@@ -365,7 +369,7 @@ fn check_source_refuses_agent_and_foreign_owners() {
     let problem = check_source(
         "kubeconfig",
         &SecretSource::File(path.clone()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap_err();
@@ -373,7 +377,7 @@ fn check_source_refuses_agent_and_foreign_owners() {
         problem.kind,
         PermissionProblemKind::ForeignOwner {
             uid: FOREIGN_UID,
-            daemon_uid: DAEMON_UID
+            daemon_uid: daemon_uid()
         }
     );
     // Owned by the daemon user (not root) is fine.
@@ -391,7 +395,7 @@ fn check_source_refuses_agent_and_foreign_owners() {
     let problem = check_source(
         "kubeconfig",
         &SecretSource::File(path.clone()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap_err();
@@ -409,8 +413,13 @@ fn check_source_refuses_agent_and_foreign_owners() {
 fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     let dir = private_dir();
     let missing = dir.path().join("missing");
-    let problem =
-        check_source("pg", &SecretSource::File(missing.clone()), DAEMON_UID, &[]).unwrap_err();
+    let problem = check_source(
+        "pg",
+        &SecretSource::File(missing.clone()),
+        daemon_uid(),
+        &[],
+    )
+    .unwrap_err();
     assert_eq!(problem.kind, PermissionProblemKind::Missing);
     assert!(problem.fix.contains(&missing.display().to_string()));
 
@@ -418,13 +427,13 @@ fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     write_file(&target, b"value-for-check", 0o600);
     let link = dir.path().join("link");
     symlink(&target, &link).unwrap();
-    let problem = check_source("pg", &SecretSource::File(link), DAEMON_UID, &[]).unwrap_err();
+    let problem = check_source("pg", &SecretSource::File(link), daemon_uid(), &[]).unwrap_err();
     assert_eq!(problem.kind, PermissionProblemKind::Symlink);
 
     let problem = check_source(
         "pg",
         &SecretSource::File(dir.path().to_path_buf()),
-        DAEMON_UID,
+        daemon_uid(),
         &[],
     )
     .unwrap_err();
@@ -441,7 +450,7 @@ fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     let problem = check_source(
         "pg",
         &SecretSource::File(with_acl.clone()),
-        DAEMON_UID,
+        daemon_uid(),
         &[AGENT_UID],
     )
     .unwrap_err();
@@ -455,7 +464,7 @@ fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
     write_file(&inside, b"value-for-check", 0o600);
     fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o777)).unwrap();
     let problem =
-        check_source("pg", &SecretSource::File(inside.clone()), DAEMON_UID, &[]).unwrap_err();
+        check_source("pg", &SecretSource::File(inside.clone()), daemon_uid(), &[]).unwrap_err();
     assert!(
         matches!(
             problem.kind,
@@ -464,7 +473,7 @@ fn check_source_refuses_missing_symlink_special_acl_and_open_directory() {
         "{problem}"
     );
     fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o1777)).unwrap();
-    check_source("pg", &SecretSource::File(inside), DAEMON_UID, &[]).unwrap();
+    check_source("pg", &SecretSource::File(inside), daemon_uid(), &[]).unwrap();
 }
 
 /// Writes a POSIX access ACL (user::rw-, user:UID:r--, group::---, mask::---, other::---) as the
@@ -1185,6 +1194,15 @@ fn policy_patterns_compile_at_load_and_bad_ones_are_named() {
         regex: "x*".to_owned(),
     };
     let error = Scrubber::new(&SecretStore::empty(), &[empty], false).unwrap_err();
+    assert!(
+        matches!(error, ScrubError::MatchesEmpty { .. }),
+        "{error:?}"
+    );
+    let boundary = ScrubPattern {
+        name: "boundary".to_owned(),
+        regex: r"\b".to_owned(),
+    };
+    let error = Scrubber::new(&SecretStore::empty(), &[boundary], false).unwrap_err();
     assert!(
         matches!(error, ScrubError::MatchesEmpty { .. }),
         "{error:?}"
