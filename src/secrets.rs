@@ -633,6 +633,8 @@ impl SecretFile {
     }
 }
 
+/// Overwrites the content with zeros (so that a hard link the child made to its copy keeps no
+/// value), then unlinks the file. Failures are logged with the path only.
 impl Drop for SecretFile {
     fn drop(&mut self) {
         if self.len > 0 {

@@ -580,6 +580,18 @@ fn concurrent_secret_files_are_distinct() {
 }
 
 #[test]
+fn secret_file_bytes_are_overwritten_before_removal() {
+    let dir = private_dir();
+    let value = SecretValue::new(b"overwrite-me-secret".to_vec());
+    let file = SecretFile::create(dir.path(), "pg", &value, None).unwrap();
+    // A hard link (which a child owning its copy could make) outlives the unlink, not the bytes.
+    let kept = dir.path().join("kept-link");
+    fs::hard_link(file.path(), &kept).unwrap();
+    drop(file);
+    assert_eq!(fs::read(&kept).unwrap(), vec![0u8; value.expose().len()]);
+}
+
+#[test]
 fn secret_file_refuses_unsafe_directories() {
     let value = SecretValue::new(b"dir-check-secret".to_vec());
     let dir = private_dir();
