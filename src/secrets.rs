@@ -1,57 +1,729 @@
-//! (interim: minimal store until the secrets module lands)
+//! Credentials owned by the broker: where secret values come from, how they are held, how their
+//! sources are checked, and the private per-call copies handed to children.
+//!
+//! Responsibility:
+//! - [`SecretStore::load`] reads every declared [`SecretSource`] exactly once (at start and on
+//!   reload): a file, a systemd credential (`$CREDENTIALS_DIRECTORY/NAME`) or, discouraged, an
+//!   environment variable of the daemon. Inline values never reach this module: the policy
+//!   compiler refuses them.
+//! - [`check_source`] is the self-test check for one source: the file exists, is a regular file
+//!   (not a symlink), is owned by the daemon user or root and not by an agent uid, grants nothing
+//!   to group/other (neither by mode bits nor by a POSIX ACL), and its directory cannot be
+//!   rewritten by anyone else.
+//! - [`SecretFile`] is the private copy behind `${secret_file:NAME}`.
+//!
+//! Invariants:
+//! - A secret value lives only in a [`SecretValue`], whose bytes are wiped when it is dropped
+//!   (`zeroize`). `Debug` and `Display` print `[secret]`; the bytes are reachable only through
+//!   [`SecretValue::expose`], so a value cannot end up in a log or error by formatting accident.
+//! - No error, warning or problem message produced here contains a secret value. They name the
+//!   secret and its source (path, credential name, variable name), never the content.
+//! - Files are opened with `O_NOFOLLOW` and must be regular files, so a symlink planted in place of a
+//!   secret file is refused rather than followed, and a FIFO cannot block the daemon.
+//! - A [`SecretFile`] is created with `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, under an unguessable
+//!   name (128 random bits) in a directory that grants group/other neither read nor write. On drop
+//!   its content is overwritten with zeros, then it is unlinked. The overwrite is best effort (a
+//!   journaling or copy-on-write file system may keep old blocks): put the directory on a tmpfs
+//!   such as `/run/verbd/secret-files` so the bytes never reach a disk.
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
+use zeroize::Zeroizing;
+
+/// Largest secret accepted from any source. A kubeconfig or a private key is a few KiB; the cap
+/// keeps a mistaken path (a log file, a device) from being slurped into memory.
+pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
+
+/// Secrets shorter than this (in characters) draw a policy warning: scrubbing every occurrence of a
+/// short string from output mangles unrelated text.
+pub const MIN_RECOMMENDED_SECRET_CHARS: usize = 8;
+
+/// The environment variable systemd sets to the directory holding a service's credentials.
+pub const CREDENTIALS_DIRECTORY_VAR: &str = "CREDENTIALS_DIRECTORY";
+
+/// The extended attribute that carries a file's POSIX access ACL.
+const POSIX_ACL_ACCESS_XATTR: &str = "system.posix_acl_access";
+
+/// Where a secret value comes from, as declared in `[secrets.NAME]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretSource {
+    /// `file = "/etc/verbd/secrets/pg"`: the file's content, one trailing newline stripped.
     File(PathBuf),
+    /// `credential = "pg"`: the systemd credential `$CREDENTIALS_DIRECTORY/pg`.
     Credential(String),
+    /// `env = "VAR"`: the daemon's environment variable at start (discouraged).
     Env(String),
 }
 
-pub struct SecretValue(Vec<u8>);
-impl SecretValue {
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("secret error: {0}")]
-pub struct SecretError(String);
-
-#[derive(Default)]
-pub struct SecretStore(BTreeMap<String, SecretValue>);
-impl SecretStore {
-    pub fn empty() -> Self {
-        Self::default()
-    }
-    pub fn load(sources: &BTreeMap<String, SecretSource>) -> Result<SecretStore, SecretError> {
-        if sources.is_empty() {
-            Ok(Self::empty())
-        } else {
-            Err(SecretError("secrets not available yet".into()))
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::File(path) => write!(f, "file {}", path.display()),
+            SecretSource::Credential(name) => {
+                write!(
+                    f,
+                    "systemd credential `{name}` (${CREDENTIALS_DIRECTORY_VAR}/{name})"
+                )
+            }
+            SecretSource::Env(var) => write!(f, "environment variable {var}"),
         }
     }
-    pub fn get(&self, name: &str) -> Option<&SecretValue> {
-        self.0.get(name)
+}
+
+/// A secret's bytes, wiped from memory on drop. Formatting never shows them.
+#[derive(Clone)]
+pub struct SecretValue {
+    bytes: Zeroizing<Vec<u8>>,
+}
+
+impl SecretValue {
+    /// Takes ownership of `bytes` (no copy is made; the vector is wiped when the value drops).
+    pub fn new(bytes: Vec<u8>) -> SecretValue {
+        SecretValue {
+            bytes: Zeroizing::new(bytes),
+        }
     }
-    pub fn warnings(&self) -> Vec<String> {
-        Vec::new()
+
+    /// The raw bytes, for the executor (env, argv, secret files) and the scrubber only.
+    pub fn expose(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Length in characters when the value is UTF-8, in bytes otherwise.
+    fn char_len(&self) -> usize {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(text) => text.chars().count(),
+            Err(_) => self.bytes.len(),
+        }
     }
 }
 
-pub struct SecretFile(PathBuf);
-impl SecretFile {
-    pub fn create(
-        _dir: &Path,
-        _name: &str,
-        _value: &SecretValue,
-        _owner: Option<(u32, u32)>,
-    ) -> Result<SecretFile, SecretError> {
-        Err(SecretError("secret files not available yet".into()))
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[secret]")
     }
+}
+
+impl fmt::Display for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[secret]")
+    }
+}
+
+/// Failure to load a secret or to make a private copy of one. Never contains a secret value.
+#[derive(Debug, Error)]
+pub enum SecretError {
+    #[error("secret `{name}`: cannot read {origin}: {error}")]
+    Read {
+        name: String,
+        origin: String,
+        error: io::Error,
+    },
+    #[error("secret `{name}`: {origin} is not a regular file")]
+    NotRegularFile { name: String, origin: String },
+    #[error("secret `{name}`: {origin} is larger than {limit} bytes")]
+    TooLarge {
+        name: String,
+        origin: String,
+        limit: u64,
+    },
+    #[error("secret `{name}`: {origin} is empty")]
+    Empty { name: String, origin: String },
+    #[error("secret `{name}`: environment variable {var} is not set in the daemon's environment")]
+    EnvMissing { name: String, var: String },
+    #[error(
+        "secret `{name}`: credential `{credential}` needs ${CREDENTIALS_DIRECTORY_VAR}, which is not set (run under systemd with LoadCredential=, or use `file =`)"
+    )]
+    NoCredentialsDirectory { name: String, credential: String },
+    #[error(
+        "secret `{name}`: ${CREDENTIALS_DIRECTORY_VAR} is `{}`, which is not an absolute path",
+        dir.display()
+    )]
+    CredentialsDirectoryNotAbsolute { name: String, dir: PathBuf },
+    #[error(
+        "secret `{name}`: credential name `{credential}` must be a plain file name (no `/`, not `.` or `..`)"
+    )]
+    InvalidCredentialName { name: String, credential: String },
+    #[error("secret file directory {}: {reason}", dir.display())]
+    UnsafeSecretFileDir { dir: PathBuf, reason: String },
+    #[error("secret `{name}`: cannot {action} private copy {}: {error}", path.display())]
+    SecretFileIo {
+        name: String,
+        action: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+}
+
+/// All loaded secrets by name. Immutable after load; shared across request tasks.
+#[derive(Debug, Default)]
+pub struct SecretStore {
+    values: BTreeMap<String, SecretValue>,
+    /// Secret name → environment variable, for the "env is discouraged" warning.
+    from_env: BTreeMap<String, String>,
+}
+
+impl SecretStore {
+    /// A store without secrets (a policy that declares none).
+    pub fn empty() -> SecretStore {
+        SecretStore::default()
+    }
+
+    /// A store from values already in memory (for embedders and tests that hold values
+    /// themselves). The daemon uses [`SecretStore::load`].
+    pub fn from_values(values: BTreeMap<String, SecretValue>) -> SecretStore {
+        SecretStore {
+            values,
+            from_env: BTreeMap::new(),
+        }
+    }
+
+    /// Reads every source once. A file's or credential's content has one trailing newline (`\n`
+    /// or `\r\n`) stripped; an environment variable is taken as is. A missing, unreadable,
+    /// non-regular, oversized or empty source is an error naming the secret and the source.
+    pub fn load(sources: &BTreeMap<String, SecretSource>) -> Result<SecretStore, SecretError> {
+        let mut store = SecretStore::empty();
+        for (name, source) in sources {
+            let value = match source {
+                SecretSource::File(path) => read_secret_file(name, path, &source.to_string())?,
+                SecretSource::Credential(credential) => {
+                    let path = credential_path(name, credential)?;
+                    read_secret_file(name, &path, &source.to_string())?
+                }
+                SecretSource::Env(var) => {
+                    store.from_env.insert(name.clone(), var.clone());
+                    read_env(name, var)?
+                }
+            };
+            store.values.insert(name.clone(), value);
+        }
+        Ok(store)
+    }
+
+    /// The value of secret `name`, if declared.
+    pub fn get(&self, name: &str) -> Option<&SecretValue> {
+        self.values.get(name)
+    }
+
+    /// Names of all loaded secrets, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.values.keys().map(String::as_str)
+    }
+
+    /// Names and values, sorted by name (for the scrubber).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SecretValue)> {
+        self.values
+            .iter()
+            .map(|(name, value)| (name.as_str(), value))
+    }
+
+    /// Policy warnings: short secrets (scrubbing them mangles output) and secrets taken from the
+    /// daemon's environment (readable by anything that can read `/proc/PID/environ` of the daemon
+    /// and inherited by careless children).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (name, value) in &self.values {
+            if value.char_len() < MIN_RECOMMENDED_SECRET_CHARS {
+                warnings.push(format!(
+                    "secret `{name}` is shorter than {MIN_RECOMMENDED_SECRET_CHARS} characters; scrubbing it would mangle output"
+                ));
+            }
+        }
+        for (name, var) in &self.from_env {
+            warnings.push(format!(
+                "secret `{name}` comes from the daemon's environment variable {var}; env is discouraged, prefer `credential =` (systemd LoadCredential=) or a 0600 root-owned `file =`"
+            ));
+        }
+        warnings
+    }
+}
+
+/// `$CREDENTIALS_DIRECTORY/credential`, validated.
+fn credential_path(name: &str, credential: &str) -> Result<PathBuf, SecretError> {
+    if credential.is_empty()
+        || credential == "."
+        || credential == ".."
+        || credential.contains('/')
+        || credential.contains('\0')
+    {
+        return Err(SecretError::InvalidCredentialName {
+            name: name.to_owned(),
+            credential: credential.to_owned(),
+        });
+    }
+    let dir = std::env::var_os(CREDENTIALS_DIRECTORY_VAR).ok_or_else(|| {
+        SecretError::NoCredentialsDirectory {
+            name: name.to_owned(),
+            credential: credential.to_owned(),
+        }
+    })?;
+    let dir = PathBuf::from(dir);
+    if !dir.is_absolute() {
+        return Err(SecretError::CredentialsDirectoryNotAbsolute {
+            name: name.to_owned(),
+            dir,
+        });
+    }
+    Ok(dir.join(credential))
+}
+
+/// Reads a secret file without following a final symlink and without blocking on a FIFO.
+fn read_secret_file(name: &str, path: &Path, origin: &str) -> Result<SecretValue, SecretError> {
+    let read_error = |error: io::Error| SecretError::Read {
+        name: name.to_owned(),
+        origin: origin.to_owned(),
+        error,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if !metadata.file_type().is_file() {
+        return Err(SecretError::NotRegularFile {
+            name: name.to_owned(),
+            origin: origin.to_owned(),
+        });
+    }
+    if metadata.len() > MAX_SECRET_BYTES {
+        return Err(too_large(name, origin));
+    }
+    // Reserve the whole size up front so the buffer is not reallocated (leaving an unwiped copy
+    // behind) while reading.
+    let capacity = usize::try_from(metadata.len()).unwrap_or(0) + 1;
+    let mut bytes = Zeroizing::new(Vec::with_capacity(capacity));
+    file.take(MAX_SECRET_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_SECRET_BYTES {
+        return Err(too_large(name, origin));
+    }
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+    }
+    if bytes.is_empty() {
+        return Err(SecretError::Empty {
+            name: name.to_owned(),
+            origin: origin.to_owned(),
+        });
+    }
+    Ok(SecretValue {
+        bytes: move_into_exact(bytes),
+    })
+}
+
+/// Moves the bytes into a vector of exactly their length (the old buffer is wiped on drop).
+fn move_into_exact(bytes: Zeroizing<Vec<u8>>) -> Zeroizing<Vec<u8>> {
+    if bytes.capacity() == bytes.len() {
+        return bytes;
+    }
+    let mut exact = Zeroizing::new(Vec::with_capacity(bytes.len()));
+    exact.extend_from_slice(&bytes);
+    exact
+}
+
+fn too_large(name: &str, origin: &str) -> SecretError {
+    SecretError::TooLarge {
+        name: name.to_owned(),
+        origin: origin.to_owned(),
+        limit: MAX_SECRET_BYTES,
+    }
+}
+
+fn read_env(name: &str, var: &str) -> Result<SecretValue, SecretError> {
+    let value = std::env::var_os(var).ok_or_else(|| SecretError::EnvMissing {
+        name: name.to_owned(),
+        var: var.to_owned(),
+    })?;
+    if value.is_empty() {
+        return Err(SecretError::Empty {
+            name: name.to_owned(),
+            origin: format!("environment variable {var}"),
+        });
+    }
+    if value.len() as u64 > MAX_SECRET_BYTES {
+        return Err(too_large(name, &format!("environment variable {var}")));
+    }
+    Ok(SecretValue::new(value.as_bytes().to_vec()))
+}
+
+/// What is wrong with a secret source, found by [`check_source`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PermissionProblemKind {
+    #[error("does not exist")]
+    Missing,
+    #[error("cannot be inspected ({0})")]
+    Uninspectable(String),
+    #[error("is a symlink (the daemon does not follow symlinks for secrets)")]
+    Symlink,
+    #[error("is not a regular file")]
+    NotRegularFile,
+    #[error("is owned by uid {uid}, which is an agent uid")]
+    OwnedByAgent { uid: u32 },
+    #[error("is owned by uid {uid}, neither root nor the daemon user (uid {daemon_uid})")]
+    ForeignOwner { uid: u32, daemon_uid: u32 },
+    #[error("has mode {mode:04o}, which grants access to group or other")]
+    GroupOrOtherAccess { mode: u32 },
+    #[error("carries a POSIX ACL (system.posix_acl_access), which may grant others access")]
+    PosixAcl,
+    #[error("is in directory {} owned by uid {uid}, which is an agent uid", dir.display())]
+    DirectoryOwnedByAgent { dir: PathBuf, uid: u32 },
+    #[error("is in directory {} owned by uid {uid}, neither root nor the daemon user", dir.display())]
+    DirectoryForeignOwner { dir: PathBuf, uid: u32 },
+    #[error("is in directory {} with mode {mode:04o}, writable by group or other without the sticky bit", dir.display())]
+    DirectoryWritableByOthers { dir: PathBuf, mode: u32 },
+    #[error("needs ${CREDENTIALS_DIRECTORY_VAR}, which is not set")]
+    NoCredentialsDirectory,
+    #[error("needs ${CREDENTIALS_DIRECTORY_VAR} to be an absolute path")]
+    CredentialsDirectoryNotAbsolute,
+    #[error("has an invalid credential name (must be a plain file name)")]
+    InvalidCredentialName,
+}
+
+/// A self-test failure for one secret source: which secret, which source, why, and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("secret `{name}` ({origin}) {kind}; fix: {fix}")]
+pub struct SecretPermissionProblem {
+    pub name: String,
+    pub origin: String,
+    pub kind: PermissionProblemKind,
+    pub fix: String,
+}
+
+/// Self-test check for one source. A file (or credential file) must exist, be a regular file and
+/// not a symlink, be owned by `daemon_uid` or root and by no uid in `agent_uids`, have no
+/// group/other permission bits (`mode & 0o077 == 0`), carry no POSIX access ACL, and sit in a
+/// directory owned by root or the daemon user that group/other cannot write (unless sticky).
+/// An environment source passes; [`SecretStore::warnings`] reports that env is discouraged.
+pub fn check_source(
+    name: &str,
+    source: &SecretSource,
+    daemon_uid: u32,
+    agent_uids: &[u32],
+) -> Result<(), SecretPermissionProblem> {
+    let origin = source.to_string();
+    let problem = |kind: PermissionProblemKind, fix: String| SecretPermissionProblem {
+        name: name.to_owned(),
+        origin: origin.clone(),
+        kind,
+        fix,
+    };
+    let path = match source {
+        SecretSource::Env(_) => return Ok(()),
+        SecretSource::File(path) => path.clone(),
+        SecretSource::Credential(credential) => match credential_path(name, credential) {
+            Ok(path) => path,
+            Err(SecretError::NoCredentialsDirectory { .. }) => {
+                return Err(problem(
+                    PermissionProblemKind::NoCredentialsDirectory,
+                    "run verbd under systemd with LoadCredential= for this credential, or declare `file =` instead".to_owned(),
+                ));
+            }
+            Err(SecretError::CredentialsDirectoryNotAbsolute { .. }) => {
+                return Err(problem(
+                    PermissionProblemKind::CredentialsDirectoryNotAbsolute,
+                    format!("set ${CREDENTIALS_DIRECTORY_VAR} to an absolute path"),
+                ));
+            }
+            Err(_) => {
+                return Err(problem(
+                    PermissionProblemKind::InvalidCredentialName,
+                    "name the credential with a plain file name".to_owned(),
+                ));
+            }
+        },
+    };
+    let shown = path.display();
+    let metadata = match std::fs::symlink_metadata(&path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Err(problem(
+                PermissionProblemKind::Missing,
+                format!(
+                    "create {shown} with mode 0600, owned by root (install -m 0600 -o root -g root SOURCE {shown})"
+                ),
+            ));
+        }
+        Err(error) => {
+            return Err(problem(
+                PermissionProblemKind::Uninspectable(error.to_string()),
+                format!("make {shown} accessible to the daemon"),
+            ));
+        }
+    };
+    let file_type = metadata.file_type();
+    if file_type.is_symlink() {
+        return Err(problem(
+            PermissionProblemKind::Symlink,
+            format!("point the policy at the real file instead of the symlink {shown}"),
+        ));
+    }
+    if !file_type.is_file() {
+        return Err(problem(
+            PermissionProblemKind::NotRegularFile,
+            format!("replace {shown} with a regular file"),
+        ));
+    }
+    let owner = metadata.uid();
+    if agent_uids.contains(&owner) {
+        return Err(problem(
+            PermissionProblemKind::OwnedByAgent { uid: owner },
+            format!("chown root:root {shown}"),
+        ));
+    }
+    if owner != 0 && owner != daemon_uid {
+        return Err(problem(
+            PermissionProblemKind::ForeignOwner {
+                uid: owner,
+                daemon_uid,
+            },
+            format!("chown root:root {shown}"),
+        ));
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(problem(
+            PermissionProblemKind::GroupOrOtherAccess { mode },
+            format!("chmod 0600 {shown}"),
+        ));
+    }
+    match rustix::fs::lgetxattr_query(&path, POSIX_ACL_ACCESS_XATTR) {
+        Ok(_) => {
+            return Err(problem(
+                PermissionProblemKind::PosixAcl,
+                format!("setfacl -b {shown}"),
+            ));
+        }
+        Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::OPNOTSUPP) => {}
+        Err(errno) => {
+            return Err(problem(
+                PermissionProblemKind::Uninspectable(io::Error::from(errno).to_string()),
+                format!("make the extended attributes of {shown} readable to the daemon"),
+            ));
+        }
+    }
+    check_directory(&path, daemon_uid, agent_uids).map_err(|(kind, fix)| problem(kind, fix))
+}
+
+/// The directory holding a secret must not let anyone else swap the file.
+fn check_directory(
+    path: &Path,
+    daemon_uid: u32,
+    agent_uids: &[u32],
+) -> Result<(), (PermissionProblemKind, String)> {
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let metadata = std::fs::metadata(&dir).map_err(|error| {
+        (
+            PermissionProblemKind::Uninspectable(error.to_string()),
+            format!("make {} accessible to the daemon", dir.display()),
+        )
+    })?;
+    let owner = metadata.uid();
+    let shown = dir.display().to_string();
+    if agent_uids.contains(&owner) {
+        return Err((
+            PermissionProblemKind::DirectoryOwnedByAgent { dir, uid: owner },
+            format!("chown root:root {shown}"),
+        ));
+    }
+    if owner != 0 && owner != daemon_uid {
+        return Err((
+            PermissionProblemKind::DirectoryForeignOwner { dir, uid: owner },
+            format!("chown root:root {shown}"),
+        ));
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    let sticky = mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky {
+        return Err((
+            PermissionProblemKind::DirectoryWritableByOthers { dir, mode },
+            format!("chmod go-w {shown}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A private copy of one secret for one call (`${secret_file:NAME}`); removed on drop.
+#[derive(Debug)]
+pub struct SecretFile {
+    path: PathBuf,
+    file: File,
+    len: usize,
+}
+
+impl SecretFile {
+    /// Writes `value` to a new file in `dir` and fsyncs it. The file is created with
+    /// `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, under a name with 128 random bits, and handed to
+    /// `owner` (uid, gid) when given, so a child running as another user can read it and nobody
+    /// else can.
+    ///
+    /// `dir` must be a real directory (not a symlink) owned by the daemon's effective uid that
+    /// grants group/other neither read nor write: 0700 when children run as the daemon user,
+    /// 0711 when they run as another uid (they need search permission to open their own file;
+    /// they cannot list the directory, and the names are unguessable).
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        value: &SecretValue,
+        owner: Option<(u32, u32)>,
+    ) -> Result<SecretFile, SecretError> {
+        check_secret_file_dir(dir)?;
+        let io_error =
+            |action: &'static str, path: &Path, error: io::Error| SecretError::SecretFileIo {
+                name: name.to_owned(),
+                action,
+                path: path.to_path_buf(),
+                error,
+            };
+        let (path, file) = loop {
+            let token = random_token().map_err(|error| io_error("name", dir, error))?;
+            let path = dir.join(format!("verbd-secret-{token}"));
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+            {
+                Ok(file) => break (path, file),
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(error) => return Err(io_error("create", &path, error)),
+            }
+        };
+        // From here on the file exists: own it first so that any failure below removes it.
+        let secret_file = SecretFile {
+            path,
+            file,
+            len: value.expose().len(),
+        };
+        let path = secret_file.path.as_path();
+        let mut file = &secret_file.file;
+        // The umask can only remove bits from 0600; set it explicitly anyway.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|error| io_error("chmod", path, error))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(file, Some(uid), Some(gid))
+                .map_err(|error| io_error("chown", path, error))?;
+        }
+        file.write_all(value.expose())
+            .map_err(|error| io_error("write", path, error))?;
+        file.sync_all()
+            .map_err(|error| io_error("fsync", path, error))?;
+        Ok(secret_file)
+    }
+
+    /// Where the child finds its copy.
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
+    }
+}
+
+/// Overwrites the content with zeros (so that a hard link the child made to its copy keeps no
+/// value), then unlinks the file. Failures are logged with the path only.
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let zeros = vec![0u8; self.len];
+            if let Err(error) = self
+                .file
+                .write_all_at(&zeros, 0)
+                .and_then(|()| self.file.sync_data())
+            {
+                tracing::warn!(path = %self.path.display(), %error, "could not overwrite secret file before removing it");
+            }
+        }
+        if let Err(error) = std::fs::remove_file(&self.path) {
+            tracing::warn!(path = %self.path.display(), %error, "could not remove secret file");
+        }
+    }
+}
+
+fn check_secret_file_dir(dir: &Path) -> Result<(), SecretError> {
+    let unsafe_dir = |reason: String| SecretError::UnsafeSecretFileDir {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let metadata = std::fs::symlink_metadata(dir)
+        .map_err(|error| unsafe_dir(format!("cannot inspect it: {error}")))?;
+    if !metadata.file_type().is_dir() {
+        return Err(unsafe_dir(
+            "is not a directory (or is a symlink)".to_owned(),
+        ));
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != euid {
+        return Err(unsafe_dir(format!(
+            "is owned by uid {}, not the daemon (uid {euid}); chown it",
+            metadata.uid()
+        )));
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o066 != 0 {
+        return Err(unsafe_dir(format!(
+            "has mode {mode:04o}; group/other must have neither read nor write (chmod 0700, or 0711 for children running as another uid)"
+        )));
+    }
+    Ok(())
+}
+
+/// 128 random bits from the kernel, as hex.
+fn random_token() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_formats_as_placeholder() {
+        let value = SecretValue::new(b"hunter2-hunter2".to_vec());
+        assert_eq!(format!("{value}"), "[secret]");
+        assert_eq!(format!("{value:?}"), "[secret]");
+        assert_eq!(value.expose(), b"hunter2-hunter2");
+    }
+
+    #[test]
+    fn credential_names_must_be_plain() {
+        for bad in ["", ".", "..", "a/b", "/etc/shadow"] {
+            assert!(matches!(
+                credential_path("x", bad),
+                Err(SecretError::InvalidCredentialName { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn short_secret_warns_and_long_does_not() {
+        let mut values = BTreeMap::new();
+        values.insert("short".to_owned(), SecretValue::new(b"abc".to_vec()));
+        values.insert("long".to_owned(), SecretValue::new(b"abcdefghij".to_vec()));
+        let warnings = SecretStore::from_values(values).warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("`short`"));
+        assert!(warnings[0].contains("shorter than 8"));
+    }
+
+    #[test]
+    fn random_tokens_differ() {
+        assert_ne!(random_token().unwrap(), random_token().unwrap());
+        assert_eq!(random_token().unwrap().len(), 32);
     }
 }
