@@ -49,10 +49,12 @@ fn validate_and_render(c: &mut Criterion) {
     .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.into())))
     .collect();
     c.bench_function("validate+render 5-param verb", |b| {
-        b.iter(|| match policy.evaluate(&roles, black_box("logs"), black_box(&args)) {
-            Verdict::Run(call) => black_box(call),
-            other => panic!("{other:?}"),
-        })
+        b.iter(
+            || match policy.evaluate(&roles, black_box("logs"), black_box(&args)) {
+                Verdict::Run(call) => black_box(call),
+                other => panic!("{other:?}"),
+            },
+        )
     });
 }
 
@@ -130,8 +132,7 @@ fn spawn_comparison(c: &mut Criterion) {
     };
     group.bench_function("verb call over the socket (journaled, fsync)", |b| {
         b.iter(|| {
-            match verbd::client::request(&daemon.socket, &request, Duration::from_secs(10))
-                .unwrap()
+            match verbd::client::request(&daemon.socket, &request, Duration::from_secs(10)).unwrap()
             {
                 Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
                 other => panic!("{other:?}"),

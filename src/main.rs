@@ -712,7 +712,10 @@ fn serve(
         .or_else(|| policy.daemon.state_dir.clone())
         .unwrap_or_else(server::default_state_dir);
     create_private_dir(&state_dir)?;
-    create_private_dir(&state_dir.join(server::SECRET_FILES_DIR))?;
+    let secret_dir = state_dir.join(server::SECRET_FILES_DIR);
+    create_private_dir(&secret_dir)?;
+    let mut policy = policy;
+    server::grant_secret_file_access(&mut policy, &secret_dir)?;
     let socket_path = socket
         .or_else(|| policy.daemon.socket.clone())
         .unwrap_or_else(|| match std::env::var_os("XDG_RUNTIME_DIR") {

@@ -100,7 +100,11 @@ fn attacks_are_refused_before_psql_runs() {
     assert_eq!(refused, attacks.len());
     assert!(!marker.exists());
     let rows = pg.psql(&["-At", "-c", "SELECT count(*) FROM t"]);
-    assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), "3", "the table is intact");
+    assert_eq!(
+        String::from_utf8_lossy(&rows.stdout).trim(),
+        "3",
+        "the table is intact"
+    );
 }
 
 #[test]
@@ -111,12 +115,19 @@ fn second_layer_holds_with_the_validator_bypassed() {
     match d.call("raw-stats", &[("sql", "INSERT INTO t VALUES (9, 'x')")]) {
         Response::Ok { result, .. } => {
             assert_ne!(result.exit.code, Some(0));
-            assert!(result.stderr.contains("read-only transaction"), "{}", result.stderr);
+            assert!(
+                result.stderr.contains("read-only transaction"),
+                "{}",
+                result.stderr
+            );
         }
         other => panic!("{other:?}"),
     }
     // A meta-command inside -c text goes to the server as SQL and fails there.
-    match d.call("raw-stats", &[("sql", &format!("SELECT 1 \\! touch {}", marker.display()))]) {
+    match d.call(
+        "raw-stats",
+        &[("sql", &format!("SELECT 1 \\! touch {}", marker.display()))],
+    ) {
         Response::Ok { result, .. } => assert_ne!(result.exit.code, Some(0)),
         other => panic!("{other:?}"),
     }
@@ -129,7 +140,10 @@ fn second_layer_holds_with_the_validator_bypassed() {
 fn real_read_only_queries_return_the_right_rows() {
     let Some((_pg, d)) = start() else { return };
     let cases: &[(&str, &str)] = &[
-        ("SELECT id, name FROM t ORDER BY id", "id,name\n1,alpha\n2,beta\n3,gamma\n"),
+        (
+            "SELECT id, name FROM t ORDER BY id",
+            "id,name\n1,alpha\n2,beta\n3,gamma\n",
+        ),
         (
             "SELECT a.name, b.name AS next FROM t a JOIN t b ON b.id = a.id + 1 ORDER BY a.id",
             "name,next\nalpha,beta\nbeta,gamma\n",
@@ -142,11 +156,11 @@ fn real_read_only_queries_return_the_right_rows() {
             "SELECT name, row_number() OVER (ORDER BY id DESC) AS r FROM t ORDER BY id",
             "name,r\nalpha,3\nbeta,2\ngamma,1\n",
         ),
-        ("SELECT '42'::int + 1 AS x, CAST(2.5 AS numeric(3,1)) AS y", "x,y\n43,2.5\n"),
         (
-            "SELECT 'a\\b;c' AS s, E'x\\\\y' AS e",
-            "s,e\na\\b;c,x\\y\n",
+            "SELECT '42'::int + 1 AS x, CAST(2.5 AS numeric(3,1)) AS y",
+            "x,y\n43,2.5\n",
         ),
+        ("SELECT 'a\\b;c' AS s, E'x\\\\y' AS e", "s,e\na\\b;c,x\\y\n"),
     ];
     for (sql, expected) in cases {
         match d.call("stats", &[("sql", sql)]) {

@@ -857,6 +857,43 @@ async fn write_response(mut stream: UnixStream, response: &Response) -> std::io:
     stream.shutdown().await
 }
 
+/// Verbs that take `${secret_file:…}` need to read their private copy: give the profiles they
+/// use read access to the secret-file directory (and search access to others when a profile
+/// runs its children as another uid). Other profiles never see the directory.
+pub fn grant_secret_file_access(policy: &mut Policy, secret_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let uses_secret_file = |verb: &crate::policy::Verb| match &verb.action {
+        crate::policy::VerbAction::Command { template, dry_run } => template
+            .elements()
+            .chain(dry_run.iter().flat_map(|d| d.elements()))
+            .map(|(e, _)| e)
+            .chain(verb.env.iter().map(|(_, e)| e))
+            .any(|e| {
+                e.pieces()
+                    .iter()
+                    .any(|p| matches!(p, crate::policy::template::Piece::SecretFile(_)))
+            }),
+        crate::policy::VerbAction::File(_) => false,
+    };
+    let profiles: Vec<String> = policy
+        .verbs
+        .values()
+        .filter(|v| uses_secret_file(v))
+        .map(|v| v.sandbox.clone())
+        .collect();
+    let mut other_uid = false;
+    for name in profiles {
+        if let Some(spec) = policy.sandboxes.get_mut(&name) {
+            if !spec.read.iter().any(|r| secret_dir.starts_with(r)) {
+                spec.read.push(secret_dir.to_path_buf());
+            }
+            other_uid |= spec.run_as.is_some();
+        }
+    }
+    let mode = if other_uid { 0o711 } else { 0o700 };
+    std::fs::set_permissions(secret_dir, std::fs::Permissions::from_mode(mode))
+}
+
 /// Where `serve` puts its state when neither flag nor policy says.
 pub fn default_state_dir() -> PathBuf {
     if nix::unistd::geteuid().is_root() {

@@ -1,0 +1,230 @@
+//! Invariant 7 end to end: secret values reach only the child; every response, journal record,
+//! log line, proposal and `explain` output shows placeholders; output is scrubbed even when a
+//! secret is split across writes; `${secret_file:…}` copies are private, per call, and removed.
+mod common;
+use base64::Engine;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+use verbd::protocol::Response;
+
+const SECRET: &str = "s3cr3t-Value-0123456789-xyz";
+const FIRST: &str = "s3cr3t-Value-";
+const SECOND: &str = "0123456789-xyz";
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.me]
+uids = [0]
+[roles.agent]
+uids = [61201]
+[roles.sre]
+kind = "human"
+uids = [61202]
+[approvals]
+approvers = ["sre"]
+
+[secrets.tok]
+file = "@DIR@/tok"
+
+[verb.show-env]
+description = "prints its environment"
+category = "read-only"
+roles = ["me"]
+command = "/usr/bin/printenv"
+env = { TOKEN = "${secret:tok}", OTHER = "plain" }
+
+[verb.show-argv]
+description = "prints its argv"
+category = "read-only"
+roles = ["me"]
+command = ["/usr/bin/printf", "[%s]\n", "--token=${secret:tok}", "{word}"]
+params.word = { type = "string", pattern = "[a-z]+" }
+
+[verb.split]
+description = "writes the secret in two pieces, with a pause between"
+category = "read-only"
+roles = ["me"]
+allow_interpreter = true
+command = ["/bin/sh", "-c", "printf %s \"$A\"; sleep 0.3; printf %s \"$B\"; echo", "split"]
+env = { A = "@FIRST@", B = "@SECOND@" }
+
+[verb.kubeconfig]
+description = "a tool that wants a file"
+category = "read-only"
+roles = ["me"]
+allow_interpreter = true
+command = ["/bin/sh", "-c", "stat -c '%n %a %u' \"$1\"; sha256sum < \"$1\"; sleep {secs}", "kube", "${secret_file:tok}"]
+params.secs = { type = "int", min = 0, max = 5 }
+
+[verb.deploy]
+description = "mutating, with the secret in its argv"
+category = "mutating"
+roles = ["agent"]
+command = "/usr/bin/printf %s\\n --token=${secret:tok} {word}"
+params.word = { type = "string", pattern = "[a-z]+" }
+"#;
+
+fn forms() -> Vec<String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    vec![
+        SECRET.to_string(),
+        b64.encode(SECRET),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(SECRET),
+        SECRET.bytes().map(|b| format!("{b:02x}")).collect(),
+    ]
+}
+
+fn assert_clean(what: &str, text: &str) {
+    for form in forms() {
+        assert!(
+            !text.contains(&form),
+            "{what} contains a secret form {form:?}:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains(SECOND) || !text.contains(FIRST),
+        "{what} contains both halves"
+    );
+}
+
+fn start() -> Option<Daemon> {
+    if !require_root("secrets") {
+        return None;
+    }
+    let policy = POLICY.replace("@FIRST@", FIRST).replace("@SECOND@", SECOND);
+    let d = Daemon::start_with(&policy, |dir| {
+        let p = dir.join("tok");
+        std::fs::write(&p, format!("{SECRET}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    });
+    d.open_socket();
+    Some(d)
+}
+
+#[test]
+fn secrets_never_leave() {
+    let Some(d) = start() else { return };
+    let env = stdout_of(&d.call("show-env", &[]));
+    assert!(env.contains("TOKEN=[REDACTED:tok]"), "{env}");
+    assert!(env.contains("OTHER=plain"));
+    assert!(env.contains("PATH="));
+    assert!(
+        !env.contains("NOTIFY_SOCKET") && !env.contains("HOME="),
+        "env not cleared: {env}"
+    );
+    let argv = stdout_of(&d.call("show-argv", &[("word", "hello")]));
+    assert_eq!(argv, "[--token=[REDACTED:tok]]\n[hello]\n");
+    let split = stdout_of(&d.call("split", &[]));
+    assert!(split.contains("[REDACTED:tok]"), "{split:?}");
+    assert_clean("split output", &split);
+
+    // A proposal with the secret in its argv: the agent's answer and `pending` show placeholders.
+    let out = d.cli_as(61201, &["call", "--json", "deploy", "word=prod"]);
+    assert_clean("confirm_required", &String::from_utf8_lossy(&out.stdout));
+    let out = d.cli_as(61202, &["pending"]);
+    let pending = String::from_utf8_lossy(&out.stdout);
+    assert!(pending.contains("--token=${secret:tok}"), "{pending}");
+    assert_clean("pending", &pending);
+    let out = d.cli_as(61202, &["pending", "--json"]);
+    assert_clean("pending --json", &String::from_utf8_lossy(&out.stdout));
+
+    // explain (offline) shows placeholders.
+    let out = d.cli(&[
+        "policy",
+        "explain",
+        d.policy.to_str().unwrap(),
+        "show-env",
+        "--json",
+    ]);
+    let explain = String::from_utf8_lossy(&out.stdout);
+    assert!(explain.contains("${secret:tok}"), "{explain}");
+    assert_clean("explain", &explain);
+
+    // Errors: a missing param message does not carry it either.
+    let r = d.call("show-argv", &[]);
+    assert_clean("error", &format!("{r:?}"));
+
+    assert_clean("journal", &d.journal());
+    assert_clean("daemon log", &d.log());
+}
+
+#[test]
+fn secret_files_are_private_per_call_and_removed() {
+    let Some(d) = start() else { return };
+    let run = |secs: &str| stdout_of(&d.call("kubeconfig", &[("secs", secs)]));
+    let out = run("0");
+    let mut lines = out.lines();
+    let stat = lines.next().unwrap().to_string();
+    let mut parts = stat.split_whitespace();
+    let path = parts.next().unwrap().to_string();
+    assert_eq!(parts.next(), Some("600"), "{stat}");
+    let hash = lines.next().unwrap();
+    let expected = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(SECRET.as_bytes());
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    assert!(
+        hash.starts_with(&expected),
+        "the child read the secret: {hash}"
+    );
+    assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+    // Two concurrent calls get their own copies.
+    let socket = d.socket.clone();
+    let call = move || {
+        let r = verbd::client::request(
+            &socket,
+            &verbd::protocol::Request::Call {
+                verb: "kubeconfig".into(),
+                args: [("secs".to_string(), serde_json::json!("1"))].into(),
+                reason: None,
+                idempotency_key: None,
+            },
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        match r {
+            Response::Ok { result, .. } => {
+                result.stdout.split_whitespace().next().unwrap().to_string()
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let a = std::thread::spawn(call.clone());
+    let b = std::thread::spawn(call);
+    let (pa, pb) = (a.join().unwrap(), b.join().unwrap());
+    assert_ne!(pa, pb, "concurrent calls shared a secret file");
+    assert!(!std::path::Path::new(&pa).exists() && !std::path::Path::new(&pb).exists());
+}
+
+#[test]
+fn inline_secret_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("inline.toml");
+    std::fs::write(
+        &p,
+        "version = 1\n[roles.a]\nuids = [1]\n\n[secrets.pg]\nvalue = \"hunter2-hunter2\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["policy", "check"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("inline.toml:5:") && err.contains("inline"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("hunter2"),
+        "the refusal repeats the secret: {err}"
+    );
+}
