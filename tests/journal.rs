@@ -61,19 +61,29 @@ fn problems(dir: &Path) -> Vec<Problem> {
 
 fn only_problem(dir: &Path) -> Problem {
     let found = problems(dir);
-    assert_eq!(found.len(), 1, "expected exactly one problem, got {found:#?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "expected exactly one problem, got {found:#?}"
+    );
     found.into_iter().next().unwrap()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[test]
 fn append_then_verify_and_replay() {
     let dir = state_dir();
     let appended = append_calls(dir.path(), 5);
-    assert_eq!(appended.iter().map(|a| a.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    assert_eq!(
+        appended.iter().map(|a| a.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
 
     let report = journal::verify(dir.path()).expect("verify");
     assert_eq!(report.records, 5);
@@ -90,16 +100,29 @@ fn append_then_verify_and_replay() {
         assert_eq!(record.hash, sha256_hex(lines[index].as_bytes()));
         assert_eq!(record.time, appended[index].time);
         assert!(journal::parse_rfc3339(&record.time).is_some());
-        let expected_prev = if index == 0 { "0".repeat(64) } else { appended[index - 1].hash.clone() };
+        let expected_prev = if index == 0 {
+            "0".repeat(64)
+        } else {
+            appended[index - 1].hash.clone()
+        };
         assert_eq!(record.prev, expected_prev);
     }
     // The documented line format, byte for byte.
-    assert!(lines[0].starts_with("{\"seq\":1,\"time\":\""), "{}", lines[0]);
-    assert!(lines[0].contains(&format!("\"prev\":\"{}\",\"event\":{{\"args\":", "0".repeat(64))));
+    assert!(
+        lines[0].starts_with("{\"seq\":1,\"time\":\""),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains(&format!(
+        "\"prev\":\"{}\",\"event\":{{\"args\":",
+        "0".repeat(64)
+    )));
 
     // Reopening continues the chain.
     let mut journal = Journal::open(dir.path()).expect("reopen");
-    let sixth = journal.append(&json!({"kind": "shutdown"})).expect("append");
+    let sixth = journal
+        .append(&json!({"kind": "shutdown"}))
+        .expect("append");
     assert_eq!(sixth.seq, 6);
     drop(journal);
     let records = journal::replay(dir.path()).expect("replay");
@@ -117,12 +140,20 @@ fn edited_args_are_named_as_bad_hmac() {
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::BadHmac, 3, Some(3)));
-    assert!(problem.to_string().starts_with("line 3 (seq 3):"), "{problem}");
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::BadHmac, 3, Some(3))
+    );
+    assert!(
+        problem.to_string().starts_with("line 3 (seq 3):"),
+        "{problem}"
+    );
 
     let error = journal::replay(dir.path()).expect_err("replay must refuse");
     assert!(error.to_string().contains("line 3 (seq 3)"), "{error}");
-    let error = Journal::open(dir.path()).err().expect("open must refuse a tampered journal");
+    let error = Journal::open(dir.path())
+        .err()
+        .expect("open must refuse a tampered journal");
     assert!(matches!(error, JournalError::Integrity { .. }), "{error}");
 }
 
@@ -134,7 +165,10 @@ fn reformatted_record_is_named_as_not_canonical() {
     lines[1] = lines[1].replacen("\"verb\":", "\"verb\": ", 1);
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::NotCanonical, 2, Some(2)));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::NotCanonical, 2, Some(2))
+    );
 }
 
 #[test]
@@ -146,14 +180,20 @@ fn deleted_record_is_named_as_missing_seq() {
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::MissingSeq, 3, Some(3)));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::MissingSeq, 3, Some(3))
+    );
     assert!(problem.message.contains("seq 3 is missing"), "{problem}");
 
     // Two consecutive deletions are one gap.
     lines.remove(1);
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::MissingSeq, 2, Some(2)));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::MissingSeq, 2, Some(2))
+    );
     assert!(problem.message.contains("seq 2 to 3"), "{problem}");
 }
 
@@ -204,13 +244,21 @@ fn inserted_forged_record_is_named_as_bad_hmac() {
     );
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&[7u8; 32]).unwrap();
     mac.update(body.as_bytes());
-    let tag: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let tag: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let forged = format!("{},\"hmac\":\"{tag}\"}}", &body[..body.len() - 1]);
     lines.insert(2, forged);
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::BadHmac, 3, Some(3)));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::BadHmac, 3, Some(3))
+    );
 }
 
 #[test]
@@ -221,7 +269,10 @@ fn garbage_line_is_named_as_bad_json() {
     lines.insert(1, "not json at all".to_owned());
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::BadJson, 2, None));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::BadJson, 2, None)
+    );
     // A complete (newline-terminated) but broken last line is not a torn tail: open refuses.
     let mut lines = read_lines(dir.path());
     lines.remove(1);
@@ -242,7 +293,10 @@ fn torn_tail_is_reported_then_repaired_and_journaled_at_open() {
     fs::write(journal_path(dir.path()), &bytes).unwrap();
 
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line, problem.seq), (ProblemKind::TornTail, 4, None));
+    assert_eq!(
+        (problem.kind, problem.line, problem.seq),
+        (ProblemKind::TornTail, 4, None)
+    );
     assert!(journal::replay(dir.path()).is_err());
     assert!(journal::tail(dir.path(), 2).is_err());
 
@@ -269,31 +323,45 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
     let key = fs::metadata(&key_path).unwrap();
     assert_eq!(key.mode() & 0o7777, 0o600);
     assert_eq!(key.len(), 32);
-    assert_eq!(fs::metadata(journal_path(dir.path())).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(
+        fs::metadata(journal_path(dir.path())).unwrap().mode() & 0o7777,
+        0o600
+    );
     let first_key = fs::read(&key_path).unwrap();
     assert_ne!(first_key, vec![0u8; 32]);
     append_calls(dir.path(), 1);
-    assert_eq!(fs::read(&key_path).unwrap(), first_key, "an existing key is never replaced");
+    assert_eq!(
+        fs::read(&key_path).unwrap(),
+        first_key,
+        "an existing key is never replaced"
+    );
 
     fs::set_permissions(&key_path, fs::Permissions::from_mode(0o644)).unwrap();
     let error = Journal::open(dir.path()).err().expect("0644 key refused");
     let message = error.to_string();
     assert!(matches!(error, JournalError::Key { .. }), "{message}");
-    assert!(message.contains("mode 644") && message.contains("chmod 600"), "{message}");
+    assert!(
+        message.contains("mode 644") && message.contains("chmod 600"),
+        "{message}"
+    );
     assert!(journal::verify(dir.path()).is_err());
     fs::set_permissions(&key_path, fs::Permissions::from_mode(0o600)).unwrap();
     assert!(Journal::open(dir.path()).is_ok());
 
     if nix::unistd::geteuid().is_root() {
         std::os::unix::fs::chown(&key_path, Some(54321), None).unwrap();
-        let error = Journal::open(dir.path()).err().expect("foreign key refused");
+        let error = Journal::open(dir.path())
+            .err()
+            .expect("foreign key refused");
         assert!(error.to_string().contains("owned by uid 54321"), "{error}");
         std::os::unix::fs::chown(&key_path, Some(0), None).unwrap();
     }
 
     // Records without their key are not silently re-keyed.
     fs::remove_file(&key_path).unwrap();
-    let error = Journal::open(dir.path()).err().expect("missing key with records refused");
+    let error = Journal::open(dir.path())
+        .err()
+        .expect("missing key with records refused");
     assert!(error.to_string().contains("is missing"), "{error}");
 }
 
@@ -310,14 +378,25 @@ fn second_writer_is_refused_and_outside_appends_stop_the_daemon() {
     let dir = state_dir();
     let mut journal = Journal::open(dir.path()).unwrap();
     journal.append(&call_event(1)).unwrap();
-    assert!(matches!(Journal::open(dir.path()), Err(JournalError::Locked { .. })));
-    assert!(matches!(journal.append(&json!(["not", "an", "object"])), Err(JournalError::NotAnObject)));
+    assert!(matches!(
+        Journal::open(dir.path()),
+        Err(JournalError::Locked { .. })
+    ));
+    assert!(matches!(
+        journal.append(&json!(["not", "an", "object"])),
+        Err(JournalError::NotAnObject)
+    ));
 
     let mut lines = read_lines(dir.path());
     lines.push(lines[0].clone());
     write_lines(dir.path(), &lines);
-    let error = journal.append(&call_event(2)).expect_err("refuses to chain onto unknown bytes");
-    assert!(matches!(error, JournalError::ModifiedExternally { .. }), "{error}");
+    let error = journal
+        .append(&call_event(2))
+        .expect_err("refuses to chain onto unknown bytes");
+    assert!(
+        matches!(error, JournalError::ModifiedExternally { .. }),
+        "{error}"
+    );
 }
 
 #[test]
@@ -326,17 +405,26 @@ fn checkpoints_keep_open_fast_and_catch_truncation() {
     let total = CHECKPOINT_INTERVAL as usize + 20;
     append_calls(dir.path(), total);
     let checkpoint = fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).expect("checkpoint");
-    assert!(checkpoint.contains(&format!("\"seq\":{}", CHECKPOINT_INTERVAL)), "{checkpoint}");
+    assert!(
+        checkpoint.contains(&format!("\"seq\":{}", CHECKPOINT_INTERVAL)),
+        "{checkpoint}"
+    );
 
     // Reopening checkpoints the end; an edit before the checkpoint is then left to `verify`
     // (open only checks the tail), which names it.
     drop(Journal::open(dir.path()).unwrap());
     let checkpoint = fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).unwrap();
-    assert!(checkpoint.contains(&format!("\"seq\":{total}")), "{checkpoint}");
+    assert!(
+        checkpoint.contains(&format!("\"seq\":{total}")),
+        "{checkpoint}"
+    );
     let mut lines = read_lines(dir.path());
     lines[9] = lines[9].replace("svc10.service", "svc99.service");
     write_lines(dir.path(), &lines);
-    assert!(Journal::open(dir.path()).is_ok(), "open verifies only since the checkpoint");
+    assert!(
+        Journal::open(dir.path()).is_ok(),
+        "open verifies only since the checkpoint"
+    );
     let problem = only_problem(dir.path());
     assert_eq!((problem.kind, problem.line), (ProblemKind::BadHmac, 10));
 
@@ -344,15 +432,28 @@ fn checkpoints_keep_open_fast_and_catch_truncation() {
     lines[9] = lines[9].replace("svc99.service", "svc10.service");
     lines.truncate(total - 2);
     write_lines(dir.path(), &lines);
-    let error = Journal::open(dir.path()).err().expect("open refuses a truncated journal");
-    assert!(error.to_string().contains("records were removed"), "{error}");
+    let error = Journal::open(dir.path())
+        .err()
+        .expect("open refuses a truncated journal");
+    assert!(
+        error.to_string().contains("records were removed"),
+        "{error}"
+    );
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.seq), (ProblemKind::Truncated, Some(total as u64)));
+    assert_eq!(
+        (problem.kind, problem.seq),
+        (ProblemKind::Truncated, Some(total as u64))
+    );
 
     // A forged checkpoint is refused.
-    fs::write(dir.path().join(CHECKPOINT_FILE), checkpoint.replace(&format!("\"seq\":{total}"), "\"seq\":5"))
-        .unwrap();
-    let error = Journal::open(dir.path()).err().expect("forged checkpoint refused");
+    fs::write(
+        dir.path().join(CHECKPOINT_FILE),
+        checkpoint.replace(&format!("\"seq\":{total}"), "\"seq\":5"),
+    )
+    .unwrap();
+    let error = Journal::open(dir.path())
+        .err()
+        .expect("forged checkpoint refused");
     assert!(error.to_string().contains("HMAC"), "{error}");
 }
 
@@ -363,7 +464,8 @@ fn tail_returns_verified_last_records_and_formatting_escapes_control_chars() {
     for index in 1..=4 {
         journal.append(&call_event(index)).unwrap();
     }
-    let hostile = "x\n2026-11-30T08:17:43.123Z #99 call verb=drop decision=approved\u{1b}[2J\r\u{202e}";
+    let hostile =
+        "x\n2026-11-30T08:17:43.123Z #99 call verb=drop decision=approved\u{1b}[2J\r\u{202e}";
     journal
         .append(&json!({"kind": "call", "verb": "echo", "args": {"text": hostile}, "decision": "denied"}))
         .unwrap();
@@ -374,14 +476,26 @@ fn tail_returns_verified_last_records_and_formatting_escapes_control_chars() {
     assert_eq!(journal::tail(dir.path(), 50).unwrap().len(), 5);
 
     let normal = journal::format_record(&records[0]);
-    assert!(normal.contains(" #4 call caller=alice(1000)/pid:4242 verb=restart"), "{normal}");
-    assert!(normal.contains("args={unit=svc4.service} decision=allowed exit_code=0"), "{normal}");
+    assert!(
+        normal.contains(" #4 call caller=alice(1000)/pid:4242 verb=restart"),
+        "{normal}"
+    );
+    assert!(
+        normal.contains("args={unit=svc4.service} decision=allowed exit_code=0"),
+        "{normal}"
+    );
 
     let shown = journal::format_record(&records[1]);
     assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
     assert!(!shown.contains('\u{202e}'), "{shown:?}");
-    assert!(shown.contains("\\n2026") && shown.contains("\\u{1b}[2J") && shown.contains("\\r"), "{shown}");
-    assert!(shown.contains("text=\"x\\n"), "hostile value is quoted: {shown}");
+    assert!(
+        shown.contains("\\n2026") && shown.contains("\\u{1b}[2J") && shown.contains("\\r"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("text=\"x\\n"),
+        "hostile value is quoted: {shown}"
+    );
     assert!(shown.ends_with("decision=denied"), "{shown}");
 }
 
@@ -404,7 +518,13 @@ impl Tmpfs {
         }
         let mount_point = tempfile::tempdir().expect("tempdir");
         let status = Command::new("/bin/mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(mount_point.path())
             .status()
             .expect("run /bin/mount");
@@ -419,13 +539,17 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("/bin/umount").arg(self.mount_point.path()).status();
+        let _ = Command::new("/bin/umount")
+            .arg(self.mount_point.path())
+            .status();
     }
 }
 
 #[test]
 fn enospc_rolls_back_and_appends_resume_when_space_returns() {
-    let Some(tmpfs) = Tmpfs::mount("64k") else { return };
+    let Some(tmpfs) = Tmpfs::mount("64k") else {
+        return;
+    };
     let dir = tmpfs.path().join("state");
     let mut journal = Journal::open(&dir).expect("open on tmpfs");
     for index in 1..=3 {
@@ -447,18 +571,28 @@ fn enospc_rolls_back_and_appends_resume_when_space_returns() {
         }
     };
     assert!(matches!(error, JournalError::Write { .. }), "{error}");
-    assert_eq!(error.io_error().and_then(|e| e.raw_os_error()), Some(libc::ENOSPC), "{error}");
+    assert_eq!(
+        error.io_error().and_then(|e| e.raw_os_error()),
+        Some(libc::ENOSPC),
+        "{error}"
+    );
     assert!(error.to_string().contains("rolled back"), "{error}");
 
     // The file holds only complete records and the chain is intact while still full.
     let report = journal::verify(&dir).unwrap();
     assert_eq!(report.records, written);
     assert!(report.is_intact(), "{:#?}", report.problems);
-    assert!(journal.append(&json!({"kind": "call", "args": {"padding": padding}})).is_err());
+    assert!(
+        journal
+            .append(&json!({"kind": "call", "args": {"padding": padding}}))
+            .is_err()
+    );
     assert!(journal::verify(&dir).unwrap().is_intact());
 
     fs::remove_file(&filler).unwrap();
-    let resumed = journal.append(&json!({"kind": "call", "args": {"padding": padding}})).unwrap();
+    let resumed = journal
+        .append(&json!({"kind": "call", "args": {"padding": padding}}))
+        .unwrap();
     assert_eq!(resumed.seq, written + 1);
     drop(journal);
     let report = journal::verify(&dir).unwrap();
@@ -466,7 +600,10 @@ fn enospc_rolls_back_and_appends_resume_when_space_returns() {
     assert!(report.is_intact(), "{:#?}", report.problems);
     let records = journal::replay(&dir).unwrap();
     assert_eq!(records.last().unwrap().hash, resumed.hash);
-    eprintln!("ENOSPC after {written} records; append resumed as seq {}", resumed.seq);
+    eprintln!(
+        "ENOSPC after {written} records; append resumed as seq {}",
+        resumed.seq
+    );
 }
 
 /// Reports (does not assert) how fast appends and a full replay are on this disk.
@@ -490,4 +627,22 @@ fn append_and_replay_speed_report() {
          {count} records {replay:?} ({:?} per record)",
         replay / count as u32
     );
+}
+
+#[test]
+fn readers_ignore_a_partial_line_while_the_daemon_holds_the_journal() {
+    let dir = state_dir();
+    let mut journal = Journal::open(dir.path()).unwrap();
+    journal.append(&call_event(1)).unwrap();
+    // What a reader sees mid-write: the start of a line, no newline yet.
+    let mut bytes = fs::read(journal_path(dir.path())).unwrap();
+    bytes.extend_from_slice(b"{\"seq\":2,");
+    fs::write(journal_path(dir.path()), &bytes).unwrap();
+    let report = journal::verify(dir.path()).unwrap();
+    assert_eq!(report.records, 1);
+    assert!(report.is_intact(), "{:#?}", report.problems);
+    assert_eq!(journal::tail(dir.path(), 5).unwrap().len(), 1);
+    // Once no daemon holds it, the same bytes are a torn tail.
+    drop(journal);
+    assert_eq!(only_problem(dir.path()).kind, ProblemKind::TornTail);
 }

@@ -119,12 +119,19 @@ pub enum JournalError {
     #[error("journal checkpoint {path}: {reason}")]
     Checkpoint { path: PathBuf, reason: String },
     #[error("journal {path} failed verification: {}", summarize(.problems))]
-    Integrity { path: PathBuf, problems: Vec<Problem> },
+    Integrity {
+        path: PathBuf,
+        problems: Vec<Problem>,
+    },
     #[error(
         "journal {path} changed behind the daemon's back (expected {expected} bytes, found \
          {actual}); refusing to append: run `verbd audit verify` and restart the daemon"
     )]
-    ModifiedExternally { path: PathBuf, expected: u64, actual: u64 },
+    ModifiedExternally {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
     #[error(
         "cannot append to journal {path}: {source}; the journal was rolled back to its last \
          complete record"
@@ -275,13 +282,18 @@ impl Journal {
     /// checkpoint to the end, repairs an incomplete last line (see the module docs) and writes a
     /// fresh checkpoint.
     pub fn open(state_dir: &Path) -> Result<Journal, JournalError> {
-        storage::prepare_state_dir(state_dir, true)?;
+        storage::prepare_state_dir(state_dir, Access::Writer)?;
         let path = state_dir.join(JOURNAL_FILE);
         let file = storage::open_for_append(&path)?;
         storage::lock_exclusive(&file, &path)?;
         let length = file
             .metadata()
-            .map_err(|source| JournalError::Io { what: "journal file", path: path.clone(), action: "stat", source })?
+            .map_err(|source| JournalError::Io {
+                what: "journal file",
+                path: path.clone(),
+                action: "stat",
+                source,
+            })?
             .len();
         let key = match read_key(state_dir, Access::Writer)? {
             Some(key) => key,
@@ -304,7 +316,10 @@ impl Journal {
         };
         let scanned = scan(&file, &path, start, &key, Keep::Last(0))?;
         if !scanned.problems.is_empty() {
-            return Err(JournalError::Integrity { path, problems: scanned.problems });
+            return Err(JournalError::Integrity {
+                path,
+                problems: scanned.problems,
+            });
         }
         let mut journal = Journal {
             dir: state_dir.to_owned(),
@@ -350,7 +365,12 @@ impl Journal {
         let actual = self
             .file
             .metadata()
-            .map_err(|source| JournalError::Io { what: "journal file", path: self.path.clone(), action: "stat", source })?
+            .map_err(|source| JournalError::Io {
+                what: "journal file",
+                path: self.path.clone(),
+                action: "stat",
+                source,
+            })?
             .len();
         if actual != self.end.offset {
             return Err(JournalError::ModifiedExternally {
@@ -369,7 +389,9 @@ impl Journal {
         let body = record_body(seq, &time, &hex(&self.end.hash), &event);
         let line = seal(&body, &self.key.tag(body.as_bytes()));
         if line.len() + 1 > MAX_LINE_BYTES {
-            return Err(JournalError::TooLarge { size: line.len() + 1 });
+            return Err(JournalError::TooLarge {
+                size: line.len() + 1,
+            });
         }
         let mut bytes = line.into_bytes();
         let hash = sha256(&bytes);
@@ -380,10 +402,17 @@ impl Journal {
             .and_then(|()| self.file.sync_data());
         if let Err(source) = written {
             return Err(match self.roll_back() {
-                Ok(()) => JournalError::Write { path: self.path.clone(), source },
+                Ok(()) => JournalError::Write {
+                    path: self.path.clone(),
+                    source,
+                },
                 Err(rollback) => {
                     self.rollback_pending = true;
-                    JournalError::RollbackFailed { path: self.path.clone(), source, rollback }
+                    JournalError::RollbackFailed {
+                        path: self.path.clone(),
+                        source,
+                        rollback,
+                    }
                 }
             });
         }
@@ -398,7 +427,11 @@ impl Journal {
         if self.appends_since_checkpoint >= CHECKPOINT_INTERVAL {
             self.write_checkpoint();
         }
-        Ok(Appended { seq, hash: hex(&hash), time })
+        Ok(Appended {
+            seq,
+            hash: hex(&hash),
+            time,
+        })
     }
 
     /// The journal file's path.
@@ -434,7 +467,7 @@ struct Reader {
 
 impl Reader {
     fn open(state_dir: &Path) -> Result<Reader, JournalError> {
-        storage::prepare_state_dir(state_dir, false)?;
+        storage::prepare_state_dir(state_dir, Access::Reader)?;
         let path = state_dir.join(JOURNAL_FILE);
         let file = storage::open_for_reading(&path)?
             .ok_or_else(|| JournalError::Missing { path: path.clone() })?;
@@ -443,7 +476,12 @@ impl Reader {
             reason: "is missing, so the journal cannot be verified; restore it from backup"
                 .to_owned(),
         })?;
-        Ok(Reader { dir: state_dir.to_owned(), path, file, key })
+        Ok(Reader {
+            dir: state_dir.to_owned(),
+            path,
+            file,
+            key,
+        })
     }
 
     /// Checks every line, plus the checkpoint and the tail, and returns the scan with all
@@ -521,7 +559,10 @@ pub fn replay(state_dir: &Path) -> Result<Vec<Record>, JournalError> {
     let reader = Reader::open(state_dir)?;
     let scanned = reader.full_scan(Keep::All)?;
     if !scanned.problems.is_empty() {
-        return Err(JournalError::Integrity { path: reader.path, problems: scanned.problems });
+        return Err(JournalError::Integrity {
+            path: reader.path,
+            problems: scanned.problems,
+        });
     }
     Ok(scanned.records.into())
 }
@@ -532,7 +573,10 @@ pub fn replay(state_dir: &Path) -> Result<Vec<Record>, JournalError> {
 pub fn verify(state_dir: &Path) -> Result<VerifyReport, JournalError> {
     let reader = Reader::open(state_dir)?;
     let scanned = reader.full_scan(Keep::Last(0))?;
-    Ok(VerifyReport { records: scanned.lines, problems: scanned.problems })
+    Ok(VerifyReport {
+        records: scanned.lines,
+        problems: scanned.problems,
+    })
 }
 
 /// The last `n` records, verified: the lines since the checkpoint are checked as at start-up;
@@ -542,7 +586,13 @@ pub fn tail(state_dir: &Path, n: usize) -> Result<Vec<Record>, JournalError> {
     let checkpoint_path = state_dir.join(CHECKPOINT_FILE);
     if let Some(checkpoint) = read_checkpoint(state_dir, &reader.key)? {
         let start = anchor(&reader.file, &reader.path, &checkpoint_path, &checkpoint)?;
-        let scanned = scan(&reader.file, &reader.path, start, &reader.key, Keep::Last(n))?;
+        let scanned = scan(
+            &reader.file,
+            &reader.path,
+            start,
+            &reader.key,
+            Keep::Last(n),
+        )?;
         let torn_is_crash = scanned.torn.is_some() && !storage::daemon_holds_lock(&reader.file);
         if scanned.problems.is_empty() && !torn_is_crash && scanned.records.len() >= n {
             return Ok(scanned.records.into());
@@ -550,7 +600,10 @@ pub fn tail(state_dir: &Path, n: usize) -> Result<Vec<Record>, JournalError> {
     }
     let scanned = reader.full_scan(Keep::Last(n))?;
     if !scanned.problems.is_empty() {
-        return Err(JournalError::Integrity { path: reader.path, problems: scanned.problems });
+        return Err(JournalError::Integrity {
+            path: reader.path,
+            problems: scanned.problems,
+        });
     }
     Ok(scanned.records.into())
 }

@@ -170,7 +170,10 @@ pub(super) fn check_line(
     };
     let seq = fields.get("seq").and_then(Value::as_u64);
     let Some(seq) = seq.filter(|seq| *seq >= 1) else {
-        return Err(bad_json(None, "no \"seq\" field holding an integer ≥ 1".to_owned()));
+        return Err(bad_json(
+            None,
+            "no \"seq\" field holding an integer ≥ 1".to_owned(),
+        ));
     };
     if fields.len() != 5 {
         return Err(bad_json(
@@ -180,22 +183,37 @@ pub(super) fn check_line(
     }
     let take_string = |fields: &mut Map<String, Value>, name: &str| match fields.remove(name) {
         Some(Value::String(text)) => Ok(text),
-        _ => Err(bad_json(Some(seq), format!("\"{name}\" is missing or not a string"))),
+        _ => Err(bad_json(
+            Some(seq),
+            format!("\"{name}\" is missing or not a string"),
+        )),
     };
     let time = take_string(&mut fields, "time")?;
     let prev_text = take_string(&mut fields, "prev")?;
     let hmac_text = take_string(&mut fields, "hmac")?;
     let Some(Value::Object(event)) = fields.remove("event") else {
-        return Err(bad_json(Some(seq), "\"event\" is missing or not an object".to_owned()));
+        return Err(bad_json(
+            Some(seq),
+            "\"event\" is missing or not an object".to_owned(),
+        ));
     };
     if parse_rfc3339(&time).is_none() {
-        return Err(bad_json(Some(seq), "\"time\" is not an RFC 3339 timestamp".to_owned()));
+        return Err(bad_json(
+            Some(seq),
+            "\"time\" is not an RFC 3339 timestamp".to_owned(),
+        ));
     }
     let Some(prev) = parse_hash(&prev_text) else {
-        return Err(bad_json(Some(seq), "\"prev\" is not 64 lowercase hex digits".to_owned()));
+        return Err(bad_json(
+            Some(seq),
+            "\"prev\" is not 64 lowercase hex digits".to_owned(),
+        ));
     };
     let Some(tag) = parse_hash(&hmac_text) else {
-        return Err(bad_json(Some(seq), "\"hmac\" is not 64 lowercase hex digits".to_owned()));
+        return Err(bad_json(
+            Some(seq),
+            "\"hmac\" is not 64 lowercase hex digits".to_owned(),
+        ));
     };
 
     let body = record_body(seq, &time, &prev_text, &event);

@@ -40,8 +40,13 @@ pub(super) struct Position {
 }
 
 impl Position {
-    pub(super) const ORIGIN: Position =
-        Position { offset: 0, line: 0, seq: 0, hash: ZERO_HASH, last_start: 0 };
+    pub(super) const ORIGIN: Position = Position {
+        offset: 0,
+        line: 0,
+        seq: 0,
+        hash: ZERO_HASH,
+        last_start: 0,
+    };
 
     pub(super) fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
@@ -125,7 +130,11 @@ pub(super) fn scan(
     let length = file.metadata().map_err(read_error)?.len();
     let mut reader = BufReader::with_capacity(
         256 * 1024,
-        PositionedReader { file, position: start.offset }.take(length.saturating_sub(start.offset)),
+        PositionedReader {
+            file,
+            position: start.offset,
+        }
+        .take(length.saturating_sub(start.offset)),
     );
 
     let mut scan = Scan {
@@ -215,7 +224,11 @@ pub(super) fn scan(
                         });
                     }
                     scan.authentic.insert(seq, (line, hash));
-                    entries.push(AuthenticEntry { line, seq, prev: checked.prev });
+                    entries.push(AuthenticEntry {
+                        line,
+                        seq,
+                        prev: checked.prev,
+                    });
                 }
                 previous_authentic = Some((line, seq));
                 match keep {
@@ -272,7 +285,11 @@ fn check_chain(scan: &Scan, entries: &[AuthenticEntry], start: &Position) -> Vec
             let predecessor = if previous_line == 0 {
                 "the start of the journal (all zeros)".to_owned()
             } else {
-                format!("record seq {} at line {previous_line} ({})", entry.seq - 1, hex(&previous_hash))
+                format!(
+                    "record seq {} at line {previous_line} ({})",
+                    entry.seq - 1,
+                    hex(&previous_hash)
+                )
             };
             problems.push(Problem {
                 line: entry.line,
@@ -356,7 +373,8 @@ pub(super) fn anchor(
         .filter(|span| *span <= MAX_LINE_BYTES + 1)
         .ok_or_else(|| damaged("describes a line longer than any record".to_owned()))?;
     let mut line = vec![0u8; span];
-    file.read_exact_at(&mut line, checkpoint.start).map_err(read_error)?;
+    file.read_exact_at(&mut line, checkpoint.start)
+        .map_err(read_error)?;
     if line.pop() != Some(b'\n') || sha256(&line) != checkpoint.hash {
         return Err(damaged(format!(
             "line {} (record seq {}) no longer matches the checkpoint: it was altered or the \

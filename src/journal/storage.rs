@@ -31,16 +31,29 @@ impl Access {
     }
 }
 
-fn io_error(what: &'static str, path: &Path, action: &'static str, source: io::Error) -> JournalError {
-    JournalError::Io { what, path: path.to_owned(), action, source }
+fn io_error(
+    what: &'static str,
+    path: &Path,
+    action: &'static str,
+    source: io::Error,
+) -> JournalError {
+    JournalError::Io {
+        what,
+        path: path.to_owned(),
+        action,
+        source,
+    }
 }
 
-/// Checks (and with `create`, creates with mode 0700) the state directory: a directory owned by
-/// the effective uid (or root) that neither group nor other can write into, since whoever can
-/// write there can replace the journal or its key.
-pub(super) fn prepare_state_dir(dir: &Path, create: bool) -> Result<(), JournalError> {
-    let state_dir_error = |reason: String| JournalError::StateDir { path: dir.to_owned(), reason };
-    if create {
+/// Checks the state directory: a directory owned by the effective uid or root (any owner when a
+/// root reader checks) that neither group nor other can write into, since whoever can write there
+/// can replace the journal or its key. The writer creates it (mode 0700) if it is missing.
+pub(super) fn prepare_state_dir(dir: &Path, access: Access) -> Result<(), JournalError> {
+    let state_dir_error = |reason: String| JournalError::StateDir {
+        path: dir.to_owned(),
+        reason,
+    };
+    if access == Access::Writer {
         DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -53,7 +66,7 @@ pub(super) fn prepare_state_dir(dir: &Path, create: bool) -> Result<(), JournalE
         return Err(state_dir_error("is not a directory".to_owned()));
     }
     let euid = nix::unistd::geteuid().as_raw();
-    if metadata.uid() != euid && metadata.uid() != 0 {
+    if metadata.uid() != 0 && !access.accepts_owner(metadata.uid()) {
         return Err(state_dir_error(format!(
             "is owned by uid {} but verbd runs as uid {euid}; fix: chown {euid} {}",
             metadata.uid(),
@@ -70,43 +83,89 @@ pub(super) fn prepare_state_dir(dir: &Path, create: bool) -> Result<(), JournalE
     Ok(())
 }
 
-/// Checks an opened journal-related file: regular, acceptable owner, and none of `forbidden_mode`.
+/// The two files whose ownership and mode matter.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Guarded {
+    /// The HMAC key: no group/other access at all.
+    Key,
+    /// The journal: no group/other write (whoever can write it can truncate it).
+    Journal,
+}
+
+impl Guarded {
+    fn forbidden_mode(self) -> u32 {
+        match self {
+            Guarded::Key => 0o077,
+            Guarded::Journal => 0o022,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Guarded::Key => "journal key",
+            Guarded::Journal => "journal file",
+        }
+    }
+
+    fn fix_for_mode(self) -> &'static str {
+        match self {
+            Guarded::Key => {
+                "the key may have leaked: rotate it (move the journal and key aside together and \
+                 restart) or, if no one else could read it, chmod 600"
+            }
+            Guarded::Journal => "chmod 600",
+        }
+    }
+
+    fn reject(self, path: &Path, reason: String) -> JournalError {
+        match self {
+            Guarded::Key => JournalError::Key {
+                path: path.to_owned(),
+                reason,
+            },
+            Guarded::Journal => JournalError::File {
+                path: path.to_owned(),
+                reason,
+            },
+        }
+    }
+}
+
+/// Checks an opened key or journal file: regular, acceptable owner, no forbidden mode bits.
 fn check_file(
     file: &File,
     path: &Path,
     access: Access,
-    forbidden_mode: u32,
-    what: &'static str,
+    guarded: Guarded,
 ) -> Result<fs::Metadata, JournalError> {
-    let metadata = file.metadata().map_err(|error| io_error(what, path, "stat", error))?;
-    let reject = |reason: String| match what {
-        "journal key" => JournalError::Key { path: path.to_owned(), reason },
-        _ => JournalError::File { path: path.to_owned(), reason },
-    };
+    let metadata = file
+        .metadata()
+        .map_err(|error| io_error(guarded.what(), path, "stat", error))?;
     if !metadata.is_file() {
-        return Err(reject("is not a regular file".to_owned()));
+        return Err(guarded.reject(path, "is not a regular file".to_owned()));
     }
     if !access.accepts_owner(metadata.uid()) {
         let euid = nix::unistd::geteuid().as_raw();
-        return Err(reject(format!(
-            "is owned by uid {} but verbd runs as uid {euid}; fix: chown {euid} {} (after checking \
-             who changed it)",
-            metadata.uid(),
-            path.display()
-        )));
+        return Err(guarded.reject(
+            path,
+            format!(
+                "is owned by uid {} but verbd runs as uid {euid}; fix: chown {euid} {} (after \
+                 checking who changed it)",
+                metadata.uid(),
+                path.display()
+            ),
+        ));
     }
     let mode = metadata.mode() & 0o7777;
-    if mode & forbidden_mode != 0 {
-        let fix = if what == "journal key" {
-            "the key may have leaked: rotate it (move the journal and key aside together and \
-             restart) or, if no one else could read it, chmod 600"
-        } else {
-            "chmod 600"
-        };
-        return Err(reject(format!(
-            "has mode {mode:o}, which grants group or other access it must not have; fix: {fix} {}",
-            path.display()
-        )));
+    if mode & guarded.forbidden_mode() != 0 {
+        return Err(guarded.reject(
+            path,
+            format!(
+                "has mode {mode:o}, which grants group or other access it must not have; fix: {} {}",
+                guarded.fix_for_mode(),
+                path.display()
+            ),
+        ));
     }
     Ok(metadata)
 }
@@ -123,7 +182,7 @@ pub(super) fn read_key(dir: &Path, access: Access) -> Result<Option<JournalKey>,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(io_error("journal key", &path, "open", error)),
     };
-    let metadata = check_file(&file, &path, access, 0o077, "journal key")?;
+    let metadata = check_file(&file, &path, access, Guarded::Key)?;
     if metadata.len() != KEY_BYTES as u64 {
         return Err(JournalError::Key {
             path,
@@ -213,7 +272,7 @@ pub(super) fn open_for_append(path: &Path) -> Result<File, JournalError> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|error| io_error("journal file", path, "open", error))?;
-    check_file(&file, path, Access::Writer, 0o022, "journal file")?;
+    check_file(&file, path, Access::Writer, Guarded::Journal)?;
     Ok(file)
 }
 
@@ -225,7 +284,7 @@ pub(super) fn open_for_reading(path: &Path) -> Result<Option<File>, JournalError
         .open(path)
     {
         Ok(file) => {
-            check_file(&file, path, Access::Reader, 0o022, "journal file")?;
+            check_file(&file, path, Access::Reader, Guarded::Journal)?;
             Ok(Some(file))
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -237,7 +296,9 @@ pub(super) fn open_for_reading(path: &Path) -> Result<Option<File>, JournalError
 pub(super) fn lock_exclusive(file: &File, path: &Path) -> Result<(), JournalError> {
     match flock(file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(()),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(JournalError::Locked { path: path.to_owned() }),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(JournalError::Locked {
+            path: path.to_owned(),
+        }),
         Err(error) => Err(io_error("journal file", path, "lock", error.into())),
     }
 }
@@ -305,21 +366,35 @@ pub(super) fn read_checkpoint(
              verifies, delete the checkpoint file and restart (the next start re-checks everything)"
         ),
     };
-    let value: Value =
-        serde_json::from_str(text.trim_end_matches('\n')).map_err(|_| invalid("is not valid JSON"))?;
-    let fields = value.get("checkpoint").ok_or_else(|| invalid("has no checkpoint object"))?;
+    let value: Value = serde_json::from_str(text.trim_end_matches('\n'))
+        .map_err(|_| invalid("is not valid JSON"))?;
+    let fields = value
+        .get("checkpoint")
+        .ok_or_else(|| invalid("has no checkpoint object"))?;
     let number = |name: &str| fields.get(name).and_then(Value::as_u64);
     let (Some(seq), Some(line), Some(start), Some(offset), Some(hash), Some(tag)) = (
         number("seq"),
         number("line"),
         number("start"),
         number("offset"),
-        fields.get("hash").and_then(Value::as_str).and_then(parse_hash),
-        value.get("hmac").and_then(Value::as_str).and_then(parse_hash),
+        fields
+            .get("hash")
+            .and_then(Value::as_str)
+            .and_then(parse_hash),
+        value
+            .get("hmac")
+            .and_then(Value::as_str)
+            .and_then(parse_hash),
     ) else {
         return Err(invalid("is missing a field"));
     };
-    let checkpoint = Checkpoint { seq, line, start, offset, hash };
+    let checkpoint = Checkpoint {
+        seq,
+        line,
+        start,
+        offset,
+        hash,
+    };
     let body = checkpoint_body(&checkpoint);
     if !key.verify(body.as_bytes(), &tag) || seal(&body, &tag) != text.trim_end_matches('\n') {
         return Err(invalid("does not match its HMAC"));

@@ -169,7 +169,11 @@ mod tests {
     fn civil_round_trip_over_many_years() {
         for days in (-800_000..800_000).step_by(37) {
             let (year, month, day) = civil_from_days(days);
-            assert_eq!(days_from_civil(year, month, day), days, "{year}-{month}-{day}");
+            assert_eq!(
+                days_from_civil(year, month, day),
+                days,
+                "{year}-{month}-{day}"
+            );
         }
     }
 
@@ -178,14 +182,28 @@ mod tests {
         assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::new(1_796_026_663, 123_999_999);
         assert_eq!(format_rfc3339(t), "2026-11-30T08:17:43.123Z");
-        assert_eq!(parse_rfc3339("2026-11-30T08:17:43.123Z"), Some(UNIX_EPOCH + Duration::new(1_796_026_663, 123_000_000)));
+        assert_eq!(
+            parse_rfc3339("2026-11-30T08:17:43.123Z"),
+            Some(UNIX_EPOCH + Duration::new(1_796_026_663, 123_000_000))
+        );
         assert_eq!(
             parse_rfc3339("2026-11-30T09:17:43+01:00"),
             Some(UNIX_EPOCH + Duration::from_secs(1_796_026_663))
         );
-        assert_eq!(format_rfc3339(UNIX_EPOCH - Duration::from_millis(1)), "1969-12-31T23:59:59.999Z");
-        assert_eq!(parse_rfc3339("1969-12-31T23:59:59.999Z"), Some(UNIX_EPOCH - Duration::from_millis(1)));
-        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z").map(format_rfc3339).as_deref(), Some("2024-02-29T00:00:00.000Z"));
+        assert_eq!(
+            format_rfc3339(UNIX_EPOCH - Duration::from_millis(1)),
+            "1969-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            parse_rfc3339("1969-12-31T23:59:59.999Z"),
+            Some(UNIX_EPOCH - Duration::from_millis(1))
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00Z")
+                .map(format_rfc3339)
+                .as_deref(),
+            Some("2024-02-29T00:00:00.000Z")
+        );
     }
 
     #[test]
