@@ -724,6 +724,13 @@ fn serve(
         });
     let origin = policy.origin.clone();
     let runtime = Runtime::build(policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listener = server::socket::bind(
+        &socket_path,
+        runtime.policy.daemon.socket_mode,
+        runtime.policy.daemon.socket_group.as_deref(),
+    )?;
+    drop_privileges(&runtime.policy, &state_dir)?;
+    // Opened as the daemon user, who keeps appending to it.
     let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The journal is the source of truth for proposals: rebuild them from it.
     let records = verbd::journal::replay(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -735,12 +742,6 @@ fn serve(
                 &r.event,
             )
         }));
-    let listener = server::socket::bind(
-        &socket_path,
-        runtime.policy.daemon.socket_mode,
-        runtime.policy.daemon.socket_group.as_deref(),
-    )?;
-    drop_privileges(&runtime.policy, &state_dir)?;
     listener.set_nonblocking(true)?;
     let settings = ServeSettings {
         state_dir: state_dir.clone(),
