@@ -140,6 +140,11 @@ enum Command {
         #[arg(long)]
         note: String,
     },
+    /// The audit journal
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Agent runtime adapters
     Hook {
         #[command(subcommand)]
@@ -149,6 +154,27 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Check every record's HMAC and the hash chain; names each edited, deleted, inserted or
+    /// reordered record. Exit 1 when anything is wrong.
+    Verify {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the most recent records
+    Tail {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -254,6 +280,48 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &Request::Resolve { id, outcome, note },
             false,
         ),
+        Command::Audit { command } => match command {
+            AuditCommand::Verify { state_dir, json } => {
+                let dir = state_dir.unwrap_or_else(server::default_state_dir);
+                let report = verbd::journal::verify(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else if report.is_intact() {
+                    println!(
+                        "{}: {} records, chain and HMACs intact",
+                        dir.join(verbd::journal::JOURNAL_FILE).display(),
+                        report.records
+                    );
+                } else {
+                    for problem in &report.problems {
+                        eprintln!("{problem}");
+                    }
+                    eprintln!(
+                        "{}: {} problem(s) in {} records",
+                        dir.join(verbd::journal::JOURNAL_FILE).display(),
+                        report.problems.len(),
+                        report.records
+                    );
+                }
+                Ok(if report.is_intact() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                })
+            }
+            AuditCommand::Tail { state_dir, n, json } => {
+                let dir = state_dir.unwrap_or_else(server::default_state_dir);
+                let records = verbd::journal::tail(&dir, n).map_err(|e| anyhow::anyhow!("{e}"))?;
+                for record in &records {
+                    if json {
+                        println!("{}", serde_json::to_string(record)?);
+                    } else {
+                        println!("{}", verbd::journal::format_record(record));
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {
                 socket,
