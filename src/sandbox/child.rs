@@ -237,8 +237,14 @@ impl ChildPlan {
 
         self.begin(Stage::CloseFds)?;
         // SAFETY: plain syscall without pointers; marks descriptors 3.. close-on-exec.
-        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) }
-            != 0
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
         {
             return Err(fail(Stage::CloseFds));
         }
@@ -247,8 +253,9 @@ impl ChildPlan {
         self.begin(Stage::Gid)?;
         if let Some((_, gid)) = self.run_as {
             // SAFETY: raw syscall; a zero-length list with a null pointer is valid.
-            if unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) }
-                != 0
+            if unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>())
+            } != 0
             {
                 return Err(fail(Stage::Groups));
             }
@@ -369,7 +376,7 @@ impl ChildPlan {
 
         self.begin(Stage::Landlock)?;
         let Some(ruleset) = self.ruleset.take() else {
-            // The plan was already used: one install per spawn.
+            // `apply` already ran in this process: fail closed rather than skip Landlock.
             return Err(StageFailure {
                 stage: Stage::Landlock,
                 errno: libc::EBADF,

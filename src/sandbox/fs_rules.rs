@@ -259,9 +259,10 @@ fn leads_to_protected(protected: &ProtectedNames, path: &Path) -> bool {
             _ => None,
         })
         .collect();
-    let by_name = protected.sequences().iter().any(|rule| {
-        (1..rule.len()).any(|k| components.ends_with(&rule[..k]))
-    });
+    let by_name = protected
+        .sequences()
+        .iter()
+        .any(|rule| (1..rule.len()).any(|k| components.ends_with(&rule[..k])));
     by_name
         || protected
             .paths()
@@ -299,7 +300,13 @@ mod tests {
         for d in [".git/hooks", ".git/objects/ab", "src/deep/er", "docs"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        for f in ["CLAUDE.md", ".git/config", ".git/HEAD", "src/lib.rs", "docs/AGENTS.md"] {
+        for f in [
+            "CLAUDE.md",
+            ".git/config",
+            ".git/HEAD",
+            "src/lib.rs",
+            "docs/AGENTS.md",
+        ] {
             std::fs::write(root.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
@@ -318,8 +325,15 @@ mod tests {
             granted(&grants, &root.join(".git/HEAD")),
             Some(file_write_access())
         );
-        assert_eq!(granted(&grants, &root.join("src")), Some(dir_write_access()));
-        assert_eq!(granted(&grants, &root.join("src/lib.rs")), None, "covered by src");
+        assert_eq!(
+            granted(&grants, &root.join("src")),
+            Some(dir_write_access())
+        );
+        assert_eq!(
+            granted(&grants, &root.join("src/lib.rs")),
+            None,
+            "covered by src"
+        );
         assert_eq!(granted(&grants, &root.join("docs")), Some(read_access()));
         assert_eq!(granted(&grants, &root.join("docs/AGENTS.md")), None);
     }
@@ -334,7 +348,10 @@ mod tests {
         let err = plan(&spec_with_write(&dir.path().join(".claude")))
             .err()
             .unwrap();
-        assert!(matches!(err, SandboxError::ProtectedWriteRoot { .. }), "{err}");
+        assert!(
+            matches!(err, SandboxError::ProtectedWriteRoot { .. }),
+            "{err}"
+        );
         let mut spec = spec_with_write(dir.path());
         std::fs::create_dir(dir.path().join("in")).unwrap();
         spec.write.push(dir.path().join("in"));

@@ -30,7 +30,7 @@ pub mod seccomp;
 
 use std::ffi::{CString, OsString};
 use std::fmt;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -39,8 +39,8 @@ use std::sync::Arc;
 use landlock::RulesetCreated;
 use seccompiler::BpfProgram;
 
-pub use child::{Stage, StageFailure};
 use child::{ChildPlan, RlimitTable};
+pub use child::{Stage, StageFailure};
 use seccomp::FilterUse;
 
 /// Network access of sandboxed children.
@@ -118,13 +118,17 @@ pub enum SandboxError {
         path: PathBuf,
         rule: String,
     },
-    #[error("sandbox `{profile}`: write root {inner:?} lies inside write root {outer:?}; list only the outer one")]
+    #[error(
+        "sandbox `{profile}`: write root {inner:?} lies inside write root {outer:?}; list only the outer one"
+    )]
     NestedWriteRoots {
         profile: String,
         inner: PathBuf,
         outer: PathBuf,
     },
-    #[error("sandbox `{profile}`: write root {root:?} has more than {limit} entries within the protected-name walk; narrow it")]
+    #[error(
+        "sandbox `{profile}`: write root {root:?} has more than {limit} entries within the protected-name walk; narrow it"
+    )]
     WalkTooLarge {
         profile: String,
         root: PathBuf,
@@ -144,7 +148,9 @@ pub enum SandboxError {
     Stage(StageFailure),
     #[error("exec_confined needs a single-threaded process, this one has {0} threads")]
     NotSingleThreaded(u32),
-    #[error("profile `{0}` sets run_as, which needs CAP_SETUID and CAP_SETGID; run without run_as or as root")]
+    #[error(
+        "profile `{0}` sets run_as, which needs CAP_SETUID and CAP_SETGID; run without run_as or as root"
+    )]
     RunAsNeedsPrivilege(String),
     #[error("program {0:?} not found in PATH")]
     ProgramNotFound(PathBuf),
@@ -263,7 +269,8 @@ impl PreparedSandbox {
         })
     }
 
-    /// Sets the sandbox on a tokio command (one call per spawn). The child starts its own
+    /// Sets the sandbox on a tokio command (the command may be spawned more than once; each
+    /// child restricts itself with the same cloned ruleset). The child starts its own
     /// session, so the executor can kill its whole process group.
     pub fn install(&self, cmd: &mut tokio::process::Command) -> Result<(), SandboxError> {
         let mut plan = self.plan(FilterUse::DaemonChild)?;
@@ -445,7 +452,9 @@ pub fn exec_confined(
         && !(has_effective_cap(caps::Capability::CAP_SETUID)
             && has_effective_cap(caps::Capability::CAP_SETGID))
     {
-        return Err(SandboxError::RunAsNeedsPrivilege(prepared.spec.name.clone()));
+        return Err(SandboxError::RunAsNeedsPrivilege(
+            prepared.spec.name.clone(),
+        ));
     }
     let resolved = resolve_program(program)?;
     let c_program =
@@ -478,11 +487,15 @@ pub fn exec_confined(
             "fully enforced at pinned ABI {}, signals and abstract sockets scoped",
             fs_rules::PINNED_ABI as i32
         );
-        eprintln!(
-            "verbd exec: profile `{}` applied\n{}",
+        let report = format!(
+            "verbd exec: profile `{}` applied\n{}\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status)
         );
+        // Straight to fd 2 (not `eprintln!`, which a test harness may capture).
+        io::stderr()
+            .write_all(report.as_bytes())
+            .map_err(SandboxError::Status)?;
     }
 
     // SAFETY: `c_program` and every `argv` element are NUL-terminated strings kept alive by

@@ -120,7 +120,10 @@ pub(super) enum FilterUse {
 }
 
 /// The compiled programs, in installation order.
-pub(super) fn compile(network: &Network, usage: FilterUse) -> Result<Vec<BpfProgram>, SandboxError> {
+pub(super) fn compile(
+    network: &Network,
+    usage: FilterUse,
+) -> Result<Vec<BpfProgram>, SandboxError> {
     Ok(vec![guard_program(), deny_program(network, usage)?])
 }
 
@@ -136,9 +139,13 @@ fn deny_program(network: &Network, usage: FilterUse) -> Result<BpfProgram, Sandb
     }
     let mut clone_rules = Vec::new();
     for &flag in CLONE_NAMESPACE_FLAGS {
-        let condition =
-            SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
-                .map_err(seccomp_error)?;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(seccomp_error)?;
         clone_rules.push(SeccompRule::new(vec![condition]).map_err(seccomp_error)?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
@@ -211,7 +218,11 @@ pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(
             &fprog as *const libc::sock_fprog,
         )
     };
-    if rc == 0 { Ok(()) } else { Err(super::child::errno()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(super::child::errno())
+    }
 }
 
 #[cfg(test)]
