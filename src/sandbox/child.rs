@@ -1,0 +1,425 @@
+//! The steps that confine a process, run in the forked child before `execve` (or in the current
+//! process for `verbd exec`).
+//!
+//! Invariant: async-signal-safe. Everything was computed in the parent; this code runs raw
+//! syscalls only, never allocates, never panics, never takes a lock. A failure is reported as one
+//! integer ([`StageFailure::code`]) that encodes the stage and the errno, because only an errno
+//! travels from a forked child back to `spawn()`. The order is fixed (PLATFORM.md §4): the
+//! bounding set is dropped before `setresuid`, `PR_SET_PDEATHSIG` is set after it (a uid change
+//! clears it), and seccomp comes last so its filter could deny any syscall used before.
+
+use std::fmt;
+use std::sync::Arc;
+
+use landlock::{RulesetCreated, RulesetStatus};
+use seccompiler::BpfProgram;
+
+use super::seccomp;
+
+/// One step of confinement. Each has its own code, so a failed spawn names the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stage {
+    /// `setsid()`: the child leads its own session and process group.
+    Setsid = 1,
+    /// `setrlimit` for CPU, address space, file size, open files, processes, core.
+    Rlimits = 2,
+    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: no inherited descriptor survives exec.
+    CloseFds = 3,
+    /// `setgroups(0, NULL)`.
+    Groups = 4,
+    /// `setresgid`.
+    Gid = 5,
+    /// `PR_CAPBSET_DROP` for every capability not kept.
+    CapBounding = 6,
+    /// `PR_SET_KEEPCAPS` before the uid change, when capabilities are kept.
+    KeepCaps = 7,
+    /// `setresuid`.
+    Uid = 8,
+    /// `capset`: effective, permitted and inheritable reduced to the kept set.
+    Caps = 9,
+    /// Ambient set cleared (and the kept capabilities raised).
+    Ambient = 10,
+    /// `PR_SET_PDEATHSIG(SIGKILL)` and the check that the parent is still there.
+    DeathSignal = 11,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 12,
+    /// `landlock_restrict_self`, fully enforced.
+    Landlock = 13,
+    /// seccomp filters.
+    Seccomp = 14,
+}
+
+impl Stage {
+    /// Every stage, in the order they run.
+    pub const ALL: [Stage; 14] = [
+        Stage::Setsid,
+        Stage::Rlimits,
+        Stage::CloseFds,
+        Stage::Groups,
+        Stage::Gid,
+        Stage::CapBounding,
+        Stage::KeepCaps,
+        Stage::Uid,
+        Stage::Caps,
+        Stage::Ambient,
+        Stage::DeathSignal,
+        Stage::NoNewPrivs,
+        Stage::Landlock,
+        Stage::Seccomp,
+    ];
+
+    /// The stage's name as shown in errors and the journal.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Setsid => "setsid",
+            Stage::Rlimits => "rlimits",
+            Stage::CloseFds => "close-fds",
+            Stage::Groups => "setgroups",
+            Stage::Gid => "setresgid",
+            Stage::CapBounding => "capability-bounding-set",
+            Stage::KeepCaps => "keep-caps",
+            Stage::Uid => "setresuid",
+            Stage::Caps => "capabilities",
+            Stage::Ambient => "ambient-capabilities",
+            Stage::DeathSignal => "parent-death-signal",
+            Stage::NoNewPrivs => "no-new-privs",
+            Stage::Landlock => "landlock",
+            Stage::Seccomp => "seccomp",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Codes at or above this value are stage failures: `BASE + stage * 1000 + errno`. `execve` and
+/// everything else in std's spawn path only produce small errnos, so the ranges cannot collide.
+const STAGE_CODE_BASE: i32 = 1_000_000;
+
+/// A stage that failed, with the errno of the failing syscall (`ECANCELED` for a failure forced
+/// by a test, `EOPNOTSUPP` when Landlock was not fully enforced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageFailure {
+    pub stage: Stage,
+    pub errno: i32,
+}
+
+impl StageFailure {
+    /// The integer the child hands back to `spawn()` as its "errno".
+    pub fn code(self) -> i32 {
+        STAGE_CODE_BASE + i32::from(self.stage as u8) * 1000 + self.errno.clamp(0, 999)
+    }
+
+    /// Decodes [`StageFailure::code`].
+    pub fn from_code(code: i32) -> Option<StageFailure> {
+        let offset = code.checked_sub(STAGE_CODE_BASE)?;
+        if offset < 0 {
+            return None;
+        }
+        let stage = Stage::ALL
+            .into_iter()
+            .find(|s| i32::from(*s as u8) == offset / 1000)?;
+        Some(StageFailure {
+            stage,
+            errno: offset % 1000,
+        })
+    }
+}
+
+impl fmt::Display for StageFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sandbox stage `{}` failed: {}",
+            self.stage,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+/// The current thread's errno, without allocating.
+pub(super) fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Resource limits as `(resource, value)`; a value above the current hard limit is lowered to it.
+pub(super) type RlimitTable = [(libc::__rlimit_resource_t, u64); 6];
+
+/// Everything the child needs, computed in the parent.
+pub(super) struct ChildPlan {
+    /// Start a new session (daemon children); `verbd exec` keeps the terminal.
+    pub setsid: bool,
+    pub rlimits: RlimitTable,
+    pub umask: libc::mode_t,
+    /// `(uid, gid)` to switch to.
+    pub run_as: Option<(u32, u32)>,
+    /// Drop the bounding set (needs CAP_SETPCAP; skipped without it, `no_new_privs` covers it).
+    pub drop_bounding: bool,
+    pub cap_last_cap: u32,
+    /// Bit `n` set = keep capability `n`.
+    pub keep_mask: u64,
+    /// Parent pid to check after `PR_SET_PDEATHSIG`, or `None` to not set the death signal.
+    pub death_signal_parent: Option<libc::pid_t>,
+    /// The cloned template, taken by the Landlock stage.
+    pub ruleset: Option<RulesetCreated>,
+    pub filters: Arc<Vec<BpfProgram>>,
+    pub seccomp_flags: libc::c_ulong,
+    /// A stage made to fail (tests only; the child then never execs).
+    pub forced_failure: Option<Stage>,
+}
+
+#[repr(C)]
+struct CapUserHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapUserData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+impl ChildPlan {
+    fn begin(&self, stage: Stage) -> Result<(), StageFailure> {
+        if self.forced_failure == Some(stage) {
+            return Err(StageFailure {
+                stage,
+                errno: libc::ECANCELED,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies every stage in order. Async-signal-safe.
+    pub fn apply(&mut self) -> Result<(), StageFailure> {
+        let fail = |stage: Stage| StageFailure {
+            stage,
+            errno: errno(),
+        };
+
+        self.begin(Stage::Setsid)?;
+        // SAFETY: plain syscall without pointers.
+        if self.setsid && unsafe { libc::setsid() } < 0 {
+            return Err(fail(Stage::Setsid));
+        }
+
+        self.begin(Stage::Rlimits)?;
+        for &(resource, value) in &self.rlimits {
+            let mut current = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: `current` is a valid, writable rlimit on the stack.
+            if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
+                return Err(fail(Stage::Rlimits));
+            }
+            let limit = value.min(current.rlim_max);
+            let new = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: `new` is a valid rlimit on the stack.
+            if unsafe { libc::setrlimit(resource, &new) } != 0 {
+                return Err(fail(Stage::Rlimits));
+            }
+        }
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(self.umask) };
+
+        self.begin(Stage::CloseFds)?;
+        // SAFETY: plain syscall without pointers; marks descriptors 3.. close-on-exec.
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
+        {
+            return Err(fail(Stage::CloseFds));
+        }
+
+        self.begin(Stage::Groups)?;
+        self.begin(Stage::Gid)?;
+        if let Some((_, gid)) = self.run_as {
+            // SAFETY: raw syscall; a zero-length list with a null pointer is valid.
+            if unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>())
+            } != 0
+            {
+                return Err(fail(Stage::Groups));
+            }
+            // SAFETY: raw syscall without pointers (the process is single-threaded here).
+            if unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) } != 0 {
+                return Err(fail(Stage::Gid));
+            }
+        }
+
+        self.begin(Stage::CapBounding)?;
+        if self.drop_bounding {
+            for cap in 0..=self.cap_last_cap {
+                if cap < 64 && self.keep_mask & (1u64 << cap) != 0 {
+                    continue;
+                }
+                // SAFETY: prctl without pointers.
+                if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
+                    != 0
+                {
+                    return Err(fail(Stage::CapBounding));
+                }
+            }
+        }
+
+        self.begin(Stage::KeepCaps)?;
+        if self.run_as.is_some() && self.keep_mask != 0 {
+            // SAFETY: prctl without pointers.
+            if unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) } != 0 {
+                return Err(fail(Stage::KeepCaps));
+            }
+        }
+
+        self.begin(Stage::Uid)?;
+        if let Some((uid, _)) = self.run_as {
+            // SAFETY: raw syscall without pointers (the process is single-threaded here).
+            if unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) } != 0 {
+                return Err(fail(Stage::Uid));
+            }
+        }
+
+        self.begin(Stage::Caps)?;
+        let low = self.keep_mask as u32;
+        let high = (self.keep_mask >> 32) as u32;
+        let header = CapUserHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [
+            CapUserData {
+                effective: low,
+                permitted: low,
+                inheritable: low,
+            },
+            CapUserData {
+                effective: high,
+                permitted: high,
+                inheritable: high,
+            },
+        ];
+        // SAFETY: header and the two data words (version 3 layout) are valid for the call.
+        if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+            return Err(fail(Stage::Caps));
+        }
+
+        self.begin(Stage::Ambient)?;
+        // SAFETY: prctl without pointers.
+        if unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            )
+        } != 0
+        {
+            return Err(fail(Stage::Ambient));
+        }
+        for cap in 0..64u32 {
+            if self.keep_mask & (1u64 << cap) == 0 {
+                continue;
+            }
+            // SAFETY: prctl without pointers.
+            if unsafe {
+                libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE,
+                    libc::c_ulong::from(cap),
+                    0,
+                    0,
+                )
+            } != 0
+            {
+                return Err(fail(Stage::Ambient));
+            }
+        }
+
+        self.begin(Stage::DeathSignal)?;
+        if let Some(parent) = self.death_signal_parent {
+            // SAFETY: prctl without pointers.
+            if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+                return Err(fail(Stage::DeathSignal));
+            }
+            // SAFETY: getppid cannot fail.
+            if unsafe { libc::getppid() } != parent {
+                return Err(StageFailure {
+                    stage: Stage::DeathSignal,
+                    errno: libc::ESRCH,
+                });
+            }
+        }
+
+        self.begin(Stage::NoNewPrivs)?;
+        // SAFETY: prctl without pointers.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(fail(Stage::NoNewPrivs));
+        }
+
+        self.begin(Stage::Landlock)?;
+        let Some(ruleset) = self.ruleset.take() else {
+            // `apply` already ran in this process: fail closed rather than skip Landlock.
+            return Err(StageFailure {
+                stage: Stage::Landlock,
+                errno: libc::EBADF,
+            });
+        };
+        match ruleset.restrict_self() {
+            Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => {}
+            Ok(_) => {
+                return Err(StageFailure {
+                    stage: Stage::Landlock,
+                    errno: libc::EOPNOTSUPP,
+                });
+            }
+            Err(_) => return Err(fail(Stage::Landlock)),
+        }
+
+        self.begin(Stage::Seccomp)?;
+        for program in self.filters.iter() {
+            if let Err(errno) = seccomp::install(program, self.seccomp_flags) {
+                return Err(StageFailure {
+                    stage: Stage::Seccomp,
+                    errno,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_do_not_collide_with_errnos() {
+        for stage in Stage::ALL {
+            for errno in [0, libc::EPERM, libc::EACCES, 133] {
+                let failure = StageFailure { stage, errno };
+                assert_eq!(StageFailure::from_code(failure.code()), Some(failure));
+            }
+        }
+        for errno in [0, libc::ENOENT, libc::EACCES, libc::ENOEXEC, 4095] {
+            assert_eq!(StageFailure::from_code(errno), None);
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The Landlock filesystem template of a sandbox profile, built once in the parent.
+//!
+//! Landlock can only add access, never subtract it, and a rule on a directory covers everything
+//! beneath it. To keep protected names (see [`crate::protected`]) inside a write root both
+//! unmodifiable and uncreatable without user namespaces, a write root is **split**: the root
+//! directory itself gets read access only, and each existing entry gets its own grant:
+//!
+//! - a protected entry gets nothing beyond the read access of its parent (readable, not
+//!   writable, not removable, not replaceable);
+//! - a symlink gets nothing (its target is judged on its own; a link planted later that points
+//!   outside the roots gives no write either, because Landlock checks the resolved inode);
+//! - a regular file (or other non-directory) gets file access (read, write, truncate);
+//! - a subdirectory is granted whole, unless the walk finds a protected entry inside it within
+//!   [`SPLIT_DEPTH`] levels of the root, or the directory is a prefix of a multi-component rule
+//!   (`.git` for `.git/hooks`) or an ancestor of a protected absolute path: then it is split the
+//!   same way (so `.git/objects` is writable whole while `.git/hooks` and `.git/config` are not).
+//!
+//! Trade-offs (documented for operators):
+//! - new entries cannot be created, and existing ones cannot be removed or renamed, directly in a
+//!   write root or in any split directory (e.g. `.git` itself: `git commit` cannot create
+//!   `.git/index.lock`). Tools that need scratch space should use an existing subdirectory of the
+//!   root (granted whole), e.g. `TMPDIR=<root>/tmp`;
+//! - inside a directory granted whole, protected names created later, or existing deeper than the
+//!   walk, are covered only by the file verbs and the agent hook, not by Landlock;
+//! - the template binds to inodes at build time: rebuild it (reload the policy) when a write root
+//!   gains or loses entries that must be writable.
+//!
+//! Invariants: every configured path must exist (a missing one is an error naming it, never a
+//! silent skip); write roots may not be protected themselves nor nested in one another; the ABI is
+//! pinned with `HardRequirement`, so an older kernel fails here, in the parent, not in a child.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+
+use super::{SandboxError, SandboxSpec};
+use crate::protected::ProtectedNames;
+
+/// The Landlock ABI the sandbox requires: V6 (Linux 6.12) adds the signal and abstract-socket
+/// scopes.
+pub const PINNED_ABI: ABI = ABI::V6;
+
+/// How many directory levels below a write root the walk looks for protected entries (the root's
+/// own entries are level 1).
+pub const SPLIT_DEPTH: usize = 3;
+
+/// The most directory entries one write root's walk may visit before the profile is refused as
+/// too broad (narrow the write root instead).
+pub const WALK_ENTRY_LIMIT: usize = 100_000;
+
+/// One grant of the template.
+struct Grant {
+    path: PathBuf,
+    access: BitFlags<AccessFs>,
+}
+
+fn read_access() -> BitFlags<AccessFs> {
+    AccessFs::from_read(PINNED_ABI)
+}
+
+fn dir_write_access() -> BitFlags<AccessFs> {
+    AccessFs::from_all(PINNED_ABI)
+}
+
+fn file_write_access() -> BitFlags<AccessFs> {
+    AccessFs::from_file(PINNED_ABI)
+}
+
+/// Builds the template ruleset: handled = all filesystem rights of the pinned ABI, scoped for
+/// signals and abstract Unix sockets.
+pub(super) fn build_template(spec: &SandboxSpec) -> Result<RulesetCreated, SandboxError> {
+    let grants = plan(spec)?;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(PINNED_ABI))
+        .map_err(landlock_error)?
+        .scope(Scope::from_all(PINNED_ABI))
+        .map_err(landlock_error)?
+        .create()
+        .map_err(landlock_error)?;
+    for grant in grants {
+        let fd = PathFd::new(&grant.path).map_err(|e| SandboxError::Path {
+            profile: spec.name.clone(),
+            path: grant.path.clone(),
+            reason: e.to_string(),
+        })?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, grant.access))
+            .map_err(landlock_error)?;
+    }
+    Ok(ruleset)
+}
+
+fn landlock_error(err: landlock::RulesetError) -> SandboxError {
+    SandboxError::Landlock(err.to_string())
+}
+
+/// Resolves and validates every path of the profile and lists the grants.
+fn plan(spec: &SandboxSpec) -> Result<Vec<Grant>, SandboxError> {
+    let mut grants = Vec::new();
+    for path in &spec.read {
+        let canonical = existing(spec, path)?;
+        grants.push(Grant {
+            path: canonical,
+            access: read_access(),
+        });
+    }
+    let mut write_roots = Vec::new();
+    for path in &spec.write {
+        let canonical = existing(spec, path)?;
+        if let Some(hit) = spec.protected.match_path(&canonical) {
+            return Err(SandboxError::ProtectedWriteRoot {
+                profile: spec.name.clone(),
+                path: path.clone(),
+                rule: hit.rule,
+            });
+        }
+        write_roots.push((path.clone(), canonical));
+    }
+    for (i, (outer_given, outer)) in write_roots.iter().enumerate() {
+        for (j, (inner_given, inner)) in write_roots.iter().enumerate() {
+            if i != j && inner.starts_with(outer) {
+                return Err(SandboxError::NestedWriteRoots {
+                    profile: spec.name.clone(),
+                    inner: inner_given.clone(),
+                    outer: outer_given.clone(),
+                });
+            }
+        }
+    }
+    for (given, root) in &write_roots {
+        let mut walk = Walk {
+            protected: &spec.protected,
+            visited: 0,
+            grants: Vec::new(),
+        };
+        let metadata = std::fs::metadata(root).map_err(|e| path_error(spec, given, &e))?;
+        if metadata.is_dir() {
+            walk.split_dir(root, 0).map_err(|e| match e {
+                WalkError::TooLarge => SandboxError::WalkTooLarge {
+                    profile: spec.name.clone(),
+                    root: given.clone(),
+                    limit: WALK_ENTRY_LIMIT,
+                },
+                WalkError::Io(path, err) => path_error(spec, &path, &err),
+            })?;
+        } else {
+            walk.grants.push(Grant {
+                path: root.clone(),
+                access: file_write_access(),
+            });
+        }
+        grants.append(&mut walk.grants);
+    }
+    grants.push(Grant {
+        path: PathBuf::from("/dev/null"),
+        access: file_write_access() & !AccessFs::Execute,
+    });
+    Ok(grants)
+}
+
+fn existing(spec: &SandboxSpec, path: &Path) -> Result<PathBuf, SandboxError> {
+    std::fs::canonicalize(path).map_err(|e| path_error(spec, path, &e))
+}
+
+fn path_error(spec: &SandboxSpec, path: &Path, err: &io::Error) -> SandboxError {
+    SandboxError::Path {
+        profile: spec.name.clone(),
+        path: path.to_path_buf(),
+        reason: err.to_string(),
+    }
+}
+
+enum WalkError {
+    TooLarge,
+    Io(PathBuf, io::Error),
+}
+
+struct Walk<'a> {
+    protected: &'a ProtectedNames,
+    visited: usize,
+    grants: Vec<Grant>,
+}
+
+impl Walk<'_> {
+    /// Grants read on `dir` and the right access on each entry. Returns whether anything under
+    /// `dir` is protected or leads to a protected rule (then `dir` must stay split).
+    fn split_dir(&mut self, dir: &Path, depth: usize) -> Result<bool, WalkError> {
+        let mut needs_split = leads_to_protected(self.protected, dir);
+        let mark = self.grants.len();
+        self.grants.push(Grant {
+            path: dir.to_path_buf(),
+            access: read_access(),
+        });
+        let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                // Vanished while walking: granting nothing is the safe answer.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(dir.to_path_buf(), e)),
+            };
+            self.visited += 1;
+            if self.visited > WALK_ENTRY_LIMIT {
+                return Err(WalkError::TooLarge);
+            }
+            let path = entry.path();
+            if self.protected.match_path(&path).is_some() {
+                needs_split = true;
+                continue;
+            }
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(path, e)),
+            };
+            if file_type.is_symlink() {
+                continue;
+            }
+            if !file_type.is_dir() {
+                self.grants.push(Grant {
+                    path,
+                    access: file_write_access(),
+                });
+                continue;
+            }
+            let look_inside = depth + 1 < SPLIT_DEPTH || leads_to_protected(self.protected, &path);
+            if look_inside && self.split_dir(&path, depth + 1)? {
+                needs_split = true;
+                continue;
+            }
+            self.grants.push(Grant {
+                path,
+                access: dir_write_access(),
+            });
+        }
+        // The root (depth 0) is always split: otherwise protected names could be created in it.
+        // Any other directory without protected entries is granted whole by the caller instead.
+        if depth > 0 && !needs_split {
+            self.grants.truncate(mark);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Is `path` a proper prefix of a protected rule: it ends with the first components of a
+/// multi-component name (`…/.git` for `.git/hooks`), or it is an ancestor of a protected absolute
+/// path? Then granting it whole would let the protected entry be created or replaced.
+fn leads_to_protected(protected: &ProtectedNames, path: &Path) -> bool {
+    let components: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().to_lowercase()),
+            _ => None,
+        })
+        .collect();
+    let by_name = protected
+        .sequences()
+        .iter()
+        .any(|rule| (1..rule.len()).any(|k| components.ends_with(&rule[..k])));
+    by_name
+        || protected
+            .paths()
+            .iter()
+            .any(|p| p.starts_with(path) && p.as_path() != path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::{Network, Rlimits};
+
+    fn spec_with_write(root: &Path) -> SandboxSpec {
+        SandboxSpec {
+            name: "t".into(),
+            read: vec![],
+            write: vec![root.to_path_buf()],
+            protected: ProtectedNames::builtin(),
+            network: Network::None,
+            keep_capabilities: vec![],
+            rlimits: Rlimits::default(),
+            umask: 0o077,
+            run_as: None,
+        }
+    }
+
+    fn granted(grants: &[Grant], path: &Path) -> Option<BitFlags<AccessFs>> {
+        grants.iter().find(|g| g.path == path).map(|g| g.access)
+    }
+
+    #[test]
+    fn split_skips_protected_and_descends_into_prefixes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in [".git/hooks", ".git/objects/ab", "src/deep/er", "docs"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "CLAUDE.md",
+            ".git/config",
+            ".git/HEAD",
+            "src/lib.rs",
+            "docs/AGENTS.md",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
+        let grants = plan(&spec_with_write(&root)).unwrap();
+        assert_eq!(granted(&grants, &root), Some(read_access()));
+        assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
+        assert_eq!(granted(&grants, &root.join("link")), None);
+        assert_eq!(granted(&grants, &root.join(".git")), Some(read_access()));
+        assert_eq!(granted(&grants, &root.join(".git/hooks")), None);
+        assert_eq!(granted(&grants, &root.join(".git/config")), None);
+        assert_eq!(
+            granted(&grants, &root.join(".git/objects")),
+            Some(dir_write_access())
+        );
+        assert_eq!(
+            granted(&grants, &root.join(".git/HEAD")),
+            Some(file_write_access())
+        );
+        assert_eq!(
+            granted(&grants, &root.join("src")),
+            Some(dir_write_access())
+        );
+        assert_eq!(
+            granted(&grants, &root.join("src/lib.rs")),
+            None,
+            "covered by src"
+        );
+        assert_eq!(granted(&grants, &root.join("docs")), Some(read_access()));
+        assert_eq!(granted(&grants, &root.join("docs/AGENTS.md")), None);
+    }
+
+    #[test]
+    fn bad_roots_are_refused_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let err = plan(&spec_with_write(&missing)).err().unwrap().to_string();
+        assert!(err.contains("nope"), "{err}");
+        std::fs::create_dir(dir.path().join(".claude")).unwrap();
+        let err = plan(&spec_with_write(&dir.path().join(".claude")))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, SandboxError::ProtectedWriteRoot { .. }),
+            "{err}"
+        );
+        let mut spec = spec_with_write(dir.path());
+        std::fs::create_dir(dir.path().join("in")).unwrap();
+        spec.write.push(dir.path().join("in"));
+        assert!(matches!(
+            plan(&spec),
+            Err(SandboxError::NestedWriteRoots { .. })
+        ));
+    }
+}

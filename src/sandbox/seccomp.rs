@@ -1,0 +1,244 @@
+//! seccomp filters of a sandbox profile, compiled once in the parent.
+//!
+//! Two classic-BPF programs, stacked in the child (the kernel runs every installed filter and the
+//! most restrictive answer wins):
+//!
+//! 1. a hand-written **guard**: the architecture must be x86_64 (otherwise the process is
+//!    killed), syscall numbers with the x32 bit (`nr >= 0x40000000`) are refused with EPERM —
+//!    seccompiler's own architecture check cannot express this, and without it every rule below
+//!    could be bypassed through the x32 table on kernels built with `CONFIG_X86_X32_ABI` — and
+//!    `clone3` answers ENOSYS (its flags sit behind a pointer a filter cannot read; libc then
+//!    falls back to `clone`, whose flags the deny set checks);
+//! 2. the **deny set**, built with seccompiler: default allow, EPERM for the syscalls that widen
+//!    the kernel attack surface or leave the sandbox (ptrace, mounts, namespaces, bpf, keyrings,
+//!    io_uring, modules, …), `clone` with any `CLONE_NEW*` flag, and — with `network = "none"` —
+//!    `socket` for any family other than `AF_UNIX`. For children of the daemon (not for
+//!    `verbd exec`) `setsid` and `setpgid` are denied too, so a child cannot leave the process
+//!    group the executor kills on timeout.
+//!
+//! Invariant: a program here is immutable once compiled and is only read in the child (its
+//! address and length go to seccomp(2) on the stack); nothing in the child allocates.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+
+use super::{Network, SandboxError};
+
+/// `AUDIT_ARCH_X86_64`: EM_X86_64 (62) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
+const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+
+/// First syscall number of the x32 ABI (`__X32_SYSCALL_BIT`).
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Syscalls refused with EPERM in every profile, whatever their arguments.
+const DENIED_SYSCALLS: &[libc::c_long] = &[
+    // Inspecting or changing other processes.
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_process_madvise,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
+    // Mounts and root changes.
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_mount_setattr,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    // Namespaces.
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    // Kernel attack surface reachable without privileges.
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    // File handles bypass path-based checks.
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    // Kernel, modules, hardware, system state.
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_iopl,
+    libc::SYS_ioperm,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+    libc::SYS_syslog,
+    libc::SYS_fanotify_init,
+    libc::SYS_lookup_dcookie,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_sethostname,
+    libc::SYS_setdomainname,
+    libc::SYS_vhangup,
+    libc::SYS_uselib,
+    libc::SYS__sysctl,
+];
+
+/// Syscalls additionally refused for children of the daemon: leaving the process group would let
+/// a child survive the executor's group kill.
+const DENIED_FOR_DAEMON_CHILDREN: &[libc::c_long] = &[libc::SYS_setsid, libc::SYS_setpgid];
+
+/// `clone` flags that create a namespace. `CLONE_NEWTIME` (0x80) is left out: in `clone`'s first
+/// argument that bit belongs to the exit signal, and `clone3`/`unshare` are refused whole.
+const CLONE_NAMESPACE_FLAGS: &[u64] = &[
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+];
+
+/// Whom the filters are for: the daemon's children also lose `setsid`/`setpgid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FilterUse {
+    DaemonChild,
+    ExecWrapper,
+}
+
+/// The compiled programs, in installation order.
+pub(super) fn compile(
+    network: &Network,
+    usage: FilterUse,
+) -> Result<Vec<BpfProgram>, SandboxError> {
+    Ok(vec![guard_program(), deny_program(network, usage)?])
+}
+
+fn deny_program(network: &Network, usage: FilterUse) -> Result<BpfProgram, SandboxError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let extra: &[libc::c_long] = match usage {
+        FilterUse::DaemonChild => DENIED_FOR_DAEMON_CHILDREN,
+        FilterUse::ExecWrapper => &[],
+    };
+    for &nr in DENIED_SYSCALLS.iter().chain(extra) {
+        // An empty rule list matches on the syscall number alone.
+        rules.insert(nr, Vec::new());
+    }
+    let mut clone_rules = Vec::new();
+    for &flag in CLONE_NAMESPACE_FLAGS {
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(seccomp_error)?;
+        clone_rules.push(SeccompRule::new(vec![condition]).map_err(seccomp_error)?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    if matches!(network, Network::None) {
+        let not_unix = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .map_err(seccomp_error)?;
+        rules.insert(
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![not_unix]).map_err(seccomp_error)?],
+        );
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(seccomp_error)?;
+    BpfProgram::try_from(filter).map_err(seccomp_error)
+}
+
+fn seccomp_error(err: seccompiler::BackendError) -> SandboxError {
+    SandboxError::Seccomp(err.to_string())
+}
+
+/// The hand-written guard: arch check, x32 numbers refused, `clone3` → ENOSYS.
+fn guard_program() -> BpfProgram {
+    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    // offsetof(struct seccomp_data, nr) and (…, arch).
+    const OFFSET_NR: u32 = 0;
+    const OFFSET_ARCH: u32 = 4;
+    let ret_errno = |errno: i32| libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA);
+    let insn = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
+    vec![
+        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, OFFSET_NR),
+        insn(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        insn(RET_K, 0, 0, ret_errno(libc::EPERM)),
+        insn(JEQ_K, 0, 1, libc::SYS_clone3 as u32),
+        insn(RET_K, 0, 0, ret_errno(libc::ENOSYS)),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// Installs `program` on the calling thread. Async-signal-safe: no allocation, one syscall.
+/// Returns the errno on failure.
+pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(), i32> {
+    let fprog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points at `program`, which outlives the call; the kernel copies the
+    // instructions and keeps no reference. seccompiler's `sock_filter` has the layout of the
+    // kernel's `struct sock_filter` (u16, u8, u8, u32), as libc's does.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(super::child::errno())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_compile_and_fit_the_kernel_limit() {
+        for network in [Network::None, Network::Full] {
+            for usage in [FilterUse::DaemonChild, FilterUse::ExecWrapper] {
+                let programs = compile(&network, usage).unwrap();
+                assert_eq!(programs.len(), 2);
+                for program in &programs {
+                    assert!(!program.is_empty() && program.len() <= 4096);
+                }
+            }
+        }
+    }
+}
