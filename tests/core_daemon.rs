@@ -42,10 +42,14 @@ timeout = "1s"
 command = ["/bin/sh", "-c", "sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
 params.tag = { type = "int", min = 1, max = 999999 }
 
+[sandbox.zero]
+read = ["/usr", "/lib", "/etc", "/dev/zero"]
+
 [verb.flood]
 description = "writes 100 MB to stdout"
 category = "read-only"
 roles = ["me"]
+sandbox = "zero"
 max_output = "1MiB"
 timeout = "60s"
 command = "/usr/bin/head -c 100000000 /dev/zero"

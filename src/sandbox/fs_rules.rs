@@ -104,9 +104,16 @@ fn plan(spec: &SandboxSpec) -> Result<Vec<Grant>, SandboxError> {
     let mut grants = Vec::new();
     for path in &spec.read {
         let canonical = existing(spec, path)?;
+        // A single file (e.g. /dev/zero) gets the file subset of the read rights: Landlock
+        // refuses directory-only rights on a non-directory.
+        let access = if canonical.is_dir() {
+            read_access()
+        } else {
+            read_access() & file_write_access()
+        };
         grants.push(Grant {
             path: canonical,
-            access: read_access(),
+            access,
         });
     }
     let mut write_roots = Vec::new();
