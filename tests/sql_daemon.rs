@@ -55,6 +55,10 @@ fn start() -> Option<(pg::PgCluster, Daemon)> {
         return None;
     }
     let pg = pg::PgCluster::start()?;
+    // Verb children have no capabilities (not even root's DAC override): let them reach the
+    // server's socket directory like any other client would.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(pg.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let d = Daemon::start(&policy(&pg));
     Some((pg, d))
 }
