@@ -140,6 +140,21 @@ enum Command {
         #[arg(long)]
         note: String,
     },
+    /// Run any program confined by a sandbox profile (Landlock, seccomp, no capabilities,
+    /// rlimits): e.g. `verbd exec --policy p.toml --profile agent -- claude`. No privileges needed.
+    Exec {
+        /// Policy holding the profile (default: the embedded demo policy)
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long, default_value = "default")]
+        profile: String,
+        /// Print the achieved Landlock ABI, seccomp mode, no_new_privs and capabilities to stderr
+        #[arg(long)]
+        print_status: bool,
+        program: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// The audit journal
     Audit {
         #[command(subcommand)]
@@ -280,6 +295,35 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &Request::Resolve { id, outcome, note },
             false,
         ),
+        Command::Exec {
+            policy,
+            profile,
+            print_status,
+            program,
+            args,
+        } => {
+            let policy = load_policy(policy.as_deref())?;
+            let Some(spec) = policy.sandboxes.get(&profile) else {
+                bail!(
+                    "profile `{profile}` is not defined in {} (defined: {})",
+                    policy.origin,
+                    policy.sandboxes.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            };
+            let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let err = match verbd::sandbox::exec_confined(&prepared, &program, &args, print_status)
+            {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            eprintln!("verbd exec: {err}");
+            Ok(ExitCode::from(if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
+                127
+            } else {
+                126
+            }))
+        }
         Command::Audit { command } => match command {
             AuditCommand::Verify { state_dir, json } => {
                 let dir = state_dir.unwrap_or_else(server::default_state_dir);
