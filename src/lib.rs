@@ -19,4 +19,5 @@ pub mod sandbox;
 pub mod scrub;
 pub mod sd;
 pub mod secrets;
+pub mod selftest;
 pub mod server;

@@ -1,0 +1,746 @@
+//! The self-test that gates service (invariant 8).
+//!
+//! `verbd serve` runs it after binding its socket (without listening) and dropping privileges,
+//! and accepts no connection — and tells systemd nothing — until every check passes; a reload swaps
+//! policies only when the new one passes. `verbd selftest --policy FILE` runs the same checks
+//! offline. Every check is named and says PASS or FAIL with the reason and the fix.
+//!
+//! Checks: the policy's embedded examples; every verb binary (absolute, regular, executable, owned
+//! by root or the daemon user, not writable by group/other, parents likewise, no set-id bit,
+//! optional sha256 pin); per sandbox profile, a canary child (the verbd binary itself, in a hidden
+//! mode) that must FAIL to write outside the write roots and to a protected name, get EPERM from a
+//! denied syscall, fail to open a network socket when the network is off, and see no_new_privs,
+//! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
+//! secret sources' ownership and modes; file verbs' roots; and, when serving, the daemon's identity,
+//! socket mode and group, state dir and journal.
+#![forbid(unsafe_code)]
+
+use crate::policy::params::ParamKind;
+use crate::policy::{Policy, PreparedAction, Role, RoleKind, Verb, VerbAction, Verdict};
+use crate::sandbox::{Network, PreparedSandbox, SandboxSpec};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Hidden subcommand the canary child runs.
+pub const CANARY_SUBCOMMAND: &str = "__sandbox-canary";
+
+/// Test-only switch: run canaries *without* their sandbox, so the forbidden things succeed and the
+/// self-test must fail. It can only make the self-test fail, never pass.
+pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
+
+/// One named check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// All checks of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+    pub elapsed_ms: f64,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+
+    pub fn failures(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.passed)
+    }
+
+    /// One line: `self-test passed: 57 checks in 23.1 ms` or the failure count.
+    pub fn summary(&self) -> String {
+        let failed = self.failures().count();
+        if failed == 0 {
+            format!(
+                "self-test passed: {} checks in {:.1} ms",
+                self.checks.len(),
+                self.elapsed_ms
+            )
+        } else {
+            format!(
+                "self-test FAILED: {failed} of {} checks failed ({:.1} ms)",
+                self.checks.len(),
+                self.elapsed_ms
+            )
+        }
+    }
+
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            out.push_str(&format!(
+                "{} {}: {}\n",
+                if c.passed { "PASS" } else { "FAIL" },
+                c.name,
+                c.detail
+            ));
+            if let (false, Some(fix)) = (c.passed, &c.fix) {
+                out.push_str(&format!("     fix: {fix}\n"));
+            }
+        }
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+
+    fn push(&mut self, name: impl Into<String>, result: Result<String, (String, String)>) {
+        let name = name.into();
+        self.checks.push(match result {
+            Ok(detail) => Check {
+                name,
+                passed: true,
+                detail,
+                fix: None,
+            },
+            Err((detail, fix)) => Check {
+                name,
+                passed: false,
+                detail,
+                fix: Some(fix),
+            },
+        });
+    }
+}
+
+/// What the self-test needs to know beyond the policy.
+pub struct Context<'a> {
+    pub policy: &'a Policy,
+    /// The uid the daemon runs as (after its privilege drop).
+    pub daemon_uid: u32,
+    /// The verbd binary, run as the sandbox canary.
+    pub canary_exe: PathBuf,
+    /// Present when serving: checked too.
+    pub serving: Option<Serving<'a>>,
+    /// A state dir whose journal tail should be verified (offline `selftest --state-dir`).
+    pub state_dir: Option<&'a Path>,
+}
+
+/// Facts about a running daemon.
+pub struct Serving<'a> {
+    pub state_dir: &'a Path,
+    pub socket: Option<&'a Path>,
+}
+
+/// Run every check.
+pub fn run(ctx: &Context) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        checks: Vec::new(),
+        elapsed_ms: 0.0,
+    };
+    let policy = ctx.policy;
+    report.push(
+        "policy",
+        Ok(format!(
+            "{}: {} verbs, {} roles, {} sandbox profiles, hash {}",
+            policy.origin,
+            policy.verbs.len(),
+            policy.roles.len(),
+            policy.sandboxes.len(),
+            &policy.hash[..12]
+        )),
+    );
+    let all_roles: Vec<&Role> = policy.roles.values().collect();
+    for verb in policy.verbs.values() {
+        check_examples(&mut report, policy, &all_roles, verb);
+        check_validator(&mut report, policy, &all_roles, verb);
+        match &verb.action {
+            VerbAction::Command { template, dry_run } => {
+                check_binary(&mut report, ctx, verb, template.program());
+                if let Some(d) = dry_run {
+                    if d.program() != template.program() {
+                        check_binary(&mut report, ctx, verb, d.program());
+                    }
+                }
+            }
+            VerbAction::File(spec) => report.push(
+                format!("file-roots:{}", verb.name),
+                spec.validate()
+                    .map(|()| format!("{} root(s) usable", spec.roots.len()))
+                    .map_err(|e| {
+                        (
+                            e.to_string(),
+                            "create the root directory (owned by the daemon user), or fix roots = [...]"
+                                .into(),
+                        )
+                    }),
+            ),
+        }
+    }
+    if let Some(notify) = &policy.approvals.notify {
+        check_binary_path(&mut report, ctx, "approvals.notify", notify.program(), None);
+    }
+    for spec in policy.sandboxes.values() {
+        check_sandbox(&mut report, ctx, spec);
+    }
+    let agent_uids = agent_uids(policy);
+    for (name, source) in &policy.secrets {
+        report.push(
+            format!("secret:{name}"),
+            crate::secrets::check_source(name, source, ctx.daemon_uid, &agent_uids)
+                .map(|()| format!("{source} is private to the daemon"))
+                .map_err(|p| (p.to_string(), p.fix.clone())),
+        );
+    }
+    if let Some(serving) = &ctx.serving {
+        check_serving(&mut report, ctx, serving);
+    } else if let Some(dir) = ctx.state_dir {
+        check_journal_tail(&mut report, dir);
+    }
+    report.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    report
+}
+
+fn agent_uids(policy: &Policy) -> Vec<u32> {
+    let mut uids = Vec::new();
+    for role in policy.roles.values().filter(|r| r.kind == RoleKind::Agent) {
+        uids.extend(&role.uids);
+        for user in &role.users {
+            if let Ok(Some(u)) = nix::unistd::User::from_name(user) {
+                uids.push(u.uid.as_raw());
+            }
+        }
+        for group in &role.groups {
+            if let Ok(Some(g)) = nix::unistd::Group::from_name(group) {
+                for member in &g.mem {
+                    if let Ok(Some(u)) = nix::unistd::User::from_name(member) {
+                        uids.push(u.uid.as_raw());
+                    }
+                }
+            }
+        }
+    }
+    uids.sort_unstable();
+    uids.dedup();
+    uids
+}
+
+fn raw_args(example: &BTreeMap<String, String>) -> BTreeMap<String, serde_json::Value> {
+    example
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect()
+}
+
+fn check_examples(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &Verb) {
+    if verb.examples_accept.is_empty() && verb.examples_reject.is_empty() {
+        return;
+    }
+    let mut problems = Vec::new();
+    for example in &verb.examples_accept {
+        if let Verdict::Refuse(r) = policy.evaluate(roles, &verb.name, &raw_args(example)) {
+            problems.push(format!("accept example {example:?} was refused: {}", r.message()));
+        }
+    }
+    for example in &verb.examples_reject {
+        match policy.evaluate(roles, &verb.name, &raw_args(example)) {
+            Verdict::Refuse(refusal) => {
+                use crate::policy::Refusal;
+                let named = match &refusal {
+                    Refusal::Invalid(r) => example.contains_key(&r.param),
+                    Refusal::UnknownParam { param, .. } => example.contains_key(param),
+                    Refusal::Missing { .. } => true,
+                    _ => false,
+                };
+                if !named {
+                    problems.push(format!(
+                        "reject example {example:?} was refused for another reason: {}",
+                        refusal.message()
+                    ));
+                }
+            }
+            _ => problems.push(format!("reject example {example:?} was ACCEPTED")),
+        }
+    }
+    let total = verb.examples_accept.len() + verb.examples_reject.len();
+    report.push(
+        format!("examples:{}", verb.name),
+        if problems.is_empty() {
+            Ok(format!("{total} example(s) behave"))
+        } else {
+            Err((
+                problems.join("; "),
+                "fix the parameter types or the examples in the policy".into(),
+            ))
+        },
+    );
+}
+
+/// Hostile values every parameter is tried with.
+fn hostile_corpus() -> Vec<String> {
+    vec![
+        "-x".into(),
+        "--help".into(),
+        "--output=/etc/passwd".into(),
+        "a\0b".into(),
+        "a\nb".into(),
+        "a\rb".into(),
+        "../../../etc/passwd".into(),
+        "/etc/../etc/shadow".into(),
+        "$(id)".into(),
+        "`id`".into(),
+        ";id".into(),
+        "| id".into(),
+        "a".repeat(1 << 20),
+        "\u{202e}evil".into(),
+    ]
+}
+
+fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &Verb) {
+    if verb.params.is_empty() {
+        return;
+    }
+    let base: BTreeMap<String, String> = verb.examples_accept.first().cloned().unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut tried = 0;
+    for param in verb.params.values() {
+        for value in hostile_corpus() {
+            tried += 1;
+            let Ok(normalized) = param.validate(&value) else {
+                continue;
+            };
+            let content = matches!(param.kind, ParamKind::Content { .. });
+            if !content && normalized.contains(['\0', '\n', '\r']) {
+                problems.push(format!("`{}` accepted a control character", param.name));
+            }
+            if !content && normalized.len() > 64 * 1024 {
+                problems.push(format!("`{}` accepted a {}-byte value", param.name, normalized.len()));
+            }
+            if matches!(param.kind, ParamKind::Path { .. })
+                && Path::new(&normalized).components().any(|c| c == std::path::Component::ParentDir)
+            {
+                problems.push(format!("`{}` accepted a path with `..`", param.name));
+            }
+            // Option injection: with the rest of the call complete, a leading dash must never
+            // begin an argv element unless the parameter opted in.
+            if value.starts_with('-') && !param.allow_dash {
+                let mut args = base.clone();
+                args.insert(param.name.clone(), value.clone());
+                if let Verdict::Run(call) | Verdict::Propose(call) =
+                    policy.evaluate(roles, &verb.name, &raw_args(&args))
+                {
+                    if let PreparedAction::Exec { argv, .. } = &call.action {
+                        if argv.display().iter().skip(1).any(|e| e.starts_with(&value)) {
+                            problems.push(format!(
+                                "`{}` let {value:?} begin an argv element",
+                                param.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    problems.dedup();
+    report.push(
+        format!("validator:{}", verb.name),
+        if problems.is_empty() {
+            Ok(format!("{tried} hostile values refused or kept harmless"))
+        } else {
+            Err((
+                problems.join("; "),
+                "tighten the parameter's type or pattern".into(),
+            ))
+        },
+    );
+}
+
+fn check_binary(report: &mut Report, ctx: &Context, verb: &Verb, program: &Path) {
+    check_binary_path(
+        report,
+        ctx,
+        &format!("binary:{}", verb.name),
+        program,
+        verb.sha256.as_deref(),
+    );
+}
+
+fn check_binary_path(
+    report: &mut Report,
+    ctx: &Context,
+    name: &str,
+    program: &Path,
+    pin: Option<&str>,
+) {
+    let result = (|| -> Result<String, (String, String)> {
+        let shown = program.display();
+        if !program.is_absolute() {
+            return Err((format!("{shown} is not absolute"), "use an absolute path".into()));
+        }
+        let real = std::fs::canonicalize(program).map_err(|e| {
+            (
+                format!("{shown}: {e}"),
+                format!("install {shown}, or remove the verb"),
+            )
+        })?;
+        let meta = std::fs::metadata(&real).map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
+        if !meta.is_file() {
+            return Err((format!("{} is not a regular file", real.display()), "point the verb at the program itself".into()));
+        }
+        let mode = meta.permissions().mode();
+        if mode & 0o111 == 0 {
+            return Err((format!("{} is not executable", real.display()), format!("chmod 0755 {}", real.display())));
+        }
+        if mode & 0o6000 != 0 {
+            return Err((
+                format!("{} has a setuid/setgid bit (mode {:04o})", real.display(), mode & 0o7777),
+                format!("chmod u-s,g-s {} (verbs run without privileges; a set-id binary defeats that)", real.display()),
+            ));
+        }
+        let owner_ok = |uid: u32| uid == 0 || uid == ctx.daemon_uid;
+        if !owner_ok(meta.uid()) || mode & 0o022 != 0 {
+            return Err((
+                format!(
+                    "{} is owned by uid {} with mode {:04o}: someone other than root could replace it",
+                    real.display(),
+                    meta.uid(),
+                    mode & 0o7777
+                ),
+                format!("chown root:root {0} && chmod go-w {0}", real.display()),
+            ));
+        }
+        let mut dir = real.parent();
+        while let Some(d) = dir {
+            let dm = std::fs::metadata(d).map_err(|e| (format!("{}: {e}", d.display()), "check the directory".into()))?;
+            let dmode = dm.permissions().mode();
+            if !owner_ok(dm.uid()) || dmode & 0o022 != 0 {
+                return Err((
+                    format!(
+                        "parent directory {} is owned by uid {} with mode {:04o}: the binary could be swapped",
+                        d.display(),
+                        dm.uid(),
+                        dmode & 0o7777
+                    ),
+                    format!("chown root {0} && chmod go-w {0}, or install the program elsewhere", d.display()),
+                ));
+            }
+            dir = d.parent();
+        }
+        if let Some(pin) = pin {
+            let bytes = std::fs::read(&real).map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
+            let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+            if digest != pin {
+                return Err((
+                    format!("{} has sha256 {digest}, the policy pins {pin}", real.display()),
+                    "reinstall the expected program, or update the pin after reviewing the change".into(),
+                ));
+            }
+            return Ok(format!("{} is safe and matches its sha256 pin", real.display()));
+        }
+        Ok(format!("{} is root-owned, not writable by others, no set-id bit", real.display()))
+    })();
+    report.push(name, result);
+}
+
+/// The canary's findings, one per line: `name ok detail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanaryFinding {
+    pub name: String,
+    pub confined: bool,
+    pub detail: String,
+}
+
+fn check_sandbox(report: &mut Report, ctx: &Context, spec: &SandboxSpec) {
+    let name = format!("sandbox:{}", spec.name);
+    let result = run_canary(ctx, spec);
+    report.push(name, result);
+}
+
+fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, String)> {
+    // The canary is the verbd binary: let it be loaded (the binary and the system libraries);
+    // nothing about writes, syscalls, network or capabilities changes.
+    let mut canary_spec = spec.clone();
+    for extra in [
+        ctx.canary_exe.as_path(),
+        Path::new("/lib"),
+        Path::new("/lib64"),
+        Path::new("/usr/lib"),
+        Path::new("/proc"),
+    ] {
+        if extra.exists() && !canary_spec.read.iter().any(|r| extra.starts_with(r)) {
+            canary_spec.read.push(extra.to_path_buf());
+        }
+    }
+    let prepared = PreparedSandbox::prepare(canary_spec).map_err(|e| {
+        (
+            format!("the profile cannot be prepared: {e}"),
+            "fix the profile's paths".into(),
+        )
+    })?;
+    let outside = canary_outside_dir(spec);
+    let mut cmd = Command::new(&ctx.canary_exe);
+    cmd.arg(CANARY_SUBCOMMAND)
+        .arg("--outside")
+        .arg(&outside)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if spec.network == Network::None {
+        cmd.arg("--network-none");
+    }
+    if let Some(root) = spec.write.first() {
+        cmd.arg("--protected").arg(root.join("CLAUDE.md"));
+    }
+    if !spec.keep_capabilities.is_empty() {
+        cmd.arg("--keeps-capabilities");
+    }
+    let unsandboxed = std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
+    if !unsandboxed {
+        prepared
+            .install_std(&mut cmd)
+            .map_err(|e| (format!("cannot install the sandbox: {e}"), "see the error".into()))?;
+    }
+    let out = cmd.output().map_err(|e| {
+        let detail = match crate::sandbox::spawn_failure(&e) {
+            Some(stage) => format!("the sandbox could not be applied: {stage}"),
+            None => format!("the canary could not start: {e}"),
+        };
+        (detail, "check that the kernel supports Landlock ABI 6 and seccomp, and that the unit's SystemCallFilter allows landlock_* and seccomp".into())
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let findings: Vec<CanaryFinding> = text.lines().filter_map(parse_finding).collect();
+    if findings.is_empty() {
+        return Err((
+            format!(
+                "the canary reported nothing (exit {:?}): {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            "run `verbd selftest` by hand to see the canary's error".into(),
+        ));
+    }
+    let escaped: Vec<String> = findings
+        .iter()
+        .filter(|f| !f.confined)
+        .map(|f| format!("{}: {}", f.name, f.detail))
+        .collect();
+    if escaped.is_empty() {
+        Ok(format!(
+            "canary confined: {}",
+            findings
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    } else {
+        Err((
+            format!("the canary did forbidden things: {}", escaped.join("; ")),
+            "the sandbox is not effective on this host: check the kernel (Landlock, seccomp), the unit's SystemCallFilter, and the profile".into(),
+        ))
+    }
+}
+
+/// A directory outside every write root that exists and would normally be writable (by root).
+fn canary_outside_dir(spec: &SandboxSpec) -> PathBuf {
+    let candidates = [std::env::temp_dir(), PathBuf::from("/var/tmp"), PathBuf::from("/tmp")];
+    candidates
+        .into_iter()
+        .find(|c| c.is_dir() && !spec.write.iter().any(|w| c.starts_with(w) || w.starts_with(c)))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+fn parse_finding(line: &str) -> Option<CanaryFinding> {
+    let mut parts = line.splitn(3, ' ');
+    let name = parts.next()?.to_string();
+    let confined = match parts.next()? {
+        "confined" => true,
+        "ESCAPED" => false,
+        _ => return None,
+    };
+    Some(CanaryFinding {
+        name,
+        confined,
+        detail: parts.next().unwrap_or_default().to_string(),
+    })
+}
+
+/// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
+pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool, keeps_caps: bool) -> i32 {
+    let mut lines = Vec::new();
+    let mut report = |name: &str, confined: bool, detail: String| {
+        lines.push(format!(
+            "{name} {} {detail}",
+            if confined { "confined" } else { "ESCAPED" }
+        ));
+    };
+    let probe = outside.join(format!("verbd-canary-{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            report("write-outside", false, format!("created {}", probe.display()));
+        }
+        Err(e) => report("write-outside", true, e.to_string()),
+    }
+    if let Some(path) = protected {
+        let existed = path.exists();
+        match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path) {
+            Ok(_) => {
+                if !existed {
+                    let _ = std::fs::remove_file(path);
+                }
+                report("write-protected", false, format!("opened {} for writing", path.display()));
+            }
+            Err(e) => report("write-protected", true, e.to_string()),
+        }
+    }
+    match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+        Ok(()) => report("denied-syscall", false, "unshare(CLONE_NEWUSER) succeeded".into()),
+        Err(nix::errno::Errno::EPERM) => report("denied-syscall", true, "unshare: EPERM".into()),
+        Err(e) => report("denied-syscall", false, format!("unshare failed with {e}, not EPERM")),
+    }
+    if network_none {
+        match nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Inet,
+            nix::sys::socket::SockType::Stream,
+            nix::sys::socket::SockFlag::empty(),
+            None,
+        ) {
+            Ok(_) => report("network", false, "socket(AF_INET) succeeded".into()),
+            Err(e) => report("network", true, format!("socket(AF_INET): {e}")),
+        }
+    }
+    let nnp = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
+    report("no-new-privs", nnp, format!("no_new_privs={}", u8::from(nnp)));
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Seccomp:"))
+                .map(|l| l["Seccomp:".len()..].trim().to_string())
+        });
+    // The canary's profile always includes /proc for reading; unreadable means unverified.
+    let seccomp_mode = seccomp.unwrap_or_else(|| "unreadable".into());
+    report("seccomp", seccomp_mode == "2", format!("mode {seccomp_mode}"));
+    if !keeps_caps {
+        let sets = [
+            ("effective", caps::CapSet::Effective),
+            ("permitted", caps::CapSet::Permitted),
+            ("bounding", caps::CapSet::Bounding),
+            ("ambient", caps::CapSet::Ambient),
+        ];
+        let held: Vec<String> = sets
+            .iter()
+            .filter_map(|(n, set)| {
+                let c = caps::read(None, *set).ok()?;
+                (!c.is_empty()).then(|| format!("{n}={}", c.len()))
+            })
+            .collect();
+        report(
+            "capabilities",
+            held.is_empty(),
+            if held.is_empty() { "all sets empty".into() } else { held.join(",") },
+        );
+    }
+    println!("{}", lines.join("\n"));
+    0
+}
+
+fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
+    let policy = ctx.policy;
+    let euid = nix::unistd::geteuid();
+    report.push(
+        "identity",
+        if euid.is_root() && !policy.daemon.allow_root {
+            Err((
+                "the daemon is still root after start-up".into(),
+                "set [daemon] user".into(),
+            ))
+        } else {
+            Ok(format!("running as uid {}", euid.as_raw()))
+        },
+    );
+    if let Some(socket) = serving.socket {
+        let result = std::fs::symlink_metadata(socket)
+            .map_err(|e| (format!("{}: {e}", socket.display()), "check the socket path".into()))
+            .and_then(|m| {
+                let mode = m.permissions().mode() & 0o7777;
+                if mode != policy.daemon.socket_mode {
+                    return Err((
+                        format!("{} has mode {mode:04o}, the policy says {:04o}", socket.display(), policy.daemon.socket_mode),
+                        "restart the daemon; if this persists, check the socket unit's SocketMode=".into(),
+                    ));
+                }
+                if let Some(group) = &policy.daemon.socket_group {
+                    let gid = nix::unistd::Group::from_name(group).ok().flatten().map(|g| g.gid.as_raw());
+                    if gid != Some(m.gid()) {
+                        return Err((
+                            format!("{} belongs to gid {}, the policy says group {group}", socket.display(), m.gid()),
+                            "check SocketGroup= in verbd.socket".into(),
+                        ));
+                    }
+                }
+                Ok(format!("{} mode {mode:04o}", socket.display()))
+            });
+        report.push("socket", result);
+    }
+    let dir = serving.state_dir;
+    let result = std::fs::metadata(dir)
+        .map_err(|e| (format!("{}: {e}", dir.display()), "create the state dir".into()))
+        .and_then(|m| {
+            let mode = m.permissions().mode() & 0o777;
+            if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
+                Err((
+                    format!("{} is owned by uid {} with mode {mode:04o}", dir.display(), m.uid()),
+                    format!("chown the daemon user {0} && chmod 0700 {0}", dir.display()),
+                ))
+            } else {
+                Ok(format!("{} owned by the daemon, mode {mode:04o}", dir.display()))
+            }
+        });
+    report.push("state-dir", result);
+    let key = dir.join(crate::journal::KEY_FILE);
+    let result = std::fs::metadata(&key)
+        .map_err(|e| (format!("{}: {e}", key.display()), "restart the daemon to create it".into()))
+        .and_then(|m| {
+            let mode = m.permissions().mode() & 0o777;
+            if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
+                Err((
+                    format!("{} is owned by uid {} with mode {mode:04o}", key.display(), m.uid()),
+                    format!("chmod 0600 {}", key.display()),
+                ))
+            } else {
+                Ok(format!("journal key mode {mode:04o}"))
+            }
+        });
+    report.push("journal-key", result);
+    check_journal_tail(report, dir);
+}
+
+fn check_journal_tail(report: &mut Report, dir: &Path) {
+    if !dir.join(crate::journal::JOURNAL_FILE).exists() {
+        report.push("journal", Ok("no journal yet".into()));
+        return;
+    }
+    report.push(
+        "journal",
+        crate::journal::tail(dir, 1)
+            .map(|r| match r.last() {
+                Some(last) => format!("chain verifies since the last checkpoint (seq {})", last.seq),
+                None => "empty".into(),
+            })
+            .map_err(|e| {
+                (
+                    e.to_string(),
+                    "run `verbd audit verify` to find the damage; never delete records to make this pass".into(),
+                )
+            }),
+    );
+}
+
+/// How long a self-test may take before it is reported as slow (startup must stay fast).
+pub const BUDGET: Duration = Duration::from_secs(1);
