@@ -239,7 +239,7 @@ fn missing_paths_are_refused_naming_the_path() {
     let missing = dir.path().join("no-such-dir");
     let mut bad = spec("bad", &[]);
     bad.read.push(missing.clone());
-    let err = PreparedSandbox::prepare(bad).err().expect("must fail");
+    let err = PreparedSandbox::prepare(bad).expect_err("must fail");
     assert!(matches!(err, SandboxError::Path { .. }), "{err}");
     assert!(err.to_string().contains("no-such-dir"), "{err}");
 }
@@ -551,7 +551,7 @@ fn a_failing_stage_prevents_exec_and_is_named() {
         let sandbox = prepare(spec("broken", &[&t.root])).fail_stage_for_test(stage);
         let mut cmd = command("/usr/bin/touch", &[marker.to_str().unwrap()]);
         sandbox.install_std(&mut cmd).unwrap();
-        let err = cmd.spawn().err().expect("spawn must fail");
+        let err = cmd.spawn().expect_err("spawn must fail");
         assert_eq!(stage_of_spawn_error(&err), Some(stage), "{err}");
         let failure = spawn_failure(&err).unwrap();
         assert_eq!(failure.errno, libc::ECANCELED);
@@ -609,7 +609,7 @@ fn a_real_stage_failure_is_reported() {
         }
     }
     sandbox.install_std(&mut cmd).unwrap();
-    let err = cmd.status().err().expect("spawn must fail");
+    let err = cmd.status().expect_err("spawn must fail");
     let failure = spawn_failure(&err).unwrap_or_else(|| panic!("not a sandbox stage: {err}"));
     assert_eq!(failure.stage, Stage::Caps, "{failure}");
     assert_eq!(failure.errno, libc::EPERM, "{failure}");
