@@ -649,33 +649,105 @@ fn exec_confined_refuses_a_multithreaded_process() {
     assert!(matches!(err, SandboxError::NotSingleThreaded(_)), "{err}");
 }
 
-/// Forks, applies `exec_confined` in the (single-threaded) child with stderr redirected to
-/// `stderr_path`, and returns the child's exit status.
+/// Forks; the (single-threaded) child redirects stderr to `stderr_path`, optionally drops to
+/// an unprivileged uid, and calls `exec_confined`. Exit 99 means exec_confined returned an error
+/// other than `expected_error`, 0 means it returned exactly that error.
 fn fork_exec_confined(
     sandbox: &PreparedSandbox,
     program: &str,
     args: &[&str],
     stderr_path: &Path,
+    unprivileged_uid: Option<u32>,
+    expected_error: Option<fn(&SandboxError) -> bool>,
 ) -> std::process::ExitStatus {
     let stderr_file = std::fs::File::create(stderr_path).unwrap();
     use std::os::fd::AsRawFd;
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    // SAFETY: the child only redirects stderr, calls exec_confined (which allocates: tolerated in
-    // a test, glibc resets its allocator locks in the child) and exits with `_exit`.
+    // SAFETY: the child only redirects stderr, changes ids with raw syscalls, calls exec_confined
+    // (which allocates: tolerated in a test, glibc resets its allocator locks in the child) and
+    // exits with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         // SAFETY: both descriptors are valid.
         unsafe { libc::dup2(stderr_file.as_raw_fd(), 2) };
-        let err = exec_confined(sandbox, Path::new(program), &args, true);
-        eprintln!("exec_confined failed: {:?}", err.err());
+        if let Some(uid) = unprivileged_uid {
+            // SAFETY: raw id syscalls; a uid change without KEEPCAPS clears every capability.
+            let dropped = unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) == 0
+                    && libc::syscall(libc::SYS_setresgid, uid, uid, uid) == 0
+                    && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
+            };
+            if !dropped {
+                // SAFETY: terminates the child.
+                unsafe { libc::_exit(98) };
+            }
+        }
+        let Err(err) = exec_confined(sandbox, Path::new(program), &args, true);
+        let code = match expected_error {
+            Some(expected) if expected(&err) => 0,
+            _ => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "exec_confined failed: {err}");
+                99
+            }
+        };
         // SAFETY: terminates the child without running the parent's destructors.
-        unsafe { libc::_exit(99) };
+        unsafe { libc::_exit(code) };
     }
     let mut status = 0;
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     std::process::ExitStatus::from_raw(status)
+}
+
+#[test]
+fn exec_confined_works_unprivileged_and_refuses_run_as_there() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("stderr");
+    let sandbox = prepare(spec("unprivileged", &[]));
+    // unshare(0) is a no-op that succeeds without seccomp; EPERM proves the filter.
+    let program = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+rc = libc.unshare(0)
+sys.exit(0 if rc == -1 and ctypes.get_errno() == 1 and os.getuid() == 61030 else 3)
+"#;
+    let status = fork_exec_confined(
+        &sandbox,
+        PYTHON,
+        &["-c", program],
+        &stderr_path,
+        Some(61030),
+        None,
+    );
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("seccomp: mode 2 (filter), 2 filters"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no_new_privs: 1"), "{stderr}");
+    assert!(stderr.contains("uid=61030"), "{stderr}");
+
+    let mut with_run_as = spec("unprivileged-run-as", &[]);
+    with_run_as.run_as = Some(RunAs {
+        uid: 61031,
+        gid: 61031,
+    });
+    let status = fork_exec_confined(
+        &prepare(with_run_as),
+        "/bin/true",
+        &[],
+        &stderr_path,
+        Some(61030),
+        Some(|e| matches!(e, SandboxError::RunAsNeedsPrivilege(_))),
+    );
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
 }
 
 #[test]
@@ -709,7 +781,14 @@ name=inet check {py} -c 'import socket; socket.socket()'
     )
     .unwrap();
     let stderr_path = t.root.join("tmp/stderr");
-    let status = fork_exec_confined(&sandbox, "sh", &[script.to_str().unwrap()], &stderr_path);
+    let status = fork_exec_confined(
+        &sandbox,
+        "sh",
+        &[script.to_str().unwrap()],
+        &stderr_path,
+        None,
+        None,
+    );
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(

@@ -16,13 +16,15 @@
 //! 2. the **argument filter**, built with seccompiler: EPERM for `clone` with any `CLONE_NEW*`
 //!    flag and — with `network = "none"` — `socket` for any family other than `AF_UNIX`.
 //!
-//! Why this shape (measured, see `docs/` and the sandbox report): attaching a filter makes the
-//! kernel precompute its action cache by emulating the filter once for every syscall number
-//! (`seccomp_cache_prepare`), so the attach cost grows with the *path length* through the filter,
-//! about 4 µs per instruction on the path here. seccompiler emits a linear chain (~110
-//! instructions on the path of every allowed syscall with the full deny set: ~270 µs per child);
-//! the binary search keeps the path near 15 instructions, and the argument filter only checks
-//! two numbers.
+//! Why this shape (measured on the 2-core VM of PLATFORM.md, fork + attach + `_exit`, medians of
+//! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
+//! for every syscall number (`seccomp_cache_prepare`), so the attach cost grows with the *path
+//! length* through the filter — about 4 µs per instruction on the path of an allowed syscall.
+//! seccompiler emits a linear chain; with the whole deny set in it (347 instructions, ~110 on the
+//! path) attaching cost +258–289 µs per child. This shape (109 + 77 instructions, ≤ 20 on any path)
+//! costs +81–113 µs. `SECCOMP_FILTER_FLAG_SPEC_ALLOW` made no difference (that CPU's
+//! speculative-store-bypass mitigation is off), so it stays unset: on kernels booted with
+//! `spec_store_bypass_disable=seccomp` it would switch the mitigation off for the child.
 //!
 //! Invariant: a program here is immutable once compiled and is only read in the child (its
 //! address and length go to seccomp(2) on the stack); nothing in the child allocates.
