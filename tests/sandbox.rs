@@ -9,9 +9,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use verbd::protected::ProtectedNames;
 use verbd::sandbox::{
-    ConfinementStatus, Network, PreparedSandbox, Rlimits, RunAs, SandboxError, SandboxSpec, Stage,
+    ConfinementStatus, Network, PreparedSandbox, RunAs, SandboxError, SandboxSpec, Stage,
     exec_confined, spawn_failure, stage_of_spawn_error,
 };
 
@@ -34,20 +33,15 @@ fn privileged() -> bool {
 }
 
 fn spec(name: &str, write: &[&Path]) -> SandboxSpec {
-    SandboxSpec {
-        name: name.into(),
-        read: ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"]
-            .iter()
-            .map(PathBuf::from)
-            .collect(),
-        write: write.iter().map(|p| p.to_path_buf()).collect(),
-        protected: ProtectedNames::builtin(),
-        network: Network::None,
-        keep_capabilities: vec![],
-        rlimits: Rlimits::default(),
-        umask: 0o077,
-        run_as: None,
-    }
+    let mut spec = SandboxSpec::new(name);
+    spec.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    spec.write = write.iter().map(|p| p.to_path_buf()).collect();
+    assert_eq!(spec.umask, 0o077);
+    assert_eq!(spec.network, Network::None);
+    spec
 }
 
 fn prepare(spec: SandboxSpec) -> PreparedSandbox {
@@ -813,4 +807,46 @@ name=inet check {py} -c 'import socket; socket.socket()'
         std::fs::read_to_string(t.root.join("CLAUDE.md")).unwrap(),
         "original memory"
     );
+}
+
+#[test]
+fn rlimits_umask_and_closed_descriptors_reach_the_child() {
+    if !privileged() {
+        return;
+    }
+    let mut s = spec("limits", &[]);
+    s.rlimits.cpu_seconds = 77;
+    s.rlimits.file_size_bytes = 1 << 20;
+    s.rlimits.open_files = 99;
+    s.umask = 0o027;
+    let sandbox = prepare(s);
+    // A descriptor the parent leaks without CLOEXEC must not reach the program.
+    let leaked = std::fs::File::open("/etc/hostname").unwrap();
+    use std::os::fd::IntoRawFd;
+    let leaked_fd = leaked.into_raw_fd();
+    // SAFETY: clears FD_CLOEXEC on a descriptor this test owns.
+    unsafe { libc::fcntl(leaked_fd, libc::F_SETFD, 0) };
+    let code = format!(
+        r#"
+import os, resource
+for name in ["CPU", "FSIZE", "NOFILE", "CORE"]:
+    soft, hard = resource.getrlimit(getattr(resource, "RLIMIT_" + name))
+    print(f"{{name}}={{soft}},{{hard}}")
+print(f"umask={{os.umask(0):o}}")
+try:
+    os.fstat({leaked_fd})
+    print("leaked=open")
+except OSError:
+    print("leaked=closed")
+"#
+    );
+    let res = results(&python(Some(&sandbox), &code));
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(leaked_fd) };
+    assert_eq!(value(&res, "CPU"), "77,77");
+    assert_eq!(value(&res, "FSIZE"), "1048576,1048576");
+    assert_eq!(value(&res, "NOFILE"), "99,99");
+    assert_eq!(value(&res, "CORE"), "0,0");
+    assert_eq!(value(&res, "umask"), "27");
+    assert_eq!(value(&res, "leaked"), "closed");
 }

@@ -7,9 +7,9 @@
 //! programs (module `seccomp`: their shape and the attach-cost measurements), the highest
 //! capability number and the rlimit values. Per spawn, [`PreparedSandbox::install`] clones the
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
-//! (module `child`), in this order: setsid, rlimits,
-//! umask, close-on-exec for fds ≥ 3, setgroups, setresgid, bounding set, keep-caps, setresuid,
-//! capset, ambient set, parent-death signal, no_new_privs, Landlock, seccomp.
+//! (module `child`), in this order: setsid, rlimits, umask, close-on-exec for fds ≥ 3, setgroups,
+//! setresgid, bounding set, keep-caps, setresuid, capset, ambient set, parent-death signal,
+//! no_new_privs, Landlock, seccomp.
 //!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with
@@ -102,6 +102,27 @@ pub struct SandboxSpec {
     /// Default 0o077.
     pub umask: u32,
     pub run_as: Option<RunAs>,
+}
+
+/// The umask children get unless the profile sets another.
+pub const DEFAULT_UMASK: u32 = 0o077;
+
+impl SandboxSpec {
+    /// A profile with the defaults: no roots (only `/dev/null` writable), the built-in protected
+    /// names, no network, no capabilities, default rlimits, umask 0o077, no run-as.
+    pub fn new(name: impl Into<String>) -> SandboxSpec {
+        SandboxSpec {
+            name: name.into(),
+            read: Vec::new(),
+            write: Vec::new(),
+            protected: crate::protected::ProtectedNames::builtin(),
+            network: Network::None,
+            keep_capabilities: Vec::new(),
+            rlimits: Rlimits::default(),
+            umask: DEFAULT_UMASK,
+            run_as: None,
+        }
+    }
 }
 
 /// Why a profile could not be prepared or applied.
