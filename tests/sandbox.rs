@@ -761,11 +761,12 @@ fn exec_confined_confines_a_shell_script_the_same_way() {
             r#"set -u
 out={res}
 check() {{ if "$@" 2>/dev/null; then echo "$name=ok" >> $out; else echo "$name=denied" >> $out; fi; }}
-name=outside check sh -c 'echo x > {o}/new.txt'
-name=inside check sh -c 'echo x > {r}/src/new.rs'
-name=memory check sh -c 'echo evil > {r}/CLAUDE.md'
-name=memory_create check sh -c 'echo evil > {r}/AGENTS.md'
-name=hook check sh -c 'echo evil > {r}/.git/hooks/pre-commit'
+put() {{ (echo "$1" > "$2") 2>/dev/null; }}
+name=outside check put x {o}/new.txt
+name=inside check put x {r}/src/new.rs
+name=memory check put evil {r}/CLAUDE.md
+name=memory_create check put evil {r}/AGENTS.md
+name=hook check put evil {r}/.git/hooks/pre-commit
 name=unshare check {py} -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); sys.exit(0 if l.unshare(0)==0 else 1)'
 name=inet check {py} -c 'import socket; socket.socket()'
 "#,
