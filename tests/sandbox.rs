@@ -9,9 +9,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use verbd::protected::ProtectedNames;
 use verbd::sandbox::{
-    ConfinementStatus, Network, PreparedSandbox, Rlimits, RunAs, SandboxError, SandboxSpec, Stage,
+    ConfinementStatus, Network, PreparedSandbox, RunAs, SandboxError, SandboxSpec, Stage,
     exec_confined, spawn_failure, stage_of_spawn_error,
 };
 
@@ -34,20 +33,15 @@ fn privileged() -> bool {
 }
 
 fn spec(name: &str, write: &[&Path]) -> SandboxSpec {
-    SandboxSpec {
-        name: name.into(),
-        read: ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"]
-            .iter()
-            .map(PathBuf::from)
-            .collect(),
-        write: write.iter().map(|p| p.to_path_buf()).collect(),
-        protected: ProtectedNames::builtin(),
-        network: Network::None,
-        keep_capabilities: vec![],
-        rlimits: Rlimits::default(),
-        umask: 0o077,
-        run_as: None,
-    }
+    let mut spec = SandboxSpec::new(name);
+    spec.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    spec.write = write.iter().map(|p| p.to_path_buf()).collect();
+    assert_eq!(spec.umask, 0o077);
+    assert_eq!(spec.network, Network::None);
+    spec
 }
 
 fn prepare(spec: SandboxSpec) -> PreparedSandbox {
@@ -239,7 +233,7 @@ fn missing_paths_are_refused_naming_the_path() {
     let missing = dir.path().join("no-such-dir");
     let mut bad = spec("bad", &[]);
     bad.read.push(missing.clone());
-    let err = PreparedSandbox::prepare(bad).err().expect("must fail");
+    let err = PreparedSandbox::prepare(bad).expect_err("must fail");
     assert!(matches!(err, SandboxError::Path { .. }), "{err}");
     assert!(err.to_string().contains("no-such-dir"), "{err}");
 }
@@ -551,7 +545,7 @@ fn a_failing_stage_prevents_exec_and_is_named() {
         let sandbox = prepare(spec("broken", &[&t.root])).fail_stage_for_test(stage);
         let mut cmd = command("/usr/bin/touch", &[marker.to_str().unwrap()]);
         sandbox.install_std(&mut cmd).unwrap();
-        let err = cmd.spawn().err().expect("spawn must fail");
+        let err = cmd.spawn().expect_err("spawn must fail");
         assert_eq!(stage_of_spawn_error(&err), Some(stage), "{err}");
         let failure = spawn_failure(&err).unwrap();
         assert_eq!(failure.errno, libc::ECANCELED);
@@ -609,7 +603,7 @@ fn a_real_stage_failure_is_reported() {
         }
     }
     sandbox.install_std(&mut cmd).unwrap();
-    let err = cmd.status().err().expect("spawn must fail");
+    let err = cmd.status().expect_err("spawn must fail");
     let failure = spawn_failure(&err).unwrap_or_else(|| panic!("not a sandbox stage: {err}"));
     assert_eq!(failure.stage, Stage::Caps, "{failure}");
     assert_eq!(failure.errno, libc::EPERM, "{failure}");
@@ -649,33 +643,105 @@ fn exec_confined_refuses_a_multithreaded_process() {
     assert!(matches!(err, SandboxError::NotSingleThreaded(_)), "{err}");
 }
 
-/// Forks, applies `exec_confined` in the (single-threaded) child with stderr redirected to
-/// `stderr_path`, and returns the child's exit status.
+/// Forks; the (single-threaded) child redirects stderr to `stderr_path`, optionally drops to
+/// an unprivileged uid, and calls `exec_confined`. Exit 99 means exec_confined returned an error
+/// other than `expected_error`, 0 means it returned exactly that error.
 fn fork_exec_confined(
     sandbox: &PreparedSandbox,
     program: &str,
     args: &[&str],
     stderr_path: &Path,
+    unprivileged_uid: Option<u32>,
+    expected_error: Option<fn(&SandboxError) -> bool>,
 ) -> std::process::ExitStatus {
     let stderr_file = std::fs::File::create(stderr_path).unwrap();
     use std::os::fd::AsRawFd;
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    // SAFETY: the child only redirects stderr, calls exec_confined (which allocates: tolerated in
-    // a test, glibc resets its allocator locks in the child) and exits with `_exit`.
+    // SAFETY: the child only redirects stderr, changes ids with raw syscalls, calls exec_confined
+    // (which allocates: tolerated in a test, glibc resets its allocator locks in the child) and
+    // exits with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         // SAFETY: both descriptors are valid.
         unsafe { libc::dup2(stderr_file.as_raw_fd(), 2) };
-        let err = exec_confined(sandbox, Path::new(program), &args, true);
-        eprintln!("exec_confined failed: {:?}", err.err());
+        if let Some(uid) = unprivileged_uid {
+            // SAFETY: raw id syscalls; a uid change without KEEPCAPS clears every capability.
+            let dropped = unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) == 0
+                    && libc::syscall(libc::SYS_setresgid, uid, uid, uid) == 0
+                    && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
+            };
+            if !dropped {
+                // SAFETY: terminates the child.
+                unsafe { libc::_exit(98) };
+            }
+        }
+        let Err(err) = exec_confined(sandbox, Path::new(program), &args, true);
+        let code = match expected_error {
+            Some(expected) if expected(&err) => 0,
+            _ => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "exec_confined failed: {err}");
+                99
+            }
+        };
         // SAFETY: terminates the child without running the parent's destructors.
-        unsafe { libc::_exit(99) };
+        unsafe { libc::_exit(code) };
     }
     let mut status = 0;
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     std::process::ExitStatus::from_raw(status)
+}
+
+#[test]
+fn exec_confined_works_unprivileged_and_refuses_run_as_there() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("stderr");
+    let sandbox = prepare(spec("unprivileged", &[]));
+    // unshare(0) is a no-op that succeeds without seccomp; EPERM proves the filter.
+    let program = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+rc = libc.unshare(0)
+sys.exit(0 if rc == -1 and ctypes.get_errno() == 1 and os.getuid() == 61030 else 3)
+"#;
+    let status = fork_exec_confined(
+        &sandbox,
+        PYTHON,
+        &["-c", program],
+        &stderr_path,
+        Some(61030),
+        None,
+    );
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("seccomp: mode 2 (filter), 2 filters"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no_new_privs: 1"), "{stderr}");
+    assert!(stderr.contains("uid=61030"), "{stderr}");
+
+    let mut with_run_as = spec("unprivileged-run-as", &[]);
+    with_run_as.run_as = Some(RunAs {
+        uid: 61031,
+        gid: 61031,
+    });
+    let status = fork_exec_confined(
+        &prepare(with_run_as),
+        "/bin/true",
+        &[],
+        &stderr_path,
+        Some(61030),
+        Some(|e| matches!(e, SandboxError::RunAsNeedsPrivilege(_))),
+    );
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
 }
 
 #[test]
@@ -695,11 +761,12 @@ fn exec_confined_confines_a_shell_script_the_same_way() {
             r#"set -u
 out={res}
 check() {{ if "$@" 2>/dev/null; then echo "$name=ok" >> $out; else echo "$name=denied" >> $out; fi; }}
-name=outside check sh -c 'echo x > {o}/new.txt'
-name=inside check sh -c 'echo x > {r}/src/new.rs'
-name=memory check sh -c 'echo evil > {r}/CLAUDE.md'
-name=memory_create check sh -c 'echo evil > {r}/AGENTS.md'
-name=hook check sh -c 'echo evil > {r}/.git/hooks/pre-commit'
+put() {{ (echo "$1" > "$2") 2>/dev/null; }}
+name=outside check put x {o}/new.txt
+name=inside check put x {r}/src/new.rs
+name=memory check put evil {r}/CLAUDE.md
+name=memory_create check put evil {r}/AGENTS.md
+name=hook check put evil {r}/.git/hooks/pre-commit
 name=unshare check {py} -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); sys.exit(0 if l.unshare(0)==0 else 1)'
 name=inet check {py} -c 'import socket; socket.socket()'
 "#,
@@ -709,7 +776,14 @@ name=inet check {py} -c 'import socket; socket.socket()'
     )
     .unwrap();
     let stderr_path = t.root.join("tmp/stderr");
-    let status = fork_exec_confined(&sandbox, "sh", &[script.to_str().unwrap()], &stderr_path);
+    let status = fork_exec_confined(
+        &sandbox,
+        "sh",
+        &[script.to_str().unwrap()],
+        &stderr_path,
+        None,
+        None,
+    );
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(
@@ -734,4 +808,46 @@ name=inet check {py} -c 'import socket; socket.socket()'
         std::fs::read_to_string(t.root.join("CLAUDE.md")).unwrap(),
         "original memory"
     );
+}
+
+#[test]
+fn rlimits_umask_and_closed_descriptors_reach_the_child() {
+    if !privileged() {
+        return;
+    }
+    let mut s = spec("limits", &[]);
+    s.rlimits.cpu_seconds = 77;
+    s.rlimits.file_size_bytes = 1 << 20;
+    s.rlimits.open_files = 99;
+    s.umask = 0o027;
+    let sandbox = prepare(s);
+    // A descriptor the parent leaks without CLOEXEC must not reach the program.
+    let leaked = std::fs::File::open("/etc/hostname").unwrap();
+    use std::os::fd::IntoRawFd;
+    let leaked_fd = leaked.into_raw_fd();
+    // SAFETY: clears FD_CLOEXEC on a descriptor this test owns.
+    unsafe { libc::fcntl(leaked_fd, libc::F_SETFD, 0) };
+    let code = format!(
+        r#"
+import os, resource
+for name in ["CPU", "FSIZE", "NOFILE", "CORE"]:
+    soft, hard = resource.getrlimit(getattr(resource, "RLIMIT_" + name))
+    print(f"{{name}}={{soft}},{{hard}}")
+print(f"umask={{os.umask(0):o}}")
+try:
+    os.fstat({leaked_fd})
+    print("leaked=open")
+except OSError:
+    print("leaked=closed")
+"#
+    );
+    let res = results(&python(Some(&sandbox), &code));
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(leaked_fd) };
+    assert_eq!(value(&res, "CPU"), "77,77");
+    assert_eq!(value(&res, "FSIZE"), "1048576,1048576");
+    assert_eq!(value(&res, "NOFILE"), "99,99");
+    assert_eq!(value(&res, "CORE"), "0,0");
+    assert_eq!(value(&res, "umask"), "27");
+    assert_eq!(value(&res, "leaked"), "closed");
 }

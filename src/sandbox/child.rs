@@ -271,9 +271,20 @@ impl ChildPlan {
                 if cap < 64 && self.keep_mask & (1u64 << cap) != 0 {
                     continue;
                 }
+                // Reading is cheap, dropping rebuilds the credentials: drop only what is there
+                // (a daemon confined by systemd's CapabilityBoundingSet= has little to drop).
                 // SAFETY: prctl without pointers.
-                if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
-                    != 0
+                let present = unsafe {
+                    libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0)
+                };
+                if present < 0 {
+                    return Err(fail(Stage::CapBounding));
+                }
+                // SAFETY: prctl without pointers.
+                if present == 1
+                    && unsafe {
+                        libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0)
+                    } != 0
                 {
                     return Err(fail(Stage::CapBounding));
                 }

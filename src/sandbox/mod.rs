@@ -4,11 +4,12 @@
 //! A [`SandboxSpec`] (one `[sandbox.NAME]` table of the policy) is compiled once, at policy load,
 //! into a [`PreparedSandbox`]: the Landlock template ruleset (see [`fs_rules`] for how protected
 //! names inside write roots stay read-only without user namespaces, and the trade-offs), the BPF
-//! programs (see [`seccomp`]), the highest capability number and the rlimit values. Per spawn,
-//! [`PreparedSandbox::install`] clones the ruleset (one `dup`), clones an `Arc` and sets a
-//! `pre_exec` closure that runs only raw syscalls ([`child`]), in this order: setsid, rlimits,
-//! umask, close-on-exec for fds ≥ 3, setgroups, setresgid, bounding set, keep-caps, setresuid,
-//! capset, ambient set, parent-death signal, no_new_privs, Landlock, seccomp.
+//! programs (module `seccomp`: their shape and the attach-cost measurements), the highest
+//! capability number and the rlimit values. Per spawn, [`PreparedSandbox::install`] clones the
+//! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
+//! (module `child`), in this order: setsid, rlimits, umask, close-on-exec for fds ≥ 3, setgroups,
+//! setresgid, bounding set, keep-caps, setresuid, capset, ambient set, parent-death signal,
+//! no_new_privs, Landlock, seccomp.
 //!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with
@@ -24,9 +25,9 @@
 //! *thread* that forked, so spawn from long-lived threads; do not use `Command::uid/gid/groups/
 //! process_group` together with `install` (std applies them before `pre_exec`).
 
-pub mod child;
+mod child;
 pub mod fs_rules;
-pub mod seccomp;
+mod seccomp;
 
 use std::ffi::{CString, OsString};
 use std::fmt;
@@ -103,6 +104,27 @@ pub struct SandboxSpec {
     pub run_as: Option<RunAs>,
 }
 
+/// The umask children get unless the profile sets another.
+pub const DEFAULT_UMASK: u32 = 0o077;
+
+impl SandboxSpec {
+    /// A profile with the defaults: no roots (only `/dev/null` writable), the built-in protected
+    /// names, no network, no capabilities, default rlimits, umask 0o077, no run-as.
+    pub fn new(name: impl Into<String>) -> SandboxSpec {
+        SandboxSpec {
+            name: name.into(),
+            read: Vec::new(),
+            write: Vec::new(),
+            protected: crate::protected::ProtectedNames::builtin(),
+            network: Network::None,
+            keep_capabilities: Vec::new(),
+            rlimits: Rlimits::default(),
+            umask: DEFAULT_UMASK,
+            run_as: None,
+        }
+    }
+}
+
 /// Why a profile could not be prepared or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -162,8 +184,9 @@ pub enum SandboxError {
     Exec { program: PathBuf, source: io::Error },
 }
 
-/// seccomp flags for every filter. `SECCOMP_FILTER_FLAG_SPEC_ALLOW` is deliberately not set: on
-/// kernels with `spec_store_bypass_disable=seccomp` it would leave the SSB mitigation off.
+/// seccomp flags for every filter. `SECCOMP_FILTER_FLAG_SPEC_ALLOW` is deliberately not set: it
+/// saved nothing measurable (module `seccomp` has the numbers) and on kernels with
+/// `spec_store_bypass_disable=seccomp` it would leave the SSB mitigation off.
 const SECCOMP_FLAGS: libc::c_ulong = 0;
 
 /// A profile compiled for spawning: built once at policy load, shared by every spawn.

@@ -3,18 +3,28 @@
 //! Two classic-BPF programs, stacked in the child (the kernel runs every installed filter and the
 //! most restrictive answer wins):
 //!
-//! 1. a hand-written **guard**: the architecture must be x86_64 (otherwise the process is
-//!    killed), syscall numbers with the x32 bit (`nr >= 0x40000000`) are refused with EPERM —
-//!    seccompiler's own architecture check cannot express this, and without it every rule below
-//!    could be bypassed through the x32 table on kernels built with `CONFIG_X86_X32_ABI` — and
-//!    `clone3` answers ENOSYS (its flags sit behind a pointer a filter cannot read; libc then
-//!    falls back to `clone`, whose flags the deny set checks);
-//! 2. the **deny set**, built with seccompiler: default allow, EPERM for the syscalls that widen
-//!    the kernel attack surface or leave the sandbox (ptrace, mounts, namespaces, bpf, keyrings,
-//!    io_uring, modules, …), `clone` with any `CLONE_NEW*` flag, and — with `network = "none"` —
-//!    `socket` for any family other than `AF_UNIX`. For children of the daemon (not for
+//! 1. a hand-built **number filter**: the architecture must be x86_64 (otherwise the process is
+//!    killed); syscall numbers with the x32 bit (`nr >= 0x40000000`) are refused with EPERM —
+//!    seccompiler's architecture check cannot express this, and without it every rule could be
+//!    bypassed through the x32 table on kernels built with `CONFIG_X86_X32_ABI`; `clone3` answers
+//!    ENOSYS (its flags sit behind a pointer a filter cannot read; libc falls back to `clone`);
+//!    and the deny set — syscalls that widen the kernel attack surface or leave the sandbox
+//!    (ptrace, mounts, namespaces, bpf, keyrings, io_uring, modules, …) — answers EPERM, found by
+//!    a **balanced binary search** on the syscall number. For children of the daemon (not for
 //!    `verbd exec`) `setsid` and `setpgid` are denied too, so a child cannot leave the process
-//!    group the executor kills on timeout.
+//!    group the executor kills on timeout;
+//! 2. the **argument filter**, built with seccompiler: EPERM for `clone` with any `CLONE_NEW*`
+//!    flag and — with `network = "none"` — `socket` for any family other than `AF_UNIX`.
+//!
+//! Why this shape (measured on the 2-core VM of PLATFORM.md, fork + attach + `_exit`, medians of
+//! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
+//! for every syscall number (`seccomp_cache_prepare`), so the attach cost grows with the *path
+//! length* through the filter — about 4 µs per instruction on the path of an allowed syscall.
+//! seccompiler emits a linear chain; with the whole deny set in it (347 instructions, ~110 on the
+//! path) attaching cost +258–289 µs per child. This shape (109 + 77 instructions, ≤ 20 on any path)
+//! costs +81–113 µs. `SECCOMP_FILTER_FLAG_SPEC_ALLOW` made no difference (that CPU's
+//! speculative-store-bypass mitigation is off), so it stays unset: on kernels booted with
+//! `spec_store_bypass_disable=seccomp` it would switch the mitigation off for the child.
 //!
 //! Invariant: a program here is immutable once compiled and is only read in the child (its
 //! address and length go to seccomp(2) on the stack); nothing in the child allocates.
@@ -124,19 +134,15 @@ pub(super) fn compile(
     network: &Network,
     usage: FilterUse,
 ) -> Result<Vec<BpfProgram>, SandboxError> {
-    Ok(vec![guard_program(), deny_program(network, usage)?])
+    let mut denied: Vec<u32> = DENIED_SYSCALLS.iter().map(|&nr| nr as u32).collect();
+    if usage == FilterUse::DaemonChild {
+        denied.extend(DENIED_FOR_DAEMON_CHILDREN.iter().map(|&nr| nr as u32));
+    }
+    Ok(vec![number_program(denied)?, argument_program(network)?])
 }
 
-fn deny_program(network: &Network, usage: FilterUse) -> Result<BpfProgram, SandboxError> {
+fn argument_program(network: &Network) -> Result<BpfProgram, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    let extra: &[libc::c_long] = match usage {
-        FilterUse::DaemonChild => DENIED_FOR_DAEMON_CHILDREN,
-        FilterUse::ExecWrapper => &[],
-    };
-    for &nr in DENIED_SYSCALLS.iter().chain(extra) {
-        // An empty rule list matches on the syscall number alone.
-        rules.insert(nr, Vec::new());
-    }
     let mut clone_rules = Vec::new();
     for &flag in CLONE_NAMESPACE_FLAGS {
         let condition = SeccompCondition::new(
@@ -176,18 +182,29 @@ fn seccomp_error(err: seccompiler::BackendError) -> SandboxError {
     SandboxError::Seccomp(err.to_string())
 }
 
-/// The hand-written guard: arch check, x32 numbers refused, `clone3` → ENOSYS.
-fn guard_program() -> BpfProgram {
-    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-    const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
-    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-    // offsetof(struct seccomp_data, nr) and (…, arch).
-    const OFFSET_NR: u32 = 0;
-    const OFFSET_ARCH: u32 = 4;
-    let ret_errno = |errno: i32| libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA);
-    let insn = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
-    vec![
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+/// offsetof(struct seccomp_data, nr) and (…, arch).
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+/// Binary-search leaves hold at most this many numbers, compared one by one.
+const LEAF_SIZE: usize = 4;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+fn ret_errno(errno: i32) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA)
+}
+
+/// Arch check, x32 guard, `clone3` → ENOSYS, then EPERM for every number in `denied`.
+fn number_program(mut denied: Vec<u32>) -> Result<BpfProgram, SandboxError> {
+    denied.sort_unstable();
+    denied.dedup();
+    let mut program = vec![
         insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
         insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
@@ -196,8 +213,36 @@ fn guard_program() -> BpfProgram {
         insn(RET_K, 0, 0, ret_errno(libc::EPERM)),
         insn(JEQ_K, 0, 1, libc::SYS_clone3 as u32),
         insn(RET_K, 0, 0, ret_errno(libc::ENOSYS)),
-        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ]
+    ];
+    search(&denied, &mut program)?;
+    Ok(program)
+}
+
+/// Emits a balanced search over the sorted `numbers` (the accumulator holds the syscall number):
+/// EPERM when found, ALLOW otherwise. Every path ends in its own `ret`.
+fn search(numbers: &[u32], program: &mut Vec<sock_filter>) -> Result<(), SandboxError> {
+    if numbers.len() <= LEAF_SIZE {
+        // jeq n_i → the EPERM at the end; fall through to the next comparison otherwise.
+        let count = numbers.len();
+        for (i, &nr) in numbers.iter().enumerate() {
+            let to_deny = u8::try_from(count - i).map_err(|_| jump_too_far())?;
+            program.push(insn(JEQ_K, to_deny, 0, nr));
+        }
+        program.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
+        program.push(insn(RET_K, 0, 0, ret_errno(libc::EPERM)));
+        return Ok(());
+    }
+    let middle = numbers.len() / 2;
+    let branch = program.len();
+    program.push(insn(JGE_K, 0, 0, numbers[middle]));
+    search(&numbers[..middle], program)?;
+    let over_lower_half = program.len() - branch - 1;
+    program[branch].jt = u8::try_from(over_lower_half).map_err(|_| jump_too_far())?;
+    search(&numbers[middle..], program)
+}
+
+fn jump_too_far() -> SandboxError {
+    SandboxError::Seccomp("syscall search tree needs a jump beyond 255 instructions".into())
 }
 
 /// Installs `program` on the calling thread. Async-signal-safe: no allocation, one syscall.
@@ -228,6 +273,85 @@ pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs a program the way the kernel does for the instructions used here.
+    fn run(program: &[sock_filter], arch: u32, nr: u32) -> u32 {
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            match i.code {
+                LD_W_ABS => acc = if i.k == OFFSET_ARCH { arch } else { nr },
+                JEQ_K => pc += usize::from(if acc == i.k { i.jt } else { i.jf }),
+                JGE_K => pc += usize::from(if acc >= i.k { i.jt } else { i.jf }),
+                RET_K => return i.k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn number_program_denies_exactly_the_deny_set() {
+        let denied: Vec<u32> = DENIED_SYSCALLS.iter().map(|&n| n as u32).collect();
+        let program = number_program(denied.clone()).unwrap();
+        let eperm = ret_errno(libc::EPERM);
+        for nr in 0..600u32 {
+            let want = if nr == libc::SYS_clone3 as u32 {
+                ret_errno(libc::ENOSYS)
+            } else if denied.contains(&nr) {
+                eperm
+            } else {
+                libc::SECCOMP_RET_ALLOW
+            };
+            assert_eq!(run(&program, AUDIT_ARCH_X86_64, nr), want, "syscall {nr}");
+        }
+        assert_eq!(
+            run(&program, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT + 39),
+            eperm
+        );
+        assert_eq!(run(&program, AUDIT_ARCH_X86_64, u32::MAX), eperm);
+        let i386 = 3 | 0x4000_0000;
+        assert_eq!(run(&program, i386, 39), libc::SECCOMP_RET_KILL_PROCESS);
+    }
+
+    #[test]
+    fn the_path_through_the_number_program_stays_short() {
+        let program = number_program(
+            DENIED_SYSCALLS
+                .iter()
+                .chain(DENIED_FOR_DAEMON_CHILDREN)
+                .map(|&n| n as u32)
+                .collect(),
+        )
+        .unwrap();
+        // Longest path: 8 prefix instructions, log2(n / LEAF_SIZE) branches, one leaf.
+        let mut longest = 0;
+        for nr in 0..600u32 {
+            let mut pc = 0usize;
+            let mut steps = 0;
+            let mut acc = 0;
+            loop {
+                let i = &program[pc];
+                steps += 1;
+                pc += 1;
+                match i.code {
+                    LD_W_ABS => {
+                        acc = if i.k == OFFSET_ARCH {
+                            AUDIT_ARCH_X86_64
+                        } else {
+                            nr
+                        }
+                    }
+                    JEQ_K => pc += usize::from(if acc == i.k { i.jt } else { i.jf }),
+                    JGE_K => pc += usize::from(if acc >= i.k { i.jt } else { i.jf }),
+                    _ => break,
+                }
+            }
+            longest = longest.max(steps);
+        }
+        assert!(longest <= 20, "longest path {longest}");
+    }
 
     #[test]
     fn programs_compile_and_fit_the_kernel_limit() {
