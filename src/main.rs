@@ -155,6 +155,33 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Run the start-up self-test on a policy (binaries, sandbox canaries, examples, validator
+    /// corpus, secrets; the journal too with --state-dir). Exit 1 on any FAIL.
+    Selftest {
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask the daemon to re-read, self-test and swap its policy (approvers; same as SIGHUP)
+    Reload {
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// (internal) the sandbox canary the self-test runs inside each profile
+    #[command(name = "__sandbox-canary", hide = true)]
+    Canary {
+        #[arg(long)]
+        outside: PathBuf,
+        #[arg(long)]
+        protected: Option<PathBuf>,
+        #[arg(long)]
+        network_none: bool,
+        #[arg(long)]
+        keeps_capabilities: bool,
+    },
     /// The audit journal
     Audit {
         #[command(subcommand)]
@@ -324,6 +351,56 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 126
             }))
         }
+        Command::Selftest {
+            policy,
+            state_dir,
+            json,
+        } => {
+            let policy = match load_policy(policy.as_deref()) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Ok(ExitCode::from(1));
+                }
+            };
+            let daemon_uid = match (&policy.daemon.user, nix::unistd::geteuid().is_root()) {
+                (Some(name), true) => nix::unistd::User::from_name(name)
+                    .ok()
+                    .flatten()
+                    .map(|u| u.uid.as_raw())
+                    .unwrap_or(0),
+                _ => nix::unistd::geteuid().as_raw(),
+            };
+            let report = verbd::selftest::run(&verbd::selftest::Context {
+                policy: &policy,
+                daemon_uid,
+                canary_exe: std::env::current_exe()?,
+                serving: None,
+                state_dir: state_dir.as_deref(),
+            });
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Reload { socket } => client_call(&socket.path(), &Request::Reload {}, false),
+        Command::Canary {
+            outside,
+            protected,
+            network_none,
+            keeps_capabilities,
+        } => Ok(ExitCode::from(verbd::selftest::canary_main(
+            &outside,
+            protected.as_deref(),
+            network_none,
+            keeps_capabilities,
+        ) as u8)),
         Command::Audit { command } => match command {
             AuditCommand::Verify { state_dir, json } => {
                 let dir = state_dir.unwrap_or_else(server::default_state_dir);
@@ -468,6 +545,10 @@ fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitC
                 result.exit.code.unwrap_or(EXIT_ERROR as i32)
             };
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Response::Info { info } => {
+            println!("{}", info["message"].as_str().unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
         }
         Response::Decided { state, message, .. } => {
             println!("{}", escape_for_terminal(message));
@@ -803,11 +884,16 @@ fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Exit status of `serve` when the policy or the self-test fails (systemd: no restart loop).
+const EXIT_CONFIG: u8 = 78;
+
 fn serve(
     policy_path: Option<PathBuf>,
     socket: Option<PathBuf>,
     state_dir: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    // Socket activation first: it edits the environment, which is only safe with one thread.
+    let activated = verbd::sd::activated_sockets().map_err(|e| anyhow::anyhow!("{e}"))?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -816,7 +902,14 @@ fn serve(
         )
         .init();
     let invoker_uid = nix::unistd::getuid().as_raw();
-    let policy = load_policy(policy_path.as_deref())?;
+    let policy = match load_policy(policy_path.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("verbd: the policy cannot be used; not serving.\n{e}");
+            verbd::sd::notify_status("policy invalid; not serving");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
     for w in &policy.warnings {
         tracing::warn!("policy: {w}");
     }
@@ -828,21 +921,52 @@ fn serve(
     create_private_dir(&secret_dir)?;
     let mut policy = policy;
     server::grant_secret_file_access(&mut policy, &secret_dir)?;
-    let socket_path = socket
-        .or_else(|| policy.daemon.socket.clone())
-        .unwrap_or_else(|| match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(_) => server::default_socket_path(),
-            None => state_dir.join("verbd.sock"),
-        });
     let origin = policy.origin.clone();
-    let runtime = Runtime::build(policy).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let listener = server::socket::bind(
-        &socket_path,
-        runtime.policy.daemon.socket_mode,
-        runtime.policy.daemon.socket_group.as_deref(),
-    )?;
+    // Secrets are read here, before the privilege drop (they may be root-owned 0600).
+    let runtime = match Runtime::build(policy) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("verbd: cannot prepare the policy; not serving: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    // Sockets: from systemd, or bound here — bound, but not listening until the self-test passed.
+    let mut bound = Vec::new();
+    let mut listeners = Vec::new();
+    let socket_path = if activated.is_empty() {
+        let path = socket
+            .or_else(|| runtime.policy.daemon.socket.clone())
+            .unwrap_or_else(|| match std::env::var_os("XDG_RUNTIME_DIR") {
+                Some(_) => server::default_socket_path(),
+                None => state_dir.join("verbd.sock"),
+            });
+        bound.push(server::socket::bind(
+            &path,
+            runtime.policy.daemon.socket_mode,
+            runtime.policy.daemon.socket_group.as_deref(),
+        )?);
+        if let Some(approver) = &runtime.policy.daemon.approver_socket {
+            bound.push(server::socket::bind(
+                approver,
+                runtime.policy.daemon.socket_mode,
+                runtime.policy.daemon.approver_socket_group.as_deref(),
+            )?);
+        }
+        Some(path)
+    } else {
+        for socket in activated {
+            match socket.name.as_deref() {
+                None | Some("agent") | Some("approver") | Some("verbd.socket")
+                | Some("verbd-approve.socket") => listeners.push(socket.listener),
+                Some(other) => bail!(
+                    "systemd passed a socket named {other:?}; verbd serves sockets named `agent` and `approver` (FileDescriptorName=)"
+                ),
+            }
+        }
+        None
+    };
     drop_privileges(&runtime.policy, &state_dir)?;
-    // Opened as the daemon user, who keeps appending to it.
+    // Opened as the daemon user, who keeps appending to it; opening verifies the chain's tail.
     let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The journal is the source of truth for proposals: rebuild them from it.
     let records = verbd::journal::replay(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -854,7 +978,27 @@ fn serve(
                 &r.event,
             )
         }));
-    listener.set_nonblocking(true)?;
+    let exe = std::env::current_exe().context("locating the verbd binary for the canaries")?;
+    let report = verbd::selftest::run(&verbd::selftest::Context {
+        policy: &runtime.policy,
+        daemon_uid: nix::unistd::geteuid().as_raw(),
+        canary_exe: exe,
+        serving: Some(verbd::selftest::Serving {
+            state_dir: &state_dir,
+            socket: socket_path.as_deref(),
+        }),
+        state_dir: None,
+    });
+    if !report.passed() {
+        eprint!("{}", report.render());
+        eprintln!("verbd: not serving: the self-test failed (see above). Nothing was accepted.");
+        verbd::sd::notify_status(&report.summary());
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    eprintln!("verbd: {}", report.summary());
+    for socket in bound {
+        listeners.push(socket.listen()?);
+    }
     let settings = ServeSettings {
         state_dir: state_dir.clone(),
         invoker_uid,
@@ -863,10 +1007,21 @@ fn serve(
     let tokio_rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let summary = report.summary();
     tokio_rt.block_on(async move {
-        let listener = tokio::net::UnixListener::from_std(listener)?;
         let policy_hash = runtime.policy.hash.clone();
+        let grace = runtime.policy.daemon.shutdown_grace;
         let daemon = Daemon::new(runtime, journal, book, settings);
+        daemon
+            .journal(AuditEvent::Start {
+                version: env!("CARGO_PKG_VERSION").into(),
+                policy: origin.clone(),
+                policy_hash,
+                pid: std::process::id(),
+                uid: nix::unistd::getuid().as_raw(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
         for id in unknown_outcome {
             tracing::warn!(
                 id,
@@ -883,36 +1038,75 @@ fn serve(
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
         }
-        daemon
-            .journal(AuditEvent::Start {
-                version: env!("CARGO_PKG_VERSION").into(),
-                policy: origin.clone(),
-                policy_hash,
-                pid: std::process::id(),
-                uid: nix::unistd::getuid().as_raw(),
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
-        eprintln!(
-            "verbd: serving {origin} on {} (state dir {})",
-            socket_path.display(),
-            state_dir.display()
-        );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let shutdown = async move {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut serving = Vec::new();
+        for listener in listeners {
+            let listener = tokio::net::UnixListener::from_std(listener)?;
+            let mut rx = stop_rx.clone();
+            serving.push(tokio::spawn(daemon.clone().serve(listener, async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            })));
+        }
+        match &socket_path {
+            Some(path) => eprintln!(
+                "verbd: serving {origin} on {} (state dir {})",
+                path.display(),
+                state_dir.display()
+            ),
+            None => eprintln!(
+                "verbd: serving {origin} on sockets from systemd (state dir {})",
+                state_dir.display()
+            ),
+        }
+        verbd::sd::notify_ready(&format!("serving {origin}; {summary}"));
+        if let Some(interval) = verbd::sd::watchdog_interval() {
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                loop {
+                    tick.tick().await;
+                    verbd::sd::notify_watchdog();
+                }
+            });
+        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let reason = loop {
             tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => break "SIGTERM",
+                _ = int.recv() => break "SIGINT",
+                _ = hup.recv() => {
+                    let outcome = daemon.clone().reload().await;
+                    tracing::info!("reload: {outcome}");
+                }
             }
         };
-        daemon.clone().serve(listener, shutdown).await;
+        verbd::sd::notify_stopping();
+        let _ = stop_tx.send(true);
+        for task in serving {
+            let _ = task.await;
+        }
+        // Let running verbs finish up to the grace period; after it their process groups are
+        // killed when the runtime drops their tasks.
+        let deadline = tokio::time::Instant::now() + grace;
+        while daemon.executions_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let in_flight = daemon.executions_in_flight();
         let _ = daemon
             .journal(AuditEvent::Stop {
-                reason: "signal".into(),
-                in_flight: daemon.executions_in_flight(),
+                reason: if in_flight > 0 {
+                    format!("{reason}; killing {in_flight} running verb(s) after the {}s grace period", grace.as_secs())
+                } else {
+                    reason.to_string()
+                },
+                in_flight,
             })
             .await;
+        eprintln!("verbd: stopped ({reason})");
         anyhow::Ok(())
     })?;
+    tokio_rt.shutdown_timeout(Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
 }

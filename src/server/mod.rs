@@ -170,6 +170,74 @@ impl Daemon {
         max.saturating_sub(self.exec_permits.available_permits())
     }
 
+    /// Re-read the policy file, prepare it, self-test it, and swap it in only if everything
+    /// passes; otherwise keep serving the old one. Calls already running keep the policy they
+    /// started with; pending proposals are re-checked against the new policy at approval.
+    pub async fn reload(self: Arc<Self>) -> String {
+        self.reload_policy().await.1
+    }
+
+    async fn reload_policy(self: Arc<Self>) -> (bool, String) {
+        crate::sd::notify_reloading();
+        let daemon = self.clone();
+        let attempt = tokio::task::spawn_blocking(move || daemon.prepare_reload())
+            .await
+            .unwrap_or_else(|e| Err(format!("reload task failed: {e}")));
+        let (ok, message, hash) = match attempt {
+            Ok((runtime, summary)) => {
+                let hash = runtime.policy.hash.clone();
+                self.replace_runtime(runtime);
+                (true, format!("new policy in force ({summary})"), hash)
+            }
+            Err(message) => (
+                false,
+                format!("reload refused, the old policy stays in force: {message}"),
+                self.runtime().policy.hash.clone(),
+            ),
+        };
+        if ok {
+            tracing::info!("{message}");
+        } else {
+            tracing::error!("{message}");
+        }
+        let _ = self
+            .journal(AuditEvent::Reload {
+                ok,
+                policy_hash: hash,
+                message: message.clone(),
+            })
+            .await;
+        crate::sd::notify_ready(&message);
+        (ok, message)
+    }
+
+    fn prepare_reload(&self) -> Result<(Runtime, String), String> {
+        let Some(path) = &self.settings.policy_path else {
+            return Err("the daemon serves the embedded demo policy; there is no file to re-read".into());
+        };
+        let mut policy = crate::policy::load_file(path).map_err(|e| e.to_string())?;
+        grant_secret_file_access(&mut policy, &self.settings.state_dir.join(SECRET_FILES_DIR))
+            .map_err(|e| e.to_string())?;
+        let runtime = Runtime::build(policy).map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let report = crate::selftest::run(&crate::selftest::Context {
+            policy: &runtime.policy,
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+            canary_exe: exe,
+            serving: None,
+            state_dir: None,
+        });
+        if report.passed() {
+            Ok((runtime, report.summary()))
+        } else {
+            let failures: Vec<String> = report
+                .failures()
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect();
+            Err(format!("{}: {}", report.summary(), failures.join("; ")))
+        }
+    }
+
     /// Serve connections from `listener` until `shutdown` resolves.
     pub async fn serve(
         self: Arc<Self>,
@@ -364,9 +432,25 @@ impl Daemon {
             Request::Check { path, tool } => {
                 self.check(&runtime, &role_refs, record, path, tool).await
             }
-            Request::Reload {} => Response::Error {
-                message: "this operation is not available in this verbd build".into(),
-            },
+            Request::Reload {} => {
+                let approver = roles.iter().any(|r| {
+                    r.kind == crate::policy::RoleKind::Human
+                        && runtime.policy.approvals.approvers.contains(&r.name)
+                });
+                if !approver {
+                    return Response::Denied {
+                        reason: "only approvers (human roles in [approvals] approvers) may reload the policy".into(),
+                    };
+                }
+                let (ok, message) = self.clone().reload_policy().await;
+                if ok {
+                    Response::Info {
+                        info: serde_json::json!({ "reloaded": true, "message": message }),
+                    }
+                } else {
+                    Response::Error { message }
+                }
+            }
         }
     }
 

@@ -37,8 +37,35 @@ pub enum SocketError {
     },
 }
 
-/// Bind a Unix stream socket at `path` with `mode` and optional `group`.
-pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener, SocketError> {
+/// A socket bound to its path but not yet listening: clients get "connection refused" until
+/// [`BoundSocket::listen`] (called only after the self-test passed).
+pub struct BoundSocket {
+    fd: std::os::fd::OwnedFd,
+    pub path: PathBuf,
+}
+
+impl BoundSocket {
+    /// Start accepting connections.
+    pub fn listen(self) -> Result<UnixListener, SocketError> {
+        let err = |e: nix::Error| SocketError::Bind {
+            path: self.path.clone(),
+            source: e.into(),
+        };
+        let backlog = nix::sys::socket::Backlog::new(512).map_err(err)?;
+        nix::sys::socket::listen(&self.fd, backlog).map_err(err)?;
+        let listener = UnixListener::from(self.fd);
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| SocketError::Bind {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(listener)
+    }
+}
+
+/// Bind a Unix stream socket at `path` with `mode` and optional `group`, without listening.
+pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<BoundSocket, SocketError> {
     let gid = match group {
         None => None,
         Some(name) => match Group::from_name(name) {
@@ -68,15 +95,28 @@ pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener,
         Ok(_) => return Err(SocketError::NotASocket(path.to_path_buf())),
         Err(_) => {}
     }
-    let previous = umask(Mode::from_bits_truncate(0o177));
-    let bound = UnixListener::bind(path);
-    umask(previous);
-    let listener = bound.map_err(|source| SocketError::Bind {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, socket};
+    let bind_err = |e: nix::Error| SocketError::Bind {
         path: path.to_path_buf(),
-        source,
-    })?;
+        source: e.into(),
+    };
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(bind_err)?;
+    let addr = UnixAddr::new(path).map_err(bind_err)?;
+    let previous = umask(Mode::from_bits_truncate(0o177));
+    let bound = nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr);
+    umask(previous);
+    bound.map_err(bind_err)?;
     set_access(path, mode, gid)?;
-    Ok(listener)
+    Ok(BoundSocket {
+        fd,
+        path: path.to_path_buf(),
+    })
 }
 
 fn set_access(path: &Path, mode: u32, gid: Option<Gid>) -> Result<(), SocketError> {
