@@ -17,6 +17,7 @@ version = 1
 [daemon]
 allow_root = true
 [roles.me]
+kind = "human"
 uids = [0]
 [roles.agent]
 uids = [61201]
