@@ -334,7 +334,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bail!(
                     "profile `{profile}` is not defined in {} (defined: {})",
                     policy.origin,
-                    policy.sandboxes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    policy
+                        .sandboxes
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             };
             let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())
@@ -345,11 +350,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(never) => match never {},
             };
             eprintln!("verbd exec: {err}");
-            Ok(ExitCode::from(if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
-                127
-            } else {
-                126
-            }))
+            Ok(ExitCode::from(
+                if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
+                    127
+                } else {
+                    126
+                },
+            ))
         }
         Command::Selftest {
             policy,
@@ -956,7 +963,10 @@ fn serve(
     } else {
         for socket in activated {
             match socket.name.as_deref() {
-                None | Some("agent") | Some("approver") | Some("verbd.socket")
+                None
+                | Some("agent")
+                | Some("approver")
+                | Some("verbd.socket")
                 | Some("verbd-approve.socket") => listeners.push(socket.listener),
                 Some(other) => bail!(
                     "systemd passed a socket named {other:?}; verbd serves sockets named `agent` and `approver` (FileDescriptorName=)"
@@ -1097,7 +1107,10 @@ fn serve(
         let _ = daemon
             .journal(AuditEvent::Stop {
                 reason: if in_flight > 0 {
-                    format!("{reason}; killing {in_flight} running verb(s) after the {}s grace period", grace.as_secs())
+                    format!(
+                        "{reason}; killing {in_flight} running verb(s) after the {}s grace period",
+                        grace.as_secs()
+                    )
                 } else {
                     reason.to_string()
                 },

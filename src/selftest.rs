@@ -242,7 +242,10 @@ fn check_examples(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &
     let mut problems = Vec::new();
     for example in &verb.examples_accept {
         if let Verdict::Refuse(r) = policy.evaluate(roles, &verb.name, &raw_args(example)) {
-            problems.push(format!("accept example {example:?} was refused: {}", r.message()));
+            problems.push(format!(
+                "accept example {example:?} was refused: {}",
+                r.message()
+            ));
         }
     }
     for example in &verb.examples_reject {
@@ -317,10 +320,16 @@ fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: 
                 problems.push(format!("`{}` accepted a control character", param.name));
             }
             if !content && normalized.len() > 64 * 1024 {
-                problems.push(format!("`{}` accepted a {}-byte value", param.name, normalized.len()));
+                problems.push(format!(
+                    "`{}` accepted a {}-byte value",
+                    param.name,
+                    normalized.len()
+                ));
             }
             if matches!(param.kind, ParamKind::Path { .. })
-                && Path::new(&normalized).components().any(|c| c == std::path::Component::ParentDir)
+                && Path::new(&normalized)
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
             {
                 problems.push(format!("`{}` accepted a path with `..`", param.name));
             }
@@ -378,7 +387,10 @@ fn check_binary_path(
     let result = (|| -> Result<String, (String, String)> {
         let shown = program.display();
         if !program.is_absolute() {
-            return Err((format!("{shown} is not absolute"), "use an absolute path".into()));
+            return Err((
+                format!("{shown} is not absolute"),
+                "use an absolute path".into(),
+            ));
         }
         let real = std::fs::canonicalize(program).map_err(|e| {
             (
@@ -386,18 +398,32 @@ fn check_binary_path(
                 format!("install {shown}, or remove the verb"),
             )
         })?;
-        let meta = std::fs::metadata(&real).map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
+        let meta = std::fs::metadata(&real)
+            .map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
         if !meta.is_file() {
-            return Err((format!("{} is not a regular file", real.display()), "point the verb at the program itself".into()));
+            return Err((
+                format!("{} is not a regular file", real.display()),
+                "point the verb at the program itself".into(),
+            ));
         }
         let mode = meta.permissions().mode();
         if mode & 0o111 == 0 {
-            return Err((format!("{} is not executable", real.display()), format!("chmod 0755 {}", real.display())));
+            return Err((
+                format!("{} is not executable", real.display()),
+                format!("chmod 0755 {}", real.display()),
+            ));
         }
         if mode & 0o6000 != 0 {
             return Err((
-                format!("{} has a setuid/setgid bit (mode {:04o})", real.display(), mode & 0o7777),
-                format!("chmod u-s,g-s {} (verbs run without privileges; a set-id binary defeats that)", real.display()),
+                format!(
+                    "{} has a setuid/setgid bit (mode {:04o})",
+                    real.display(),
+                    mode & 0o7777
+                ),
+                format!(
+                    "chmod u-s,g-s {} (verbs run without privileges; a set-id binary defeats that)",
+                    real.display()
+                ),
             ));
         }
         let owner_ok = |uid: u32| uid == 0 || uid == ctx.daemon_uid;
@@ -414,7 +440,12 @@ fn check_binary_path(
         }
         let mut dir = real.parent();
         while let Some(d) = dir {
-            let dm = std::fs::metadata(d).map_err(|e| (format!("{}: {e}", d.display()), "check the directory".into()))?;
+            let dm = std::fs::metadata(d).map_err(|e| {
+                (
+                    format!("{}: {e}", d.display()),
+                    "check the directory".into(),
+                )
+            })?;
             let dmode = dm.permissions().mode();
             if !owner_ok(dm.uid()) || dmode & 0o022 != 0 {
                 return Err((
@@ -424,23 +455,40 @@ fn check_binary_path(
                         dm.uid(),
                         dmode & 0o7777
                     ),
-                    format!("chown root {0} && chmod go-w {0}, or install the program elsewhere", d.display()),
+                    format!(
+                        "chown root {0} && chmod go-w {0}, or install the program elsewhere",
+                        d.display()
+                    ),
                 ));
             }
             dir = d.parent();
         }
         if let Some(pin) = pin {
-            let bytes = std::fs::read(&real).map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
-            let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+            let bytes = std::fs::read(&real)
+                .map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
+            let digest: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
             if digest != pin {
                 return Err((
-                    format!("{} has sha256 {digest}, the policy pins {pin}", real.display()),
-                    "reinstall the expected program, or update the pin after reviewing the change".into(),
+                    format!(
+                        "{} has sha256 {digest}, the policy pins {pin}",
+                        real.display()
+                    ),
+                    "reinstall the expected program, or update the pin after reviewing the change"
+                        .into(),
                 ));
             }
-            return Ok(format!("{} is safe and matches its sha256 pin", real.display()));
+            return Ok(format!(
+                "{} is safe and matches its sha256 pin",
+                real.display()
+            ));
         }
-        Ok(format!("{} is root-owned, not writable by others, no set-id bit", real.display()))
+        Ok(format!(
+            "{} is root-owned, not writable by others, no set-id bit",
+            real.display()
+        ))
     })();
     report.push(name, result);
 }
@@ -500,9 +548,12 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     }
     let unsandboxed = std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
-        prepared
-            .install_std(&mut cmd)
-            .map_err(|e| (format!("cannot install the sandbox: {e}"), "see the error".into()))?;
+        prepared.install_std(&mut cmd).map_err(|e| {
+            (
+                format!("cannot install the sandbox: {e}"),
+                "see the error".into(),
+            )
+        })?;
     }
     let out = cmd.output().map_err(|e| {
         let detail = match crate::sandbox::spawn_failure(&e) {
@@ -547,10 +598,20 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
 
 /// A directory outside every write root that exists and would normally be writable (by root).
 fn canary_outside_dir(spec: &SandboxSpec) -> PathBuf {
-    let candidates = [std::env::temp_dir(), PathBuf::from("/var/tmp"), PathBuf::from("/tmp")];
+    let candidates = [
+        std::env::temp_dir(),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/tmp"),
+    ];
     candidates
         .into_iter()
-        .find(|c| c.is_dir() && !spec.write.iter().any(|w| c.starts_with(w) || w.starts_with(c)))
+        .find(|c| {
+            c.is_dir()
+                && !spec
+                    .write
+                    .iter()
+                    .any(|w| c.starts_with(w) || w.starts_with(c))
+        })
         .unwrap_or_else(|| PathBuf::from("/"))
 }
 
@@ -570,7 +631,12 @@ fn parse_finding(line: &str) -> Option<CanaryFinding> {
 }
 
 /// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
-pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool, keeps_caps: bool) -> i32 {
+pub fn canary_main(
+    outside: &Path,
+    protected: Option<&Path>,
+    network_none: bool,
+    keeps_caps: bool,
+) -> i32 {
     let mut lines = Vec::new();
     let mut report = |name: &str, confined: bool, detail: String| {
         lines.push(format!(
@@ -579,29 +645,54 @@ pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool,
         ));
     };
     let probe = outside.join(format!("verbd-canary-{}", std::process::id()));
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
-            report("write-outside", false, format!("created {}", probe.display()));
+            report(
+                "write-outside",
+                false,
+                format!("created {}", probe.display()),
+            );
         }
         Err(e) => report("write-outside", true, e.to_string()),
     }
     if let Some(path) = protected {
         let existed = path.exists();
-        match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+        {
             Ok(_) => {
                 if !existed {
                     let _ = std::fs::remove_file(path);
                 }
-                report("write-protected", false, format!("opened {} for writing", path.display()));
+                report(
+                    "write-protected",
+                    false,
+                    format!("opened {} for writing", path.display()),
+                );
             }
             Err(e) => report("write-protected", true, e.to_string()),
         }
     }
     match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
-        Ok(()) => report("denied-syscall", false, "unshare(CLONE_NEWUSER) succeeded".into()),
+        Ok(()) => report(
+            "denied-syscall",
+            false,
+            "unshare(CLONE_NEWUSER) succeeded".into(),
+        ),
         Err(nix::errno::Errno::EPERM) => report("denied-syscall", true, "unshare: EPERM".into()),
-        Err(e) => report("denied-syscall", false, format!("unshare failed with {e}, not EPERM")),
+        Err(e) => report(
+            "denied-syscall",
+            false,
+            format!("unshare failed with {e}, not EPERM"),
+        ),
     }
     if network_none {
         match nix::sys::socket::socket(
@@ -615,7 +706,11 @@ pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool,
         }
     }
     let nnp = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
-    report("no-new-privs", nnp, format!("no_new_privs={}", u8::from(nnp)));
+    report(
+        "no-new-privs",
+        nnp,
+        format!("no_new_privs={}", u8::from(nnp)),
+    );
     let seccomp = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -625,7 +720,11 @@ pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool,
         });
     // The canary's profile always includes /proc for reading; unreadable means unverified.
     let seccomp_mode = seccomp.unwrap_or_else(|| "unreadable".into());
-    report("seccomp", seccomp_mode == "2", format!("mode {seccomp_mode}"));
+    report(
+        "seccomp",
+        seccomp_mode == "2",
+        format!("mode {seccomp_mode}"),
+    );
     if !keeps_caps {
         let sets = [
             ("effective", caps::CapSet::Effective),
@@ -643,7 +742,11 @@ pub fn canary_main(outside: &Path, protected: Option<&Path>, network_none: bool,
         report(
             "capabilities",
             held.is_empty(),
-            if held.is_empty() { "all sets empty".into() } else { held.join(",") },
+            if held.is_empty() {
+                "all sets empty".into()
+            } else {
+                held.join(",")
+            },
         );
     }
     println!("{}", lines.join("\n"));
@@ -666,20 +769,37 @@ fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
     );
     if let Some(socket) = serving.socket {
         let result = std::fs::symlink_metadata(socket)
-            .map_err(|e| (format!("{}: {e}", socket.display()), "check the socket path".into()))
+            .map_err(|e| {
+                (
+                    format!("{}: {e}", socket.display()),
+                    "check the socket path".into(),
+                )
+            })
             .and_then(|m| {
                 let mode = m.permissions().mode() & 0o7777;
                 if mode != policy.daemon.socket_mode {
                     return Err((
-                        format!("{} has mode {mode:04o}, the policy says {:04o}", socket.display(), policy.daemon.socket_mode),
-                        "restart the daemon; if this persists, check the socket unit's SocketMode=".into(),
+                        format!(
+                            "{} has mode {mode:04o}, the policy says {:04o}",
+                            socket.display(),
+                            policy.daemon.socket_mode
+                        ),
+                        "restart the daemon; if this persists, check the socket unit's SocketMode="
+                            .into(),
                     ));
                 }
                 if let Some(group) = &policy.daemon.socket_group {
-                    let gid = nix::unistd::Group::from_name(group).ok().flatten().map(|g| g.gid.as_raw());
+                    let gid = nix::unistd::Group::from_name(group)
+                        .ok()
+                        .flatten()
+                        .map(|g| g.gid.as_raw());
                     if gid != Some(m.gid()) {
                         return Err((
-                            format!("{} belongs to gid {}, the policy says group {group}", socket.display(), m.gid()),
+                            format!(
+                                "{} belongs to gid {}, the policy says group {group}",
+                                socket.display(),
+                                m.gid()
+                            ),
                             "check SocketGroup= in verbd.socket".into(),
                         ));
                     }
@@ -690,27 +810,48 @@ fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
     }
     let dir = serving.state_dir;
     let result = std::fs::metadata(dir)
-        .map_err(|e| (format!("{}: {e}", dir.display()), "create the state dir".into()))
+        .map_err(|e| {
+            (
+                format!("{}: {e}", dir.display()),
+                "create the state dir".into(),
+            )
+        })
         .and_then(|m| {
             let mode = m.permissions().mode() & 0o777;
             if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
                 Err((
-                    format!("{} is owned by uid {} with mode {mode:04o}", dir.display(), m.uid()),
+                    format!(
+                        "{} is owned by uid {} with mode {mode:04o}",
+                        dir.display(),
+                        m.uid()
+                    ),
                     format!("chown the daemon user {0} && chmod 0700 {0}", dir.display()),
                 ))
             } else {
-                Ok(format!("{} owned by the daemon, mode {mode:04o}", dir.display()))
+                Ok(format!(
+                    "{} owned by the daemon, mode {mode:04o}",
+                    dir.display()
+                ))
             }
         });
     report.push("state-dir", result);
     let key = dir.join(crate::journal::KEY_FILE);
     let result = std::fs::metadata(&key)
-        .map_err(|e| (format!("{}: {e}", key.display()), "restart the daemon to create it".into()))
+        .map_err(|e| {
+            (
+                format!("{}: {e}", key.display()),
+                "restart the daemon to create it".into(),
+            )
+        })
         .and_then(|m| {
             let mode = m.permissions().mode() & 0o777;
             if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
                 Err((
-                    format!("{} is owned by uid {} with mode {mode:04o}", key.display(), m.uid()),
+                    format!(
+                        "{} is owned by uid {} with mode {mode:04o}",
+                        key.display(),
+                        m.uid()
+                    ),
                     format!("chmod 0600 {}", key.display()),
                 ))
             } else {

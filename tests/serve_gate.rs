@@ -120,8 +120,16 @@ fn failing_self_test_never_serves() {
         )
     };
     let cases: Vec<(String, String, Vec<(&str, &str)>)> = vec![
-        (verb("/nonexistent/verbd-test-tool", ""), "binary:bad".into(), vec![]),
-        (verb(group_writable.to_str().unwrap(), ""), "mode 0775".into(), vec![]),
+        (
+            verb("/nonexistent/verbd-test-tool", ""),
+            "binary:bad".into(),
+            vec![],
+        ),
+        (
+            verb(group_writable.to_str().unwrap(), ""),
+            "mode 0775".into(),
+            vec![],
+        ),
         (verb(setuid.to_str().unwrap(), ""), "setuid".into(), vec![]),
         (
             verb(
@@ -148,7 +156,10 @@ fn failing_self_test_never_serves() {
             std::fs::write(&secret, "a-long-enough-secret").unwrap();
             std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
         });
-        assert!(log.contains("FAIL") && log.contains(&needle), "{needle}: {log}");
+        assert!(
+            log.contains("FAIL") && log.contains(&needle),
+            "{needle}: {log}"
+        );
         assert!(log.contains("not serving"), "{log}");
     }
 }
@@ -235,7 +246,10 @@ fn reload_swaps_only_a_passing_policy() {
     std::fs::write(&d.policy, "version = 1\n[verb.x]\ncomand = 1\n").unwrap();
     let out = d.cli(&["reload"]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("old policy stays"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("old policy stays"),
+        "{out:?}"
+    );
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     // A policy that parses but fails its self-test (missing binary): also refused, via SIGHUP.
     std::fs::write(
@@ -245,7 +259,10 @@ fn reload_swaps_only_a_passing_policy() {
     .unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(matches!(d.call("ghost", &[]), verbd::protocol::Response::Denied { .. }));
+    assert!(matches!(
+        d.call("ghost", &[]),
+        verbd::protocol::Response::Denied { .. }
+    ));
     // A good one: the new verb appears.
     std::fs::write(
         &d.policy,
@@ -292,10 +309,17 @@ fn sigterm_kills_a_long_verb_after_the_grace_period() {
     let started = Instant::now();
     let status = d.stop().unwrap();
     assert!(status.success(), "{status:?}: {}", d.log());
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     let _ = caller.join();
     std::thread::sleep(Duration::from_millis(200));
-    assert!(processes_matching("sleep 97.531").is_empty(), "the verb survived shutdown");
+    assert!(
+        processes_matching("sleep 97.531").is_empty(),
+        "the verb survived shutdown"
+    );
     let stop = d
         .journal_events()
         .into_iter()

@@ -213,7 +213,9 @@ impl Daemon {
 
     fn prepare_reload(&self) -> Result<(Runtime, String), String> {
         let Some(path) = &self.settings.policy_path else {
-            return Err("the daemon serves the embedded demo policy; there is no file to re-read".into());
+            return Err(
+                "the daemon serves the embedded demo policy; there is no file to re-read".into(),
+            );
         };
         let mut policy = crate::policy::load_file(path).map_err(|e| e.to_string())?;
         grant_secret_file_access(&mut policy, &self.settings.state_dir.join(SECRET_FILES_DIR))
