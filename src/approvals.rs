@@ -413,11 +413,11 @@ impl Book {
 
     /// Undo a claim whose journal record could not be written.
     pub fn unclaim(&mut self, id: u64) {
-        if let Some(p) = self.proposals.get_mut(&id) {
-            if p.state == State::Approved {
-                p.state = State::Pending;
-                p.decided_by = None;
-            }
+        if let Some(p) = self.proposals.get_mut(&id)
+            && p.state == State::Approved
+        {
+            p.state = State::Pending;
+            p.decided_by = None;
         }
     }
 
@@ -476,23 +476,23 @@ impl Book {
                 })
                 .count()
         };
-        if let Some(r) = per_caller {
-            if within(r.per, Some(uid)) >= r.count as usize {
-                return Some(format!(
-                    "rate limit: `{verb}` may run at most {} times per {}s per caller; try again later",
-                    r.count,
-                    r.per.as_secs()
-                ));
-            }
+        if let Some(r) = per_caller
+            && within(r.per, Some(uid)) >= r.count as usize
+        {
+            return Some(format!(
+                "rate limit: `{verb}` may run at most {} times per {}s per caller; try again later",
+                r.count,
+                r.per.as_secs()
+            ));
         }
-        if let Some(r) = global {
-            if within(r.per, None) >= r.count as usize {
-                return Some(format!(
-                    "rate limit: `{verb}` may run at most {} times per {}s in total; try again later",
-                    r.count,
-                    r.per.as_secs()
-                ));
-            }
+        if let Some(r) = global
+            && within(r.per, None) >= r.count as usize
+        {
+            return Some(format!(
+                "rate limit: `{verb}` may run at most {} times per {}s in total; try again later",
+                r.count,
+                r.per.as_secs()
+            ));
         }
         None
     }

@@ -160,11 +160,10 @@ pub fn run(ctx: &Context) -> Report {
         match &verb.action {
             VerbAction::Command { template, dry_run } => {
                 check_binary(&mut report, ctx, verb, template.program());
-                if let Some(d) = dry_run {
-                    if d.program() != template.program() {
+                if let Some(d) = dry_run
+                    && d.program() != template.program() {
                         check_binary(&mut report, ctx, verb, d.program());
                     }
-                }
             }
             VerbAction::File(spec) => report.push(
                 format!("file-roots:{}", verb.name),
@@ -340,15 +339,13 @@ fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: 
                 args.insert(param.name.clone(), value.clone());
                 if let Verdict::Run(call) | Verdict::Propose(call) =
                     policy.evaluate(roles, &verb.name, &raw_args(&args))
+                    && let PreparedAction::Exec { argv, .. } = &call.action
+                    && argv.display().iter().skip(1).any(|e| e.starts_with(&value))
                 {
-                    if let PreparedAction::Exec { argv, .. } = &call.action {
-                        if argv.display().iter().skip(1).any(|e| e.starts_with(&value)) {
-                            problems.push(format!(
-                                "`{}` let {value:?} begin an argv element",
-                                param.name
-                            ));
-                        }
-                    }
+                    problems.push(format!(
+                        "`{}` let {value:?} begin an argv element",
+                        param.name
+                    ));
                 }
             }
         }

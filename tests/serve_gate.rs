@@ -119,7 +119,9 @@ fn failing_self_test_never_serves() {
             "{HEALTHY}\n[verb.bad]\ndescription = \"bad\"\ncategory = \"read-only\"\nroles = [\"me\"]\ncommand = \"{command}\"\n{extra}\n"
         )
     };
-    let cases: Vec<(String, String, Vec<(&str, &str)>)> = vec![
+    // (policy, text the failure report must contain, extra environment)
+    type Case<'a> = (String, String, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
         (
             verb("/nonexistent/verbd-test-tool", ""),
             "binary:bad".into(),

@@ -308,13 +308,13 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
             0o660
         }),
     };
-    if socket_mode & 0o007 != 0 {
-        if let Some(m) = &raw.socket_mode {
-            ctx.at(
-                m.span(),
-                "socket_mode must not grant access to others (use a group: socket_group)",
-            );
-        }
+    if socket_mode & 0o007 != 0
+        && let Some(m) = &raw.socket_mode
+    {
+        ctx.at(
+            m.span(),
+            "socket_mode must not grant access to others (use a group: socket_group)",
+        );
     }
     for p in [&raw.socket, &raw.approver_socket, &raw.state_dir]
         .into_iter()
@@ -438,10 +438,10 @@ fn build_secrets(
         let mut given = sources.into_iter().flatten();
         match (given.next(), given.next()) {
             (Some(source), None) => {
-                if let SecretSource::File(p) = &source {
-                    if !p.is_absolute() {
-                        ctx.at(span, format!("secret `{name}`: file path must be absolute"));
-                    }
+                if let SecretSource::File(p) = &source
+                    && !p.is_absolute()
+                {
+                    ctx.at(span, format!("secret `{name}`: file path must be absolute"));
                 }
                 out.insert(name.clone(), source);
             }
@@ -753,16 +753,16 @@ fn build_verb(
             let template = command_template(ctx, command)?;
             let dry_run = raw.dry_run.as_ref().and_then(|d| command_template(ctx, d));
             for t in std::iter::once(&template).chain(dry_run.as_ref()) {
-                if let Some(shell) = is_interpreter(t.program()) {
-                    if !raw.allow_interpreter {
-                        ctx.at(
+                if let Some(shell) = is_interpreter(t.program())
+                    && !raw.allow_interpreter
+                {
+                    ctx.at(
                             command.span(),
                             format!(
                                 "verb `{name}`: program {} is a shell/interpreter ({shell}); a verb that runs one is a shell with extra steps. Set allow_interpreter = true only if the script is fixed and not writable by agents",
                                 t.program().display()
                             ),
                         );
-                    }
                 }
             }
             VerbAction::Command { template, dry_run }
@@ -900,13 +900,13 @@ fn build_verb(
     };
     let rate = rate_of(&raw.rate);
     let rate_global = rate_of(&raw.rate_global);
-    if let Some(pin) = &raw.sha256 {
-        if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
-            ctx.at(
-                span.clone(),
-                format!("verb `{name}`: sha256 must be 64 hex digits"),
-            );
-        }
+    if let Some(pin) = &raw.sha256
+        && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        ctx.at(
+            span.clone(),
+            format!("verb `{name}`: sha256 must be 64 hex digits"),
+        );
     }
     let cwd = raw.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
     if !cwd.is_absolute() {

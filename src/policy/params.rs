@@ -216,13 +216,13 @@ impl Param {
             ParamKind::Path { roots, must_exist } => self.validate_path(value, roots, *must_exist),
             ParamKind::Duration { max } => {
                 let d = parse_duration(value).map_err(|e| self.reject("duration", e))?;
-                if let Some(max) = max {
-                    if d > *max {
-                        return Err(self.reject(
-                            "range",
-                            format!("{value} is longer than the maximum {}s", max.as_secs()),
-                        ));
-                    }
+                if let Some(max) = max
+                    && d > *max
+                {
+                    return Err(self.reject(
+                        "range",
+                        format!("{value} is longer than the maximum {}s", max.as_secs()),
+                    ));
                 }
                 Ok(value.to_string())
             }

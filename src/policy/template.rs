@@ -212,17 +212,17 @@ impl ElementTemplate {
         params: &BTreeMap<String, Param>,
         args: &BTreeMap<String, String>,
     ) -> Result<Option<RenderedArg>, ParamRejection> {
-        if let Some(name) = self.sole_param() {
-            if let Some(flag) = params.get(name).and_then(|p| match &p.kind {
+        if let Some(name) = self.sole_param()
+            && let Some(flag) = params.get(name).and_then(|p| match &p.kind {
                 super::params::ParamKind::Bool { flag } => Some(flag),
                 _ => None,
-            }) {
-                return Ok(
-                    (args.get(name).map(String::as_str) == Some("true")).then(|| RenderedArg {
-                        parts: vec![ArgPart::Text(flag.clone())],
-                    }),
-                );
-            }
+            })
+        {
+            return Ok(
+                (args.get(name).map(String::as_str) == Some("true")).then(|| RenderedArg {
+                    parts: vec![ArgPart::Text(flag.clone())],
+                }),
+            );
         }
         let mut parts: Vec<ArgPart> = Vec::new();
         for (index, piece) in self.pieces.iter().enumerate() {

@@ -83,12 +83,10 @@ impl Daemon {
                 .journal(AuditEvent::ProposalExpired { id })
                 .await
                 .is_ok()
+                && let Some(p) = self.book().get_mut(id)
+                && p.state == State::Pending
             {
-                if let Some(p) = self.book().get_mut(id) {
-                    if p.state == State::Pending {
-                        p.state = State::Expired;
-                    }
-                }
+                p.state = State::Expired;
             }
         }
     }
@@ -167,13 +165,12 @@ impl Daemon {
             }
         }
         let verb_def = runtime.policy.verbs[&call.verb].clone();
-        if needs_approval {
-            if let Some(existing) =
+        if needs_approval
+            && let Some(existing) =
                 self.book()
                     .pending_for(record.uid, &call.verb, &call.args_hash, now)
-            {
-                return confirm_required(existing);
-            }
+        {
+            return confirm_required(existing);
         }
         let limited = self.book().rate_exceeded(
             &call.verb,

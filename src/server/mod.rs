@@ -826,16 +826,16 @@ impl Daemon {
 /// Arguments as journaled: file content is recorded as its size and sha256, never verbatim.
 fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
     let mut args = call.args.clone();
-    if matches!(call.action, PreparedAction::File) {
-        if let Some(content) = args.get_mut("content") {
-            *content = format!(
-                "<{} bytes, sha256 {}>",
-                content.len(),
-                crate::policy::hex(&sha2::Digest::finalize(
-                    <sha2::Sha256 as sha2::Digest>::new_with_prefix(content.as_bytes())
-                ))
-            );
-        }
+    if matches!(call.action, PreparedAction::File)
+        && let Some(content) = args.get_mut("content")
+    {
+        *content = format!(
+            "<{} bytes, sha256 {}>",
+            content.len(),
+            crate::policy::hex(&sha2::Digest::finalize(
+                <sha2::Sha256 as sha2::Digest>::new_with_prefix(content.as_bytes())
+            ))
+        );
     }
     args
 }

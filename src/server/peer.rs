@@ -12,12 +12,11 @@ use std::ffi::CString;
 pub fn caller_from_cred(uid: u32, gid: u32, pid: i32) -> Caller {
     let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
     let mut gids: Vec<Gid> = vec![Gid::from_raw(gid)];
-    if let Some(u) = &user {
-        if let Ok(name) = CString::new(u.name.as_bytes()) {
-            if let Ok(list) = nix::unistd::getgrouplist(&name, u.gid) {
-                gids.extend(list);
-            }
-        }
+    if let Some(u) = &user
+        && let Ok(name) = CString::new(u.name.as_bytes())
+        && let Ok(list) = nix::unistd::getgrouplist(&name, u.gid)
+    {
+        gids.extend(list);
     }
     gids.sort_by_key(|g| g.as_raw());
     gids.dedup();

@@ -73,14 +73,14 @@ pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<BoundSocket, 
             _ => return Err(SocketError::UnknownGroup(name.to_string())),
         },
     };
-    if let Some(parent) = path.parent() {
-        if !parent.exists() {
-            std::fs::create_dir_all(parent).map_err(|source| SocketError::Dir {
-                path: parent.to_path_buf(),
-                source,
-            })?;
-            let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
-        }
+    if let Some(parent) = path.parent()
+        && !parent.exists()
+    {
+        std::fs::create_dir_all(parent).map_err(|source| SocketError::Dir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
