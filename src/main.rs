@@ -876,9 +876,37 @@ fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
         chown(p, Some(user.uid), Some(user.gid))
             .with_context(|| format!("chown {} to {name}", p.display()))?;
     }
+    // Capabilities: none, unless a sandbox profile runs its children as another user, which
+    // needs CAP_SETUID/CAP_SETGID (and CAP_SETPCAP to empty the children's bounding sets).
+    use caps::{CapSet, Capability};
+    let keep: caps::CapsHashSet = if policy.sandboxes.values().any(|s| s.run_as.is_some()) {
+        [Capability::CAP_SETUID, Capability::CAP_SETGID, Capability::CAP_SETPCAP].into()
+    } else {
+        caps::CapsHashSet::new()
+    };
+    for cap in caps::runtime::thread_all_supported() {
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap)
+                .with_context(|| format!("dropping {cap} from the bounding set"))?;
+        }
+    }
     setgroups(&[user.gid]).context("setgroups")?;
     setresgid(user.gid, user.gid, user.gid).context("setresgid")?;
+    if !keep.is_empty() {
+        nix::sys::prctl::set_keepcaps(true).context("PR_SET_KEEPCAPS")?;
+    }
     setresuid(user.uid, user.uid, user.uid).context("setresuid")?;
+    if !keep.is_empty() {
+        nix::sys::prctl::set_keepcaps(false).context("PR_SET_KEEPCAPS")?;
+        caps::set(None, CapSet::Permitted, &keep).context("keeping CAP_SETUID/SETGID/SETPCAP")?;
+        caps::set(None, CapSet::Effective, &keep).context("keeping CAP_SETUID/SETGID/SETPCAP")?;
+    }
+    caps::clear(None, CapSet::Inheritable).context("clearing inheritable capabilities")?;
+    caps::clear(None, CapSet::Ambient).context("clearing ambient capabilities")?;
+    let bounding = caps::read(None, CapSet::Bounding).context("reading the bounding set")?;
+    if bounding != keep || caps::read(None, CapSet::Permitted)? != keep {
+        bail!("capability drop could not be verified; refusing to serve");
+    }
     let uids = getresuid()?;
     let gids = getresgid()?;
     let dropped = [uids.real, uids.effective, uids.saved] == [user.uid; 3]

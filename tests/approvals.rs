@@ -537,3 +537,27 @@ fn changed_template_voids_the_approval() {
     assert_eq!(exec_events_for(&d, id), 0);
     let _ = Request::List {};
 }
+
+#[test]
+fn notifier_failure_is_journaled_and_does_not_block_the_proposal() {
+    if !require_root("approvals") {
+        return;
+    }
+    let d = start("notify = \"/bin/false {id}\"");
+    let (id, _) = propose_count(&d, "n\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let failed = d
+            .journal_events()
+            .iter()
+            .any(|e| e["kind"] == "notify_failed" && e["id"] == id);
+        if failed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no notify_failed record: {}", d.journal());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = d.cli_as(SRE, &["pending", "--json"]);
+    let pending: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(pending[0]["id"], id, "the proposal stands");
+}

@@ -377,3 +377,57 @@ fn policy_errors_name_file_line_and_column() {
         assert_eq!(code, Some(0), "{shipped}: {err}");
     }
 }
+
+#[test]
+fn root_start_drops_to_the_daemon_user_and_refuses_root_otherwise() {
+    if !require_root("privilege drop") {
+        return;
+    }
+    let policy = POLICY.replace("allow_root = true", "user = \"nobody\"");
+    let d = Daemon::start(&policy);
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid_line.split_whitespace().skip(1).all(|u| u == "65534"), "{uid_line}");
+    let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+    assert!(!groups.split_whitespace().skip(1).any(|g| g == "0"), "{groups}");
+    // Verbs run as the daemon user.
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    // Without `user` and without allow_root, root is refused.
+    let policy = POLICY.replace("allow_root = true\n", "");
+    let dir = open_tempdir();
+    let mut refused = Daemon::spawn_in(dir, &policy, &[]);
+    let status = refused.child.as_mut().unwrap().wait().unwrap();
+    refused.child = None;
+    assert!(!status.success());
+    assert!(refused.log().contains("refusing to run as root"), "{}", refused.log());
+}
+
+#[test]
+fn a_live_socket_is_never_taken_over_and_a_stale_one_is_replaced() {
+    if !require_root("socket handling") {
+        return;
+    }
+    let mut d = Daemon::start(POLICY);
+    // A second daemon on the same socket refuses.
+    let out = Command::new(BIN)
+        .args(["serve", "--policy"])
+        .arg(&d.policy)
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--state-dir")
+        .arg(d.path("state2"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already serving"), "{out:?}");
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    // Mode as configured (0660 by default).
+    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    // kill -9 leaves a stale socket file: the next start replaces it.
+    d.kill9();
+    assert!(d.socket.exists());
+    d.respawn();
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+}

@@ -490,28 +490,35 @@ impl Daemon {
     ) -> Response {
         let verb = &runtime.policy.verbs[&call.verb];
         let requester_uid = record.uid;
-        let _global = match self.exec_permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                return Response::Busy {
-                    message: "verbd is running its maximum number of executions; retry shortly"
-                        .into(),
-                };
-            }
-        };
-        let _per_verb = match runtime.verb_permits.get(&verb.name) {
+        let permits = self.exec_permits.clone().try_acquire_owned().map_err(|_| {
+            "verbd is running its maximum number of executions".to_string()
+        });
+        let permits = permits.and_then(|global| match runtime.verb_permits.get(&verb.name) {
             Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
+                Ok(p) => Ok((global, Some(p))),
+                Err(_) => Err(format!(
+                    "verb `{}` is already running its maximum number of times",
+                    verb.name
+                )),
+            },
+            None => Ok((global, None)),
+        });
+        let _permits = match permits {
+            Ok(p) => p,
+            Err(why) => {
+                // An approval is used once: if its run cannot start now, the proposal ends as
+                // failed (not run) and needs a new proposal, rather than waiting in memory.
+                if let Some(id) = proposal {
+                    let _ = self.journal(AuditEvent::ProposalNotStarted { id }).await;
+                    self.book().finished(id, None, true);
                     return Response::Busy {
-                        message: format!(
-                            "verb `{}` is already running its maximum number of times; retry shortly",
-                            verb.name
-                        ),
+                        message: format!("{why}; proposal {id} was not run and must be proposed again"),
                     };
                 }
-            },
-            None => None,
+                return Response::Busy {
+                    message: format!("{why}; retry shortly"),
+                };
+            }
         };
         let exec_seq = match self
             .journal(AuditEvent::Exec {
