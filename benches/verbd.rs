@@ -142,5 +142,37 @@ fn spawn_comparison(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, validate_and_render, spawn_comparison);
+/// The start-up self-test of a 100-verb policy (3 params each, examples, one sandbox canary).
+fn selftest_100_verbs(c: &mut Criterion) {
+    let mut text = String::from("version = 1\n[roles.a]\nuids = [1]\n");
+    for i in 0..100 {
+        text.push_str(&format!(
+            "[verb.v{i}]\ncategory = \"read-only\"\nroles = [\"a\"]\ncommand = \"/usr/bin/journalctl -u {{unit}} -n {{lines}} [ --grep {{pat}} ]\"\nparams.unit = {{ type = \"systemd-unit\" }}\nparams.lines = {{ type = \"int\", min = 1, max = 5000, default = 10 }}\nparams.pat = {{ type = \"string\", pattern = \"[a-z ]{{1,40}}\", required = false }}\nexamples.accept = [{{ unit = \"nginx.service\" }}]\nexamples.reject = [{{ unit = \"--all\" }}]\n"
+        ));
+    }
+    let policy = policy::compile(&text, "bench-100").expect("100-verb policy compiles");
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_verbd"));
+    let mut group = c.benchmark_group("selftest");
+    group.sample_size(20);
+    group.bench_function("100-verb policy", |b| {
+        b.iter(|| {
+            let report = verbd::selftest::run(&verbd::selftest::Context {
+                policy: &policy,
+                daemon_uid: 0,
+                canary_exe: exe.clone(),
+                serving: None,
+                state_dir: None,
+            });
+            assert!(report.passed(), "{}", report.render());
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    validate_and_render,
+    spawn_comparison,
+    selftest_100_verbs
+);
 criterion_main!(benches);

@@ -880,7 +880,12 @@ fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
     // needs CAP_SETUID/CAP_SETGID (and CAP_SETPCAP to empty the children's bounding sets).
     use caps::{CapSet, Capability};
     let keep: caps::CapsHashSet = if policy.sandboxes.values().any(|s| s.run_as.is_some()) {
-        [Capability::CAP_SETUID, Capability::CAP_SETGID, Capability::CAP_SETPCAP].into()
+        [
+            Capability::CAP_SETUID,
+            Capability::CAP_SETGID,
+            Capability::CAP_SETPCAP,
+        ]
+        .into()
     } else {
         caps::CapsHashSet::new()
     };

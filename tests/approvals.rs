@@ -554,7 +554,11 @@ fn notifier_failure_is_journaled_and_does_not_block_the_proposal() {
         if failed {
             break;
         }
-        assert!(Instant::now() < deadline, "no notify_failed record: {}", d.journal());
+        assert!(
+            Instant::now() < deadline,
+            "no notify_failed record: {}",
+            d.journal()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = d.cli_as(SRE, &["pending", "--json"]);

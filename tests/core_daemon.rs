@@ -388,9 +388,15 @@ fn root_start_drops_to_the_daemon_user_and_refuses_root_otherwise() {
     let pid = d.child.as_ref().unwrap().id();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert!(uid_line.split_whitespace().skip(1).all(|u| u == "65534"), "{uid_line}");
+    assert!(
+        uid_line.split_whitespace().skip(1).all(|u| u == "65534"),
+        "{uid_line}"
+    );
     let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
-    assert!(!groups.split_whitespace().skip(1).any(|g| g == "0"), "{groups}");
+    assert!(
+        !groups.split_whitespace().skip(1).any(|g| g == "0"),
+        "{groups}"
+    );
     // Verbs run as the daemon user.
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     // Without `user` and without allow_root, root is refused.
@@ -400,7 +406,11 @@ fn root_start_drops_to_the_daemon_user_and_refuses_root_otherwise() {
     let status = refused.child.as_mut().unwrap().wait().unwrap();
     refused.child = None;
     assert!(!status.success());
-    assert!(refused.log().contains("refusing to run as root"), "{}", refused.log());
+    assert!(
+        refused.log().contains("refusing to run as root"),
+        "{}",
+        refused.log()
+    );
 }
 
 #[test]
@@ -420,7 +430,10 @@ fn a_live_socket_is_never_taken_over_and_a_stale_one_is_replaced() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already serving"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already serving"),
+        "{out:?}"
+    );
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     // Mode as configured (0660 by default).
     let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;

@@ -77,6 +77,9 @@ impl std::fmt::Display for ParamRejection {
     }
 }
 
+/// Hard cap for any value other than file content, checked before any other work.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+
 /// Longest value accepted by the name types and by strings without `max_length`.
 pub const DEFAULT_MAX_LENGTH: usize = 256;
 
@@ -153,7 +156,16 @@ impl Param {
             }
             return Ok(value.to_string());
         }
-        if value.contains(['\0', '\n', '\r']) {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(self.reject(
+                "max-length",
+                format!(
+                    "value is {} bytes; no parameter of this type takes more than {MAX_VALUE_BYTES}",
+                    value.len()
+                ),
+            ));
+        }
+        if value.bytes().any(|b| matches!(b, b'\0' | b'\n' | b'\r')) {
             return Err(self.reject(
                 "control-character",
                 "NUL, CR and LF are not allowed in any parameter",

@@ -490,9 +490,11 @@ impl Daemon {
     ) -> Response {
         let verb = &runtime.policy.verbs[&call.verb];
         let requester_uid = record.uid;
-        let permits = self.exec_permits.clone().try_acquire_owned().map_err(|_| {
-            "verbd is running its maximum number of executions".to_string()
-        });
+        let permits = self
+            .exec_permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| "verbd is running its maximum number of executions".to_string());
         let permits = permits.and_then(|global| match runtime.verb_permits.get(&verb.name) {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Ok((global, Some(p))),
@@ -512,7 +514,9 @@ impl Daemon {
                     let _ = self.journal(AuditEvent::ProposalNotStarted { id }).await;
                     self.book().finished(id, None, true);
                     return Response::Busy {
-                        message: format!("{why}; proposal {id} was not run and must be proposed again"),
+                        message: format!(
+                            "{why}; proposal {id} was not run and must be proposed again"
+                        ),
                     };
                 }
                 return Response::Busy {
