@@ -162,6 +162,7 @@ fn selftest_100_verbs(c: &mut Criterion) {
                 canary_exe: exe.clone(),
                 serving: None,
                 state_dir: None,
+                secrets: None,
             });
             assert!(report.passed(), "{}", report.render());
         })

@@ -378,12 +378,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .unwrap_or(0),
                 _ => nix::unistd::geteuid().as_raw(),
             };
+            // Loaded only for their warnings; whether each source is usable is a check itself.
+            let secrets = verbd::secrets::SecretStore::load(&policy.secrets).ok();
             let report = verbd::selftest::run(&verbd::selftest::Context {
                 policy: &policy,
                 daemon_uid,
                 canary_exe: std::env::current_exe()?,
                 serving: None,
                 state_dir: state_dir.as_deref(),
+                secrets: secrets.as_ref(),
             });
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -970,6 +973,9 @@ fn serve(
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
+    for w in runtime.secrets.warnings() {
+        tracing::warn!("secrets: {w}");
+    }
     // Sockets: from systemd, or bound here — bound, but not listening until the self-test passed.
     let mut bound = Vec::new();
     let mut listeners = Vec::new();
@@ -1031,6 +1037,7 @@ fn serve(
             socket: socket_path.as_deref(),
         }),
         state_dir: None,
+        secrets: Some(&runtime.secrets),
     });
     if !report.passed() {
         eprint!("{}", report.render());

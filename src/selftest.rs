@@ -47,6 +47,8 @@ pub struct Check {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub checks: Vec<Check>,
+    /// Findings that do not fail the self-test (e.g. a short secret), shown with it.
+    pub warnings: Vec<String>,
     pub elapsed_ms: f64,
 }
 
@@ -91,6 +93,9 @@ impl Report {
                 out.push_str(&format!("     fix: {fix}\n"));
             }
         }
+        for w in &self.warnings {
+            out.push_str(&format!("WARN {w}\n"));
+        }
         out.push_str(&self.summary());
         out.push('\n');
         out
@@ -126,6 +131,8 @@ pub struct Context<'a> {
     pub serving: Option<Serving<'a>>,
     /// A state dir whose journal tail should be verified (offline `selftest --state-dir`).
     pub state_dir: Option<&'a Path>,
+    /// Loaded secrets, when available (their warnings are reported).
+    pub secrets: Option<&'a crate::secrets::SecretStore>,
 }
 
 /// Facts about a running daemon.
@@ -139,6 +146,7 @@ pub fn run(ctx: &Context) -> Report {
     let started = Instant::now();
     let mut report = Report {
         checks: Vec::new(),
+        warnings: ctx.policy.warnings.clone(),
         elapsed_ms: 0.0,
     };
     let policy = ctx.policy;
@@ -193,6 +201,11 @@ pub fn run(ctx: &Context) -> Report {
                 .map(|()| format!("{source} is private to the daemon"))
                 .map_err(|p| (p.to_string(), p.fix.clone())),
         );
+    }
+    if let Some(secrets) = ctx.secrets {
+        for warning in secrets.warnings() {
+            report.warnings.push(warning);
+        }
     }
     if let Some(serving) = &ctx.serving {
         check_serving(&mut report, ctx, serving);

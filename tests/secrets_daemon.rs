@@ -229,3 +229,24 @@ fn inline_secret_is_refused_at_load() {
         "the refusal repeats the secret: {err}"
     );
 }
+
+#[test]
+fn short_secret_is_a_warning_not_an_error() {
+    if !require_root("secrets") {
+        return;
+    }
+    let policy = format!(
+        "{}\n[secrets.tiny]\nfile = \"@DIR@/tiny\"\n",
+        POLICY.replace("@FIRST@", FIRST).replace("@SECOND@", SECOND)
+    );
+    let d = Daemon::start_with(&policy, |dir| {
+        for (name, value) in [("tok", SECRET), ("tiny", "abc")] {
+            let p = dir.join(name);
+            std::fs::write(&p, value).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    });
+    assert!(d.log().contains("shorter than 8"), "{}", d.log());
+    assert!(!d.log().contains("abc\n") && !d.log().contains("\"abc\""));
+    assert!(matches!(d.call("show-env", &[]), Response::Ok { .. }));
+}

@@ -70,6 +70,8 @@ pub enum AuditEvent {
     /// A call is about to run (written and fsync'd before the child starts).
     Exec {
         caller: CallerRecord,
+        /// `run` (allowed at once) or `approved` (a proposal's approved run).
+        decision: String,
         verb: String,
         args: BTreeMap<String, String>,
         args_hash: String,

@@ -228,6 +228,7 @@ impl Daemon {
             canary_exe: exe,
             serving: None,
             state_dir: None,
+            secrets: Some(&runtime.secrets),
         });
         if report.passed() {
             Ok((runtime, report.summary()))
@@ -527,6 +528,12 @@ impl Daemon {
         let exec_seq = match self
             .journal(AuditEvent::Exec {
                 caller: record,
+                decision: if proposal.is_some() {
+                    "approved"
+                } else {
+                    "run"
+                }
+                .into(),
                 verb: call.verb.clone(),
                 args: journaled_args(&call),
                 args_hash: call.args_hash.clone(),
