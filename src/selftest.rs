@@ -819,57 +819,45 @@ fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
         report.push("socket", result);
     }
     let dir = serving.state_dir;
-    let result = std::fs::metadata(dir)
-        .map_err(|e| {
-            (
-                format!("{}: {e}", dir.display()),
-                "create the state dir".into(),
-            )
-        })
-        .and_then(|m| {
-            let mode = m.permissions().mode() & 0o777;
-            if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
-                Err((
-                    format!(
-                        "{} is owned by uid {} with mode {mode:04o}",
-                        dir.display(),
-                        m.uid()
-                    ),
-                    format!("chown the daemon user {0} && chmod 0700 {0}", dir.display()),
-                ))
-            } else {
-                Ok(format!(
-                    "{} owned by the daemon, mode {mode:04o}",
-                    dir.display()
-                ))
-            }
-        });
-    report.push("state-dir", result);
+    report.push(
+        "state-dir",
+        private_to(
+            dir,
+            euid.as_raw(),
+            &format!("chown the daemon user {0} && chmod 0700 {0}", dir.display()),
+        ),
+    );
     let key = dir.join(crate::journal::KEY_FILE);
-    let result = std::fs::metadata(&key)
-        .map_err(|e| {
-            (
-                format!("{}: {e}", key.display()),
-                "restart the daemon to create it".into(),
-            )
-        })
-        .and_then(|m| {
-            let mode = m.permissions().mode() & 0o777;
-            if m.uid() != euid.as_raw() || mode & 0o077 != 0 {
-                Err((
-                    format!(
-                        "{} is owned by uid {} with mode {mode:04o}",
-                        key.display(),
-                        m.uid()
-                    ),
-                    format!("chmod 0600 {}", key.display()),
-                ))
-            } else {
-                Ok(format!("journal key mode {mode:04o}"))
-            }
-        });
-    report.push("journal-key", result);
+    report.push(
+        "journal-key",
+        private_to(
+            &key,
+            euid.as_raw(),
+            &format!("chmod 0600 {}", key.display()),
+        ),
+    );
     check_journal_tail(report, dir);
+}
+
+/// Is `path` owned by `uid` with no group/other permission bits?
+fn private_to(path: &Path, uid: u32, fix: &str) -> Result<String, (String, String)> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| (format!("{}: {e}", path.display()), fix.to_string()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.uid() != uid || mode & 0o077 != 0 {
+        return Err((
+            format!(
+                "{} is owned by uid {} with mode {mode:04o}; it must be the daemon's alone",
+                path.display(),
+                meta.uid()
+            ),
+            fix.to_string(),
+        ));
+    }
+    Ok(format!(
+        "{} owned by the daemon, mode {mode:04o}",
+        path.display()
+    ))
 }
 
 fn check_journal_tail(report: &mut Report, dir: &Path) {

@@ -296,23 +296,15 @@ impl PreparedSandbox {
     /// child restricts itself with the same cloned ruleset). The child starts its own
     /// session, so the executor can kill its whole process group.
     pub fn install(&self, cmd: &mut tokio::process::Command) -> Result<(), SandboxError> {
-        let mut plan = self.plan(FilterUse::DaemonChild)?;
-        // SAFETY: the closure only runs `ChildPlan::apply`, which is async-signal-safe (raw
-        // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno.
-        unsafe {
-            cmd.pre_exec(move || {
-                plan.apply()
-                    .map_err(|failure| io::Error::from_raw_os_error(failure.code()))
-            });
-        }
-        Ok(())
+        self.install_std(cmd.as_std_mut())
     }
 
     /// [`install`](Self::install) for a std command (self-test canaries, tests).
     pub fn install_std(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let mut plan = self.plan(FilterUse::DaemonChild)?;
-        // SAFETY: as in `install`.
+        // SAFETY: the closure only runs `ChildPlan::apply`, which is async-signal-safe (raw
+        // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno.
         unsafe {
             cmd.pre_exec(move || {
                 plan.apply()

@@ -38,6 +38,17 @@ pub struct OutputRecord {
     pub sha256: String,
 }
 
+impl OutputRecord {
+    pub fn of(captured: &crate::exec::Captured) -> Self {
+        OutputRecord {
+            bytes: captured.total,
+            kept: captured.bytes.len() as u64,
+            truncated: captured.truncated,
+            sha256: captured.sha256(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditEvent {

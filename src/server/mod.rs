@@ -657,12 +657,6 @@ impl Daemon {
             truncated: false,
         };
         let empty = exec::Captured::default();
-        let record = |c: &exec::Captured| OutputRecord {
-            bytes: c.total,
-            kept: c.bytes.len() as u64,
-            truncated: c.truncated,
-            sha256: c.sha256(),
-        };
         let event = AuditEvent::Result {
             verb: call.verb.clone(),
             exec_seq,
@@ -671,8 +665,8 @@ impl Daemon {
             signal: None,
             timed_out: false,
             duration_ms,
-            stdout: record(&captured),
-            stderr: record(&empty),
+            stdout: OutputRecord::of(&captured),
+            stderr: OutputRecord::of(&empty),
             error: error.clone(),
         };
         if let Err(e) = self.journal(event).await {
@@ -782,12 +776,6 @@ impl Daemon {
             stdin: None,
         })
         .await;
-        let output_record = |c: &exec::Captured| OutputRecord {
-            bytes: c.total,
-            kept: c.bytes.len() as u64,
-            truncated: c.truncated,
-            sha256: c.sha256(),
-        };
         match outcome {
             Ok(outcome) => {
                 let event = AuditEvent::Result {
@@ -798,8 +786,8 @@ impl Daemon {
                     signal: outcome.exit.signal,
                     timed_out: outcome.exit.timed_out,
                     duration_ms: outcome.duration.as_millis() as u64,
-                    stdout: output_record(&outcome.stdout),
-                    stderr: output_record(&outcome.stderr),
+                    stdout: OutputRecord::of(&outcome.stdout),
+                    stderr: OutputRecord::of(&outcome.stderr),
                     error: None,
                 };
                 if let Err(e) = self.journal(event).await {
@@ -828,8 +816,8 @@ impl Daemon {
                     signal: None,
                     timed_out: false,
                     duration_ms: 0,
-                    stdout: output_record(&empty),
-                    stderr: output_record(&empty),
+                    stdout: OutputRecord::of(&empty),
+                    stderr: OutputRecord::of(&empty),
                     error: Some(message.clone()),
                 };
                 if let Err(je) = self.journal(event).await {
