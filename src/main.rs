@@ -4,6 +4,7 @@
 //! the child's own exit code for a verb that ran (128+N when killed by signal N, 124 on timeout);
 //! 65 invalid arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required;
 //! 75 busy; 77 denied; 1 for a failed check (`policy check`, `audit verify`).
+#![forbid(unsafe_code)]
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};

@@ -28,6 +28,7 @@
 //! Invariants: every configured path must exist (a missing one is an error naming it, never a
 //! silent skip); write roots may not be protected themselves nor nested in one another; the ABI is
 //! pinned with `HardRequirement`, so an older kernel fails here, in the parent, not in a child.
+#![forbid(unsafe_code)]
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
