@@ -444,3 +444,36 @@ fn a_live_socket_is_never_taken_over_and_a_stale_one_is_replaced() {
     d.respawn();
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
 }
+
+#[test]
+fn connections_over_the_limit_get_busy_at_once() {
+    if !require_root("connection limit") {
+        return;
+    }
+    let d = Daemon::start(&POLICY.replace(
+        "max_executions = 50",
+        "max_executions = 50\nmax_connections = 3",
+    ));
+    // Let the start-up probe connection (wait_ready) finish, so it holds no slot.
+    std::thread::sleep(Duration::from_millis(700));
+    let held: Vec<UnixStream> = (0..3)
+        .map(|_| {
+            let mut s = UnixStream::connect(&d.socket).unwrap();
+            s.write_all(b"{\"v\":1,").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    match d.call("hello", &[]) {
+        Response::Busy { message } => assert!(message.contains("connections"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "busy must be immediate"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+}
