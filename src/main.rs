@@ -464,7 +464,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let exe = std::env::current_exe().context("locating the verbd binary")?;
                     println!(
                         "{}",
-                        claude_hook::settings_snippet(&exe, claude_hook::DEFAULT_DEADLINE)
+                        claude_hook::settings_snippet(
+                            &exe,
+                            socket.socket.as_deref(),
+                            claude_hook::DEFAULT_DEADLINE
+                        )
                     );
                     return Ok(ExitCode::SUCCESS);
                 }

@@ -367,7 +367,7 @@ fn daemon_errors_and_odd_answers_block_edits() {
 
 #[test]
 fn print_settings_snippet_is_a_valid_pretooluse_hook() {
-    let text = claude_hook::settings_snippet(Path::new("/usr/local/bin/verbd"), DEADLINE);
+    let text = claude_hook::settings_snippet(Path::new("/usr/local/bin/verbd"), None, DEADLINE);
     let value: Value = serde_json::from_str(&text).unwrap();
     let group = &value["hooks"]["PreToolUse"][0];
     assert_eq!(group["matcher"], "Write|Edit|MultiEdit|NotebookEdit");

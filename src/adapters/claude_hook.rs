@@ -431,8 +431,14 @@ pub fn run(socket: &Path, deadline: Duration) -> i32 {
 /// The `settings.json` snippet for `verbd hook claude-code --print-settings`: a PreToolUse
 /// command hook in exec form on the file-editing tools, with a timeout above the deadline so
 /// the hook's own deny answer always arrives before Claude Code gives up on it (which would
-/// let the edit through).
-pub fn settings_snippet(verbd_binary: &Path, deadline: Duration) -> String {
+/// let the edit through). `socket` is written into the arguments when the daemon listens
+/// somewhere other than the default (e.g. `/run/verbd/verbd.sock` under systemd).
+pub fn settings_snippet(verbd_binary: &Path, socket: Option<&Path>, deadline: Duration) -> String {
+    let mut args = vec!["hook".to_string(), "claude-code".to_string()];
+    if let Some(socket) = socket {
+        args.push("--socket".into());
+        args.push(socket.to_string_lossy().into_owned());
+    }
     let deadline_secs = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
     let snippet = json!({
         "hooks": {
@@ -441,7 +447,7 @@ pub fn settings_snippet(verbd_binary: &Path, deadline: Duration) -> String {
                 "hooks": [{
                     "type": "command",
                     "command": verbd_binary.to_string_lossy(),
-                    "args": ["hook", "claude-code"],
+                    "args": args,
                     "timeout": deadline_secs + 5,
                 }]
             }]
