@@ -124,6 +124,9 @@ pub struct Proposal {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequesterRecord {
     pub uid: u32,
+    /// Primary gid as the kernel reported it (group roles are re-resolved at approval).
+    #[serde(default)]
+    pub gid: u32,
     pub user: Option<String>,
     pub pid: i32,
 }
@@ -132,6 +135,7 @@ impl From<&CallerRecord> for RequesterRecord {
     fn from(c: &CallerRecord) -> Self {
         RequesterRecord {
             uid: c.uid,
+            gid: c.gid,
             user: c.user.clone(),
             pid: c.pid,
         }
@@ -569,6 +573,7 @@ mod tests {
             dry_run_output: None,
             requester: RequesterRecord {
                 uid: 1000,
+                gid: 1000,
                 user: None,
                 pid: 1,
             },

@@ -565,3 +565,26 @@ fn notifier_failure_is_journaled_and_does_not_block_the_proposal() {
     let pending: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(pending[0]["id"], id, "the proposal stands");
 }
+
+#[test]
+fn requester_who_lost_the_role_cannot_be_approved_for() {
+    if !require_root("approvals") {
+        return;
+    }
+    let mut d = start("");
+    let (id, hash) = propose_count(&d, "late\n");
+    let text = std::fs::read_to_string(&d.policy).unwrap().replace(
+        &format!("[roles.agent]\nuids = [{AGENT}]"),
+        "[roles.agent]\nuids = [61199]",
+    );
+    std::fs::write(&d.policy, text).unwrap();
+    d.respawn();
+    d.open_socket();
+    let out = approve(&d, SRE, id, &hash);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("requester"),
+        "{out:?}"
+    );
+    assert_eq!(lines(&d), 0);
+}

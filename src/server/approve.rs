@@ -499,28 +499,20 @@ impl Daemon {
                 .await;
             return Response::Denied { reason };
         }
-        // Re-render from the current policy: it must give exactly the stored call.
+        // Re-render from the current policy, as the requester: they must still be allowed to
+        // call the verb, and it must give exactly the stored call.
+        let (uid, gid, pid) = (
+            proposal.requester.uid,
+            proposal.requester.gid,
+            proposal.requester.pid,
+        );
+        let requester =
+            tokio::task::spawn_blocking(move || super::peer::caller_from_cred(uid, gid, pid))
+                .await
+                .expect("caller lookup panicked");
         let requester_roles: Vec<&Role> = runtime
             .policy
-            .roles_of(
-                &Caller {
-                    uid: proposal.requester.uid,
-                    gid: u32::MAX,
-                    pid: proposal.requester.pid,
-                    user: proposal.requester.user.clone(),
-                    groups: Vec::new(),
-                },
-                self.settings.invoker_uid,
-            )
-            .into_iter()
-            .chain(runtime.policy.roles.values().filter(|r| {
-                runtime
-                    .policy
-                    .verbs
-                    .get(&proposal.verb)
-                    .is_some_and(|v| v.roles.contains(&r.name))
-            }))
-            .collect();
+            .roles_of(&requester, self.settings.invoker_uid);
         let raw_args = proposal
             .args
             .iter()
@@ -534,6 +526,14 @@ impl Daemon {
                 if call.args_hash == proposal.args_hash && call.display_argv() == proposal.argv =>
             {
                 call
+            }
+            Verdict::Refuse(refusal) => {
+                return Response::Denied {
+                    reason: format!(
+                        "under the current policy the requester's call is refused ({}); nothing ran",
+                        refusal.message()
+                    ),
+                };
             }
             _ => {
                 return Response::Denied {
