@@ -494,6 +494,7 @@ mod tests {
     fn snippet_timeout_exceeds_the_deadline() {
         let text = settings_snippet(
             Path::new("/usr/local/bin/verbd"),
+            None,
             Duration::from_millis(4500),
         );
         let value: Value = serde_json::from_str(&text).unwrap();
