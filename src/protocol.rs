@@ -61,6 +61,12 @@ pub enum Request {
 }
 
 /// Serialize a request as one protocol line (with `"v"` and the trailing newline).
+///
+/// ```
+/// use verbd::protocol::{Request, encode_request};
+/// let line = encode_request(&Request::List {});
+/// assert_eq!(line, b"{\"op\":\"list\",\"v\":1}\n");
+/// ```
 pub fn encode_request(request: &Request) -> Vec<u8> {
     let mut value = serde_json::to_value(request).expect("requests always serialize");
     if let serde_json::Value::Object(map) = &mut value {

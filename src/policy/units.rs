@@ -5,6 +5,13 @@ use std::time::Duration;
 
 /// Parse `500ms`, `30s`, `5m`, `2h`, `1d`, or a sum like `1h30m`. A bare number is refused so
 /// nobody has to guess the unit.
+///
+/// ```
+/// use std::time::Duration;
+/// use verbd::policy::units::parse_duration;
+/// assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+/// assert!(parse_duration("90").is_err());
+/// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     if s.is_empty() {
