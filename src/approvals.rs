@@ -26,6 +26,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Version of the proposal record format.
 pub const PROPOSAL_VERSION: u32 = 1;
 
+/// Most proposals one requester may have waiting at once (a flood of proposals is refused).
+pub const MAX_PENDING_PER_REQUESTER: usize = 20;
+
 /// How long an idempotency key is remembered.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -383,6 +386,14 @@ impl Book {
                 && p.args_hash == args_hash
                 && p.expires_ms > unix_ms(now)
         })
+    }
+
+    /// How many proposals of this requester are waiting for a decision.
+    pub fn pending_count(&self, uid: u32) -> usize {
+        self.proposals
+            .values()
+            .filter(|p| p.state == State::Pending && p.requester.uid == uid)
+            .count()
     }
 
     /// Pending proposals past their expiry (to be journaled as expired).

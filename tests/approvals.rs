@@ -588,3 +588,28 @@ fn requester_who_lost_the_role_cannot_be_approved_for() {
     );
     assert_eq!(lines(&d), 0);
 }
+
+#[test]
+fn a_flood_of_proposals_is_capped_per_requester() {
+    if !require_root("approvals") {
+        return;
+    }
+    let d = start("");
+    for i in 0..verbd::approvals::MAX_PENDING_PER_REQUESTER {
+        propose_count(&d, &format!("n{i}\n"));
+    }
+    let out = d.cli_as(
+        AGENT,
+        &[
+            "call",
+            "count",
+            &format!("path={}", counter(&d)),
+            "content=one-too-many",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("proposals waiting"),
+        "{out:?}"
+    );
+}

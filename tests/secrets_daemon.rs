@@ -250,3 +250,32 @@ fn short_secret_is_a_warning_not_an_error() {
     assert!(!d.log().contains("abc\n") && !d.log().contains("\"abc\""));
     assert!(matches!(d.call("show-env", &[]), Response::Ok { .. }));
 }
+
+#[test]
+fn secrets_in_argv_draw_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.toml");
+    std::fs::write(
+        &p,
+        POLICY
+            .replace("@DIR@", "/etc/verbd-test")
+            .replace("@FIRST@", FIRST)
+            .replace("@SECOND@", SECOND),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["policy", "check"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("show-argv") && err.contains("/proc/PID/cmdline"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("show-env"),
+        "env secrets need no warning: {err}"
+    );
+}

@@ -132,6 +132,7 @@ fn is_interpreter(program: &Path) -> Option<String> {
 struct Ctx<'a> {
     text: &'a str,
     diagnostics: Vec<Diagnostic>,
+    warnings: Vec<String>,
 }
 
 impl Ctx<'_> {
@@ -193,9 +194,11 @@ pub fn compile(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     let mut ctx = Ctx {
         text,
         diagnostics: Vec::new(),
+        warnings: Vec::new(),
     };
-    let policy = build(&mut ctx, raw, text, origin);
+    let mut policy = build(&mut ctx, raw, text, origin);
     if ctx.diagnostics.is_empty() {
+        policy.warnings = ctx.warnings;
         Ok(policy)
     } else {
         ctx.diagnostics.sort_by_key(|d| (d.line, d.col));
@@ -828,6 +831,19 @@ fn build_verb(
     if let VerbAction::Command { template, dry_run } = &action {
         for (element, in_group) in template.elements() {
             check_element(ctx, element, in_group, "the command");
+        }
+        let in_argv = template
+            .elements()
+            .chain(dry_run.iter().flat_map(|d| d.elements()))
+            .flat_map(|(e, _)| e.pieces())
+            .filter_map(|p| match p {
+                crate::policy::template::Piece::Secret(n) => Some(n.clone()),
+                _ => None,
+            });
+        for secret in in_argv.collect::<BTreeSet<_>>() {
+            ctx.warnings.push(format!(
+                "verb `{name}` passes secret `{secret}` in its argv: while the verb runs, any local user can read it from /proc/PID/cmdline; prefer env (readable only by the child's uid) or ${{secret_file:{secret}}}"
+            ));
         }
         if let Some(d) = dry_run {
             for (element, in_group) in d.elements() {

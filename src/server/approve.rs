@@ -7,8 +7,8 @@
 use super::audit::{AuditEvent, CallerRecord};
 use super::{Daemon, Runtime, journal_failure};
 use crate::approvals::{
-    ClaimRefusal, Decider, KeyTarget, PROPOSAL_VERSION, Proposal, RequesterRecord, State,
-    escape_for_terminal, unix_ms,
+    ClaimRefusal, Decider, KeyTarget, MAX_PENDING_PER_REQUESTER, PROPOSAL_VERSION, Proposal,
+    RequesterRecord, State, escape_for_terminal, unix_ms,
 };
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
@@ -183,6 +183,13 @@ impl Daemon {
             return self.refuse_reason(record, &verb, args, reason).await;
         }
         if needs_approval {
+            let waiting = self.book().pending_count(record.uid);
+            if waiting >= MAX_PENDING_PER_REQUESTER {
+                let reason = format!(
+                    "you already have {waiting} proposals waiting for a human; wait for decisions (`verbd wait ID`) before proposing more"
+                );
+                return self.refuse_reason(record, &verb, args, reason).await;
+            }
             self.propose(runtime, verb_def, record, call, reason, idempotency_key)
                 .await
         } else {
