@@ -39,7 +39,7 @@ category = "read-only"
 roles = ["me"]
 allow_interpreter = true
 timeout = "1s"
-command = ["/bin/sh", "-c", "sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
+command = ["/bin/sh", "-c", "echo started-{tag}; sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
 params.tag = { type = "int", min = 1, max = 999999 }
 
 [sandbox.zero]
@@ -143,7 +143,11 @@ fn timeout_kills_the_whole_process_group() {
     let started = Instant::now();
     let r = d.call("forky", &[("tag", &tag)]);
     match &r {
-        Response::Ok { result, .. } => assert!(result.exit.timed_out, "{r:?}"),
+        Response::Ok { result, .. } => {
+            assert!(result.exit.timed_out, "{r:?}");
+            // Output written before the timeout is kept.
+            assert_eq!(result.stdout, format!("started-{tag}\n"));
+        }
         other => panic!("{other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));

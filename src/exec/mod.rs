@@ -24,6 +24,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+/// How long, after the timeout, the output pipes may stay open before they are abandoned.
+const PIPE_GRACE: Duration = Duration::from_secs(5);
+
 /// The PATH every child gets.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -234,37 +237,47 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     let stderr = child.stderr.take().expect("stderr is piped");
     let scrubber = req.scrubber;
     let cap = req.max_output;
-    let work = async {
-        let (out, err, status) = tokio::join!(
-            capture(stdout, cap, scrubber),
-            capture(stderr, cap, scrubber),
-            async {
-                let status = child.wait().await;
-                // The leader is gone: kill what it left in its group so the pipes close.
-                if let Some(pgid) = _group.0 {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pgid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                status
-            }
-        );
-        (out, err, status)
-    };
-    let (stdout, stderr, status, timed_out) = match tokio::time::timeout(req.timeout, work).await {
-        Ok((out, err, status)) => (
-            out.unwrap_or_default(),
-            err.unwrap_or_default(),
-            status.map_err(ExecError::Wait)?,
-            false,
-        ),
-        Err(_) => {
-            drop(_group);
-            let status = child.wait().await.map_err(ExecError::Wait)?;
-            (Captured::default(), Captured::default(), status, true)
+    let kill_group = || {
+        if let Some(pgid) = _group.0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     };
+    let deadline = tokio::time::Instant::now() + req.timeout;
+    let reap = async {
+        let waited = tokio::time::timeout_at(deadline, child.wait()).await;
+        // The leader is gone or out of time: kill its whole group so every pipe closes.
+        kill_group();
+        match waited {
+            Ok(status) => (status, false),
+            Err(_) => (child.wait().await, true),
+        }
+    };
+    // Output captured before a timeout is kept. Daemon children cannot leave their process
+    // group (setsid/setpgid are denied), so the pipes close once the group is killed; the
+    // grace below only guards against a descriptor passed to some other process.
+    let work = async {
+        tokio::join!(
+            capture(stdout, cap, scrubber),
+            capture(stderr, cap, scrubber),
+            reap
+        )
+    };
+    let (stdout, stderr, (status, timed_out)) =
+        match tokio::time::timeout_at(deadline + PIPE_GRACE, work).await {
+            Ok((out, err, (status, timed_out))) => (
+                out.unwrap_or_default(),
+                err.unwrap_or_default(),
+                (status.map_err(ExecError::Wait)?, timed_out),
+            ),
+            Err(_) => {
+                kill_group();
+                let status = child.wait().await.map_err(ExecError::Wait)?;
+                (Captured::default(), Captured::default(), (status, true))
+            }
+        };
     drop(secret_files);
     Ok(ExecOutcome {
         exit: ExitInfo {
