@@ -481,3 +481,65 @@ fn connections_over_the_limit_get_busy_at_once() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
 }
+
+#[test]
+fn embedded_demo_policy_serves_its_invoker() {
+    if !require_root("demo policy") {
+        return;
+    }
+    let dir = open_tempdir();
+    let socket = dir.path().join("demo.sock");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Reap(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "demo daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let call = |args: &[&str]| {
+        Command::new(BIN)
+            .args(["call", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = call(&["echo", "text=hello.world_1-2"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello.world_1-2\n");
+    let out = call(&["uptime"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("load average"));
+    // Every demo verb works on this box.
+    for verb in [&["whoami"][..], &["disk-usage"], &["disk-free"], &["disk-free", "mount=/"], &["list-docs", "dir=/usr/share/doc"], &["date", "utc=true"]] {
+        let out = call(verb);
+        assert_eq!(out.status.code(), Some(0), "{verb:?}: {out:?}");
+    }
+    let out = call(&["echo", "text=two words"]);
+    assert_eq!(out.status.code(), Some(65));
+    // A different uid is not the invoker: no role.
+    let out = Command::new(BIN)
+        .args(["call", "--socket"])
+        .arg(&socket)
+        .args(["uptime"])
+        .uid(61400)
+        .gid(61400)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+}
