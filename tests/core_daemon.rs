@@ -458,16 +458,25 @@ fn connections_over_the_limit_get_busy_at_once() {
         "max_executions = 50",
         "max_executions = 50\nmax_connections = 3",
     ));
-    // Let the start-up probe connection (wait_ready) finish, so it holds no slot.
-    std::thread::sleep(Duration::from_millis(700));
-    let held: Vec<UnixStream> = (0..3)
-        .map(|_| {
-            let mut s = UnixStream::connect(&d.socket).unwrap();
-            s.write_all(b"{\"v\":1,").unwrap();
-            s
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Fill all three slots with stalled clients. A slot may still be held for a moment by the
+    // start-up probe (wait_ready); a client that got `busy` for that reason is replaced.
+    let mut held: Vec<UnixStream> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "could not fill the connection slots"
+        );
+        let mut s = UnixStream::connect(&d.socket).unwrap();
+        s.write_all(b"{\"v\":1,").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(_) => continue,      // answered `busy` (or closed): not holding a slot
+            Err(_) => held.push(s), // still waiting for the rest of its request
+        }
+    }
     let started = Instant::now();
     match d.call("hello", &[]) {
         Response::Busy { message } => assert!(message.contains("connections"), "{message}"),
@@ -526,7 +535,14 @@ fn embedded_demo_policy_serves_its_invoker() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("load average"));
     // Every demo verb works on this box.
-    for verb in [&["whoami"][..], &["disk-usage"], &["disk-free"], &["disk-free", "mount=/"], &["list-docs", "dir=/usr/share/doc"], &["date", "utc=true"]] {
+    for verb in [
+        &["whoami"][..],
+        &["disk-usage"],
+        &["disk-free"],
+        &["disk-free", "mount=/"],
+        &["list-docs", "dir=/usr/share/doc"],
+        &["date", "utc=true"],
+    ] {
         let out = call(verb);
         assert_eq!(out.status.code(), Some(0), "{verb:?}: {out:?}");
     }

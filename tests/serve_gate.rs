@@ -260,7 +260,21 @@ fn reload_swaps_only_a_passing_policy() {
     )
     .unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d
+        .journal_events()
+        .iter()
+        .filter(|e| e["kind"] == "reload")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP reload never finished: {}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(matches!(
         d.call("ghost", &[]),
         verbd::protocol::Response::Denied { .. }
