@@ -472,9 +472,10 @@ fn connections_over_the_limit_get_busy_at_once() {
         s.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         let mut buf = [0u8; 64];
-        match s.read(&mut buf) {
-            Ok(_) => continue,      // answered `busy` (or closed): not holding a slot
-            Err(_) => held.push(s), // still waiting for the rest of its request
+        // A read that completes means the daemon answered `busy` (or closed): no slot held.
+        // A read that times out means the connection waits for the rest of its request.
+        if s.read(&mut buf).is_err() {
+            held.push(s);
         }
     }
     let started = Instant::now();
@@ -498,7 +499,7 @@ fn embedded_demo_policy_serves_its_invoker() {
     }
     let dir = open_tempdir();
     let socket = dir.path().join("demo.sock");
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .arg("serve")
         .arg("--socket")
         .arg(&socket)
