@@ -617,10 +617,13 @@ fn print_proposal(p: &serde_json::Value) {
         text(&p["category"]),
         text(&p["description"])
     );
+    let user = match &p["requester"]["user"] {
+        serde_json::Value::Null => "no user name".to_string(),
+        other => text(other),
+    };
     println!(
-        "  requested:   uid {} ({}) pid {} at {}",
+        "  requested:   uid {} ({user}) pid {} at {}",
         p["requester"]["uid"],
-        text(&p["requester"]["user"]),
         p["requester"]["pid"],
         text(&p["created_at"])
     );
