@@ -166,7 +166,7 @@ fn full_journal_denies_calls_and_recovers() {
         .status()
         .unwrap();
     assert!(status.success(), "mount tmpfs");
-    let _mount = Tmpfs(state.clone());
+    let mount = Tmpfs(state.clone());
     let d = Daemon::spawn_in(dir, POLICY, &[]);
     d.wait_ready();
     // Fill the file system with a ballast file, leaving almost nothing.
@@ -198,5 +198,9 @@ fn full_journal_denies_calls_and_recovers() {
     assert_eq!(stdout_of(&d.call("echo", &[("w", "back")])), "back\n");
     let (code, out) = verify(&state);
     assert_eq!(code, 0, "{out}");
+    // Stop, unmount, then let the temp dir go (it cannot be removed while mounted).
+    let mut d = d;
+    d.stop();
+    drop(mount);
     drop(d);
 }
