@@ -27,7 +27,6 @@
 use crate::protected::ProtectedNames;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 use rustix::io::Errno;
-use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
@@ -488,13 +487,6 @@ fn errno_error<'a>(operation: &'static str, path: &'a Path) -> impl Fn(Errno) ->
     }
 }
 
-fn sha256_hex(content: &[u8]) -> String {
-    Sha256::digest(content)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A temp file name no one can predict from outside the process.
 fn temp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -583,7 +575,7 @@ pub fn write_file(
     Ok(WriteReceipt {
         path: path.to_path_buf(),
         size,
-        sha256: sha256_hex(content),
+        sha256: crate::digest::sha256_hex(content),
         created: !existed,
     })
 }
@@ -750,7 +742,7 @@ pub fn append_file(
     Ok(WriteReceipt {
         path: path.to_path_buf(),
         size,
-        sha256: sha256_hex(content),
+        sha256: crate::digest::sha256_hex(content),
         created,
     })
 }

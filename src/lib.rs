@@ -9,6 +9,7 @@
 pub mod adapters;
 pub mod approvals;
 pub mod client;
+pub mod digest;
 pub mod exec;
 pub mod files;
 pub mod journal;

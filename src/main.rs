@@ -274,10 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             verb,
             args,
         } => {
-            let args = parse_kv(&args)?
-                .into_iter()
-                .map(|(k, v)| (k, serde_json::Value::String(v)))
-                .collect();
+            let args = policy::text_args(&parse_kv(&args)?);
             let request = Request::Call {
                 verb,
                 args,
@@ -781,10 +778,7 @@ fn policy_explain(
             return Ok(ExitCode::from(1));
         }
     };
-    let raw: BTreeMap<String, serde_json::Value> = parse_kv(args)?
-        .into_iter()
-        .map(|(k, v)| (k, serde_json::Value::String(v)))
-        .collect();
+    let raw = policy::text_args(&parse_kv(args)?);
     // Explain as an operator: every role.
     let roles: Vec<&policy::Role> = policy.roles.values().collect();
     let (call, decision) = match policy.evaluate(&roles, verb, &raw) {
@@ -990,10 +984,7 @@ fn serve(
     let socket_path = if activated.is_empty() {
         let path = socket
             .or_else(|| runtime.policy.daemon.socket.clone())
-            .unwrap_or_else(|| match std::env::var_os("XDG_RUNTIME_DIR") {
-                Some(_) => server::default_socket_path(),
-                None => state_dir.join("verbd.sock"),
-            });
+            .unwrap_or_else(|| server::socket_path_in(&state_dir));
         bound.push(server::socket::bind(
             &path,
             runtime.policy.daemon.socket_mode,
@@ -1024,9 +1015,21 @@ fn serve(
     };
     drop_privileges(&runtime.policy, &state_dir)?;
     // Opened as the daemon user, who keeps appending to it; opening verifies the chain's tail.
-    let journal = verbd::journal::Journal::open(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // The journal is the source of truth for proposals: rebuild them from it.
-    let records = verbd::journal::replay(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The journal is the source of truth for proposals: rebuild them from it. A journal that
+    // does not verify is a failed self-test: nothing is served on a broken record.
+    let opened = verbd::journal::Journal::open(&state_dir)
+        .and_then(|journal| Ok((journal, verbd::journal::replay(&state_dir)?)));
+    let (journal, records) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            eprintln!(
+                "FAIL journal: {e}\n     fix: run `verbd audit verify --state-dir {}` to find the damage; never delete records to make this pass\nverbd: not serving: the journal does not verify. Nothing was accepted.",
+                state_dir.display()
+            );
+            verbd::sd::notify_status("journal does not verify; not serving");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
     let (book, unknown_outcome, never_started) =
         verbd::approvals::Book::replay(records.iter().map(|r| {
             (

@@ -19,7 +19,6 @@ use crate::policy::params::ParamKind;
 use crate::policy::{Policy, PreparedAction, Role, RoleKind, Verb, VerbAction, Verdict};
 use crate::sandbox::{Network, PreparedSandbox, SandboxSpec};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -162,9 +161,10 @@ pub fn run(ctx: &Context) -> Report {
         )),
     );
     let all_roles: Vec<&Role> = policy.roles.values().collect();
+    let corpus = hostile_corpus();
     for verb in policy.verbs.values() {
         check_examples(&mut report, policy, &all_roles, verb);
-        check_validator(&mut report, policy, &all_roles, verb);
+        check_validator(&mut report, policy, &all_roles, verb, &corpus);
         match &verb.action {
             VerbAction::Command { template, dry_run } => {
                 check_binary(&mut report, ctx, verb, template.program());
@@ -240,20 +240,15 @@ fn agent_uids(policy: &Policy) -> Vec<u32> {
     uids
 }
 
-fn raw_args(example: &BTreeMap<String, String>) -> BTreeMap<String, serde_json::Value> {
-    example
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-        .collect()
-}
-
 fn check_examples(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &Verb) {
     if verb.examples_accept.is_empty() && verb.examples_reject.is_empty() {
         return;
     }
     let mut problems = Vec::new();
     for example in &verb.examples_accept {
-        if let Verdict::Refuse(r) = policy.evaluate(roles, &verb.name, &raw_args(example)) {
+        if let Verdict::Refuse(r) =
+            policy.evaluate(roles, &verb.name, &crate::policy::text_args(example))
+        {
             problems.push(format!(
                 "accept example {example:?} was refused: {}",
                 r.message()
@@ -261,7 +256,7 @@ fn check_examples(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &
         }
     }
     for example in &verb.examples_reject {
-        match policy.evaluate(roles, &verb.name, &raw_args(example)) {
+        match policy.evaluate(roles, &verb.name, &crate::policy::text_args(example)) {
             Verdict::Refuse(refusal) => {
                 use crate::policy::Refusal;
                 let named = match &refusal {
@@ -314,7 +309,13 @@ fn hostile_corpus() -> Vec<String> {
     ]
 }
 
-fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &Verb) {
+fn check_validator(
+    report: &mut Report,
+    policy: &Policy,
+    roles: &[&Role],
+    verb: &Verb,
+    corpus: &[String],
+) {
     if verb.params.is_empty() {
         return;
     }
@@ -322,9 +323,9 @@ fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: 
     let mut problems = Vec::new();
     let mut tried = 0;
     for param in verb.params.values() {
-        for value in hostile_corpus() {
+        for value in corpus.iter().map(String::as_str) {
             tried += 1;
-            let Ok(normalized) = param.validate(&value) else {
+            let Ok(normalized) = param.validate(value) else {
                 continue;
             };
             let content = matches!(param.kind, ParamKind::Content { .. });
@@ -349,11 +350,11 @@ fn check_validator(report: &mut Report, policy: &Policy, roles: &[&Role], verb: 
             // begin an argv element unless the parameter opted in.
             if value.starts_with('-') && !param.allow_dash {
                 let mut args = base.clone();
-                args.insert(param.name.clone(), value.clone());
+                args.insert(param.name.clone(), value.to_string());
                 if let Verdict::Run(call) | Verdict::Propose(call) =
-                    policy.evaluate(roles, &verb.name, &raw_args(&args))
+                    policy.evaluate(roles, &verb.name, &crate::policy::text_args(&args))
                     && let PreparedAction::Exec { argv, .. } = &call.action
-                    && argv.display().iter().skip(1).any(|e| e.starts_with(&value))
+                    && argv.display().iter().skip(1).any(|e| e.starts_with(value))
                 {
                     problems.push(format!(
                         "`{}` let {value:?} begin an argv element",
@@ -476,10 +477,7 @@ fn check_binary_path(
         if let Some(pin) = pin {
             let bytes = std::fs::read(&real)
                 .map_err(|e| (format!("{}: {e}", real.display()), "check the file".into()))?;
-            let digest: String = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let digest = crate::digest::sha256_hex(&bytes);
             if digest != pin {
                 return Err((
                     format!(

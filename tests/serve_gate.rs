@@ -147,6 +147,19 @@ fn failing_self_test_never_serves() {
             vec![],
         ),
         (
+            verb("/bin/true", &format!("sha256 = \"{}\"", "0".repeat(64))),
+            "the policy pins".into(),
+            vec![],
+        ),
+        (
+            verb(
+                "/bin/echo {w}",
+                "params.w = { type = \"string\", pattern = \"[a-z]+\" }\nexamples.reject = [{ w = \"fine\" }]",
+            ),
+            "was ACCEPTED".into(),
+            vec![],
+        ),
+        (
             HEALTHY.to_string(),
             "sandbox:default".into(),
             vec![(verbd::selftest::UNSANDBOXED_CANARY_ENV, "1")],
@@ -343,4 +356,40 @@ fn sigterm_kills_a_long_verb_after_the_grace_period() {
         .expect("shutdown journaled");
     assert_eq!(stop["in_flight"], 1, "{stop}");
     assert!(stop["reason"].as_str().unwrap().contains("SIGTERM"));
+}
+
+#[test]
+fn a_journal_that_does_not_verify_stops_the_daemon() {
+    if !require_root("journal gate") {
+        return;
+    }
+    let mut d = Daemon::start(HEALTHY);
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    d.stop();
+    let path = d.state.join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("/bin/echo"));
+    std::fs::write(&path, text.replace("/bin/echo", "/bin/ech0")).unwrap();
+    let status = {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["serve", "--policy"])
+            .arg(&d.policy)
+            .arg("--socket")
+            .arg(&d.socket)
+            .arg("--state-dir")
+            .arg(&d.state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd.output().unwrap()
+    };
+    assert_eq!(status.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        err.contains("FAIL journal") && err.contains("not serving"),
+        "{err}"
+    );
+    assert!(
+        std::os::unix::net::UnixStream::connect(&d.socket).is_err(),
+        "a connection was accepted"
+    );
 }

@@ -15,7 +15,6 @@ use crate::protocol::ExitInfo;
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::Scrubber;
 use crate::secrets::{SecretFile, SecretStore};
-use sha2::{Digest, Sha256};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -68,7 +67,7 @@ pub struct Captured {
 impl Captured {
     /// Hex sha256 of the scrubbed bytes the caller receives.
     pub fn sha256(&self) -> String {
-        crate::policy::hex(&Sha256::digest(&self.bytes))
+        crate::digest::sha256_hex(&self.bytes)
     }
 }
 

@@ -50,15 +50,7 @@ pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
     hash
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
-}
+pub(super) use crate::digest::hex;
 
 /// Parses exactly 64 lowercase hex digits (the only form the journal writes).
 pub(super) fn parse_hash(text: &str) -> Option<[u8; 32]> {

@@ -281,7 +281,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     }
     Policy {
         origin: origin.to_string(),
-        hash: hex(&Sha256::digest(text.as_bytes())),
+        hash: crate::digest::sha256_hex(text.as_bytes()),
         daemon,
         roles,
         approvals,

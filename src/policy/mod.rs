@@ -21,7 +21,6 @@ use crate::sandbox::SandboxSpec;
 use crate::scrub::ScrubPattern;
 use crate::secrets::SecretSource;
 use params::{Param, ParamRejection};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -187,8 +186,19 @@ impl Verb {
             "{action}|env:{:?}|params:{params:?}|sandbox:{}",
             self.env, self.sandbox
         );
-        hex(&Sha256::digest(text.as_bytes()))
+        crate::digest::sha256_hex(text.as_bytes())
     }
+}
+
+/// What an approver decides on: which approver roles count.
+#[derive(Debug, Clone, Copy)]
+pub enum ApprovalScope<'a> {
+    /// One verb: the global approvers and the verb's own.
+    Verb(&'a Verb),
+    /// Any verb (listing pending proposals): approvers of at least one verb count.
+    AnyVerb,
+    /// The policy itself (reload): only the global approvers.
+    Policy,
 }
 
 /// Who is calling, as the kernel reported it and the user database resolved it.
@@ -263,6 +273,11 @@ pub enum Refusal {
     Headless {
         category: String,
     },
+    /// Refused for a reason found outside the arguments (rate limit, idempotency key reuse,
+    /// too many pending proposals).
+    Denied {
+        reason: String,
+    },
 }
 
 impl Refusal {
@@ -287,18 +302,23 @@ impl Refusal {
             Refusal::Headless { category } => format!(
                 "denied by automatic policy: {category} action requires explicit human confirmation"
             ),
+            Refusal::Denied { reason } => reason.clone(),
         }
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Hex sha256 of the canonical JSON of verb + normalized args.
 pub fn args_hash(verb: &str, args: &BTreeMap<String, String>) -> String {
     let canonical = serde_json::json!({ "verb": verb, "args": args });
-    hex(&Sha256::digest(canonical.to_string().as_bytes()))
+    crate::digest::sha256_hex(canonical.to_string().as_bytes())
+}
+
+/// Arguments given as text (CLI `key=value`, stored proposals, policy examples) in the form a
+/// request carries them.
+pub fn text_args(args: &BTreeMap<String, String>) -> BTreeMap<String, serde_json::Value> {
+    args.iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect()
 }
 
 /// Turn a JSON argument into its text form: strings as-is, integers and bools printed.
@@ -325,6 +345,53 @@ impl Policy {
                     || role.groups.iter().any(|g| caller.groups.contains(g))
             })
             .collect()
+    }
+
+    /// Why these roles (of uid `caller_uid`) may not decide in `scope`, or `None` when they may.
+    /// The single approver check: an agent role never approves, nobody approves a request of
+    /// their own (`requester_uid`), and only the approver roles of the scope count.
+    pub fn approver_refusal(
+        &self,
+        caller_uid: u32,
+        roles: &[Role],
+        scope: ApprovalScope<'_>,
+        requester_uid: Option<u32>,
+    ) -> Option<String> {
+        let agent_roles: Vec<&str> = roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::Agent)
+            .map(|r| r.name.as_str())
+            .collect();
+        if !agent_roles.is_empty() {
+            return Some(format!(
+                "uid {caller_uid} is in an agent role ({}); agent identities can never approve anything",
+                agent_roles.join(", ")
+            ));
+        }
+        if requester_uid == Some(caller_uid) {
+            return Some("nobody approves their own request: another person must decide".into());
+        }
+        let counts = |role: &Role| {
+            self.approvals.approvers.contains(&role.name)
+                || match scope {
+                    ApprovalScope::Verb(v) => v.approvers.contains(&role.name),
+                    ApprovalScope::AnyVerb => self
+                        .verbs
+                        .values()
+                        .any(|v| v.approvers.contains(&role.name)),
+                    ApprovalScope::Policy => false,
+                }
+        };
+        if roles.iter().any(counts) {
+            return None;
+        }
+        Some(match scope {
+            ApprovalScope::Verb(v) => format!("you are not an approver for `{}`", v.name),
+            ApprovalScope::AnyVerb => "only approvers may list pending proposals".into(),
+            ApprovalScope::Policy => {
+                "only approvers (roles in [approvals] approvers) may reload the policy".into()
+            }
+        })
     }
 
     /// The verbs any of these roles may call.

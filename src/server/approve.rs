@@ -12,7 +12,9 @@ use crate::approvals::{
 };
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
-use crate::policy::{Caller, PreparedAction, PreparedCall, Role, RoleKind, Verb, Verdict};
+use crate::policy::{
+    ApprovalScope, Caller, PreparedAction, PreparedCall, Refusal, Role, Verb, Verdict,
+};
 use crate::protocol::Response;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -124,14 +126,16 @@ impl Daemon {
             if let Some(entry) = known {
                 if entry.verb != call.verb || entry.args_hash != call.args_hash {
                     return self
-                        .refuse_reason(
+                        .refuse(
                             record,
                             &verb,
                             args,
-                            format!(
-                                "idempotency_key {key:?} was already used with different arguments (verb `{}`); use a new key for a different action",
-                                entry.verb
-                            ),
+                            Refusal::Denied {
+                                reason: format!(
+                                    "idempotency_key {key:?} was already used with different arguments (verb `{}`); use a new key for a different action",
+                                    entry.verb
+                                ),
+                            },
                         )
                         .await;
                 }
@@ -180,7 +184,9 @@ impl Daemon {
             now,
         );
         if let Some(reason) = limited {
-            return self.refuse_reason(record, &verb, args, reason).await;
+            return self
+                .refuse(record, &verb, args, Refusal::Denied { reason })
+                .await;
         }
         if needs_approval {
             let waiting = self.book().pending_count(record.uid);
@@ -188,35 +194,15 @@ impl Daemon {
                 let reason = format!(
                     "you already have {waiting} proposals waiting for a human; wait for decisions (`verbd wait ID`) before proposing more"
                 );
-                return self.refuse_reason(record, &verb, args, reason).await;
+                return self
+                    .refuse(record, &verb, args, Refusal::Denied { reason })
+                    .await;
             }
             self.propose(runtime, verb_def, record, call, reason, idempotency_key)
                 .await
         } else {
             self.run_call(&runtime, record, call, None, idempotency_key)
                 .await
-        }
-    }
-
-    async fn refuse_reason(
-        &self,
-        record: CallerRecord,
-        verb: &str,
-        args: BTreeMap<String, serde_json::Value>,
-        reason: String,
-    ) -> Response {
-        match self
-            .journal(AuditEvent::Refused {
-                caller: record,
-                verb: verb.to_string(),
-                args: super::redact_args(args),
-                decision: "denied".into(),
-                reason: reason.clone(),
-            })
-            .await
-        {
-            Ok(_) => Response::Denied { reason },
-            Err(e) => journal_failure(&e),
         }
     }
 
@@ -391,8 +377,7 @@ impl Daemon {
         }
     }
 
-    /// May this caller decide on proposals for `verb`? (Not: an agent, the requester, or
-    /// someone outside the approver roles.)
+    /// The approver check for a proposal of `verb` (the global approvers if it no longer exists).
     fn approver_refusal(
         runtime: &Runtime,
         caller: &Caller,
@@ -400,48 +385,24 @@ impl Daemon {
         verb: Option<&Verb>,
         requester_uid: Option<u32>,
     ) -> Option<String> {
-        if roles.iter().any(|r| r.kind == RoleKind::Agent) {
-            return Some(format!(
-                "uid {} is in an agent role ({}); agent identities can never approve anything",
-                caller.uid,
-                roles
-                    .iter()
-                    .filter(|r| r.kind == RoleKind::Agent)
-                    .map(|r| r.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if requester_uid == Some(caller.uid) {
-            return Some("nobody approves their own request: another person must decide".into());
-        }
-        let allowed = |role: &Role| {
-            runtime.policy.approvals.approvers.contains(&role.name)
-                || verb.is_some_and(|v| v.approvers.contains(&role.name))
-        };
-        if !roles.iter().any(allowed) {
-            return Some(match verb {
-                Some(v) => format!("you are not an approver for `{}`", v.name),
-                None => "you are not an approver".into(),
-            });
-        }
-        None
+        let scope = verb.map_or(ApprovalScope::Policy, ApprovalScope::Verb);
+        runtime
+            .policy
+            .approver_refusal(caller.uid, roles, scope, requester_uid)
     }
 
-    pub(super) async fn pending(&self, runtime: &Runtime, roles: &[Role]) -> Response {
-        if roles.iter().any(|r| r.kind == RoleKind::Agent)
-            || !roles.iter().any(|r| {
-                runtime.policy.approvals.approvers.contains(&r.name)
-                    || runtime
-                        .policy
-                        .verbs
-                        .values()
-                        .any(|v| v.approvers.contains(&r.name))
-            })
+    pub(super) async fn pending(
+        &self,
+        runtime: &Runtime,
+        caller: &Caller,
+        roles: &[Role],
+    ) -> Response {
+        if let Some(reason) =
+            runtime
+                .policy
+                .approver_refusal(caller.uid, roles, ApprovalScope::AnyVerb, None)
         {
-            return Response::Denied {
-                reason: "only approvers may list pending proposals".into(),
-            };
+            return Response::Denied { reason };
         }
         self.expire_overdue().await;
         let book = self.book();
@@ -520,11 +481,7 @@ impl Daemon {
         let requester_roles: Vec<&Role> = runtime
             .policy
             .roles_of(&requester, self.settings.invoker_uid);
-        let raw_args = proposal
-            .args
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
+        let raw_args = crate::policy::text_args(&proposal.args);
         let call = match runtime
             .policy
             .evaluate(&requester_roles, &proposal.verb, &raw_args)

@@ -59,6 +59,22 @@ impl Runtime {
     pub fn build(policy: Policy) -> Result<Runtime, RuntimeError> {
         let mut sandboxes = BTreeMap::new();
         let mut dry_run_sandboxes = BTreeMap::new();
+        // Only profiles of verbs with a dry run need the read-only twin (each prepare walks
+        // the write roots for Landlock).
+        let dry_run_profiles: std::collections::BTreeSet<&str> = policy
+            .verbs
+            .values()
+            .filter(|v| {
+                matches!(
+                    v.action,
+                    crate::policy::VerbAction::Command {
+                        dry_run: Some(_),
+                        ..
+                    }
+                )
+            })
+            .map(|v| v.sandbox.as_str())
+            .collect();
         for (name, spec) in &policy.sandboxes {
             let prepare = |spec: crate::sandbox::SandboxSpec| {
                 PreparedSandbox::prepare(spec)
@@ -69,6 +85,9 @@ impl Runtime {
                     })
             };
             sandboxes.insert(name.clone(), prepare(spec.clone())?);
+            if !dry_run_profiles.contains(name.as_str()) {
+                continue;
+            }
             let read_only = crate::sandbox::SandboxSpec {
                 write: Vec::new(),
                 ..spec.clone()
@@ -419,7 +438,7 @@ impl Daemon {
                     "executions_in_flight": self.executions_in_flight(),
                 }),
             },
-            Request::Pending {} => self.pending(&runtime, roles).await,
+            Request::Pending {} => self.pending(&runtime, caller, roles).await,
             Request::Approve { id, hash } => {
                 self.clone().approve(runtime, caller, roles, id, hash).await
             }
@@ -436,14 +455,13 @@ impl Daemon {
                 self.check(&runtime, &role_refs, record, path, tool).await
             }
             Request::Reload {} => {
-                let approver = roles.iter().any(|r| {
-                    r.kind == crate::policy::RoleKind::Human
-                        && runtime.policy.approvals.approvers.contains(&r.name)
-                });
-                if !approver {
-                    return Response::Denied {
-                        reason: "only approvers (human roles in [approvals] approvers) may reload the policy".into(),
-                    };
+                if let Some(reason) = runtime.policy.approver_refusal(
+                    caller.uid,
+                    roles,
+                    crate::policy::ApprovalScope::Policy,
+                    None,
+                ) {
+                    return Response::Denied { reason };
                 }
                 let (ok, message) = self.clone().reload_policy().await;
                 if ok {
@@ -838,9 +856,7 @@ fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
         *content = format!(
             "<{} bytes, sha256 {}>",
             content.len(),
-            crate::policy::hex(&sha2::Digest::finalize(
-                <sha2::Sha256 as sha2::Digest>::new_with_prefix(content.as_bytes())
-            ))
+            crate::digest::sha256_hex(content.as_bytes())
         );
     }
     args
@@ -878,7 +894,7 @@ fn redact_args(args: BTreeMap<String, serde_json::Value>) -> BTreeMap<String, se
 
 fn refusal_response(refusal: &Refusal) -> (&'static str, Response) {
     match refusal {
-        Refusal::NotAvailable { .. } | Refusal::Headless { .. } => (
+        Refusal::NotAvailable { .. } | Refusal::Headless { .. } | Refusal::Denied { .. } => (
             "denied",
             Response::Denied {
                 reason: refusal.message(),
@@ -1000,10 +1016,17 @@ pub fn default_state_dir() -> PathBuf {
     }
 }
 
-/// The socket `serve` uses when neither flag nor policy says, and where clients look.
+/// Where clients look when neither `--socket` nor `VERBD_SOCKET` says: the socket `serve`
+/// uses by default.
 pub fn default_socket_path() -> PathBuf {
+    socket_path_in(&default_state_dir())
+}
+
+/// The socket `serve` uses when neither flag nor policy says: `$XDG_RUNTIME_DIR/verbd.sock`,
+/// else inside its state dir.
+pub fn socket_path_in(state_dir: &Path) -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
         Some(dir) => PathBuf::from(dir).join("verbd.sock"),
-        None => default_state_dir().join("verbd.sock"),
+        None => state_dir.join("verbd.sock"),
     }
 }
