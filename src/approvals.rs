@@ -320,6 +320,8 @@ impl Book {
                         stderr: "(verbd: the output of the first run is not kept across daemon restarts)\n".into(),
                         stdout_truncated: false,
                         stderr_truncated: false,
+                        stdout_withheld: 0,
+                        stderr_withheld: 0,
                         duration_ms: event["duration_ms"].as_u64().unwrap_or(0),
                     });
                 }

@@ -543,7 +543,10 @@ fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitC
                 let _ = std::io::stdout().write_all(result.stdout.as_bytes());
                 let _ = std::io::stderr().write_all(result.stderr.as_bytes());
                 if result.stdout_truncated || result.stderr_truncated {
-                    eprintln!("verbd: output truncated at the verb's max_output");
+                    eprintln!(
+                        "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
+                        result.stdout_withheld, result.stderr_withheld
+                    );
                 }
             }
             let code = if result.exit.timed_out {

@@ -131,8 +131,15 @@ pub struct RunResult {
     pub stdout: String,
     /// Scrubbed stderr, lossily decoded as UTF-8.
     pub stderr: String,
+    /// The stream was cut (`max_output`, timeout, a signal, a read error) and is incomplete.
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Where a stream was cut, its last bytes before the cut are withheld whatever they contain
+    /// (so a cut can never end inside a secret); this many.
+    #[serde(default)]
+    pub stdout_withheld: u64,
+    #[serde(default)]
+    pub stderr_withheld: u64,
     pub duration_ms: u64,
 }
 

@@ -47,26 +47,46 @@
 //!
 //! **Order**: private key blocks are cut out of the stream first; then, per segment, loaded
 //! secrets (so a secret inside `password=…` is named after the secret), the other built-ins in
-//! table order, policy patterns, and at the end of the stream the trailing partial forms. A value
-//! that is already exactly a `[REDACTED…]` marker is left alone by later patterns.
+//! table order, policy patterns, and at the end of the stream the built-ins' trailing partial
+//! forms. A value that is already exactly a `[REDACTED…]` marker is left alone by later patterns.
+//!
+//! # Not an oracle
+//! A caller that can make a verb print bytes it chose (write a note, read it back) must learn
+//! nothing about a secret from the answer except whether its bytes held a **whole** form of it.
+//! So whether and where output is redacted never depends on a *partial* match of a loaded
+//! secret: a proper prefix of a secret form is output as it is, at the end of the output as
+//! anywhere else (a child that prints a fragment of a secret on its own defeats any filter; see
+//! "Not covered"). Every other rule depends only on public patterns and the bytes themselves.
+//!
+//! Where the output is **cut** — the child was stopped mid-stream (`max_output` reached, the
+//! timeout or a signal ended it) — the kept bytes may end inside a secret that the child was
+//! printing whole. [`ScrubStream::finish_cut`] then withholds the last [`Scrubber::withheld_tail`]
+//! bytes, whatever they contain (a fixed length: [`CUT_WITHHELD_TAIL`], or, when a secret form
+//! is longer, that form's length rounded up to a power of two), moving the cut further back
+//! only so that it does not split a whole secret form or a complete token; the caller is told
+//! how many bytes were withheld. A natural end ([`ScrubStream::finish`]) withholds nothing.
 //!
 //! # Invariants
 //! - Chunking does not change the result: a secret, an encoded form or a token split across
 //!   chunks is caught. The stream holds back the incomplete last line (up to 64 KiB) plus the
-//!   length of the longest literal form, and inside an open private key block only the last few
-//!   bytes (to find the END marker). A line longer than 64 KiB is cut, keeping 4 KiB of overlap,
-//!   never inside a literal or token match (unless a policy pattern's single match exceeds 1 MiB).
-//!   Memory per stream is therefore bounded by about the longest literal form + 1 MiB.
-//! - At the end of the stream (whether the child finished or its output was truncated at a cap),
-//!   a tail that is a prefix of at least 4 bytes of any literal form is redacted, and a tail that
-//!   starts like a token (e.g. `ghp_12`, `AKIA12`, `eyJhb…`, `scheme://user:pa`) is redacted: a
-//!   partial secret is still a secret.
+//!   withheld tail (at least the length of the longest literal form), and inside an open private
+//!   key block only the last few bytes (to find the END marker). A line longer than 64 KiB is
+//!   cut, keeping 4 KiB of overlap, never inside a literal or token match (unless a policy
+//!   pattern's single match exceeds 1 MiB). Memory per stream is therefore bounded by about the
+//!   withheld tail + 1 MiB.
+//! - The answer to a caller is a function of the bytes the child wrote, where it was cut, and the
+//!   positions of whole secret forms in them; never of a partial secret form.
+//! - At the end of the stream, natural or cut, a tail that starts like a built-in token (e.g.
+//!   `ghp_12`, `AKIA12`, `eyJhb…`, `scheme://user:pa`) is redacted: a public format, so this
+//!   tells the caller nothing about any secret.
 //! - Bytes that match nothing pass through unchanged, byte for byte (invalid UTF-8 included).
 //! - Built-in patterns never match across a newline; policy patterns are applied line by line.
 //! - Not covered (a child that transforms a secret defeats any output filter): other encodings
 //!   (gzip, reversed or interleaved text, base64 wrapped at other widths or of a substring),
-//!   fragments the child itself cuts out of a secret (`substr(password, 1, 4)`) in the middle of
-//!   the output, and token formats not in the table above.
+//!   fragments the child itself cuts out of a secret (`substr(password, 1, 4)`), and token
+//!   formats not in the table above. A whole-value guess is still answered by a marker: a
+//!   secret an agent can guess whole (a short or dictionary password) is not protected by
+//!   scrubbing, which is why short secrets draw a warning.
 //! - The scrubber's own copies of secret forms are wiped on drop; the Aho-Corasick automaton's
 //!   internal tables cannot be, and live as long as the policy. Held-back output is wiped on drop.
 #![forbid(unsafe_code)]
@@ -91,8 +111,9 @@ pub const LONG_LINE_OVERLAP: usize = 4096;
 pub const MAX_HELD_MATCH: usize = 1024 * 1024;
 /// An unterminated private key block swallows at most this many bytes.
 pub const MAX_PRIVATE_KEY_BLOCK: usize = 64 * 1024;
-/// A tail of the output this long (or longer) that begins a secret form is redacted at the end.
-pub const MIN_PARTIAL_SECRET: usize = 4;
+/// Where output is cut, at least this many of the last bytes kept are withheld from the caller
+/// (more only when a loaded secret has a longer form, see [`Scrubber::withheld_tail`]).
+pub const CUT_WITHHELD_TAIL: usize = 4096;
 /// Line widths at which tools wrap base64: coreutils `base64` (76) and PEM/`openssl base64` (64).
 const BASE64_LINE_WIDTHS: [usize; 2] = [76, 64];
 /// Base64 alignment cores shorter than this are not matched (too likely in unrelated text).
@@ -284,6 +305,7 @@ pub struct Scrubber {
     forms: Vec<LiteralForm>,
     secret_labels: Vec<Vec<u8>>,
     longest_form: usize,
+    withheld_tail: usize,
     builtin_tokens: Vec<TokenPattern>,
     policy_tokens: Vec<TokenPattern>,
     private_keys: Option<PrivateKeyMarkers>,
@@ -320,6 +342,9 @@ impl Scrubber {
             }
         }
         let longest_form = forms.iter().map(|form| form.bytes.len()).max().unwrap_or(0);
+        // Not the exact length: the tail a caller sees withheld must not tell it how long a
+        // secret is (beyond "longer than CUT_WITHHELD_TAIL / 3 bytes").
+        let withheld_tail = CUT_WITHHELD_TAIL.max(longest_form.next_power_of_two());
         let literals = if forms.is_empty() {
             None
         } else {
@@ -376,13 +401,20 @@ impl Scrubber {
             forms,
             secret_labels,
             longest_form,
+            withheld_tail,
             builtin_tokens,
             policy_tokens,
             private_keys,
         })
     }
 
-    /// Scrubs a complete output (treated as ending here: a trailing partial secret is redacted).
+    /// How many of the last bytes kept are withheld where output is cut: [`CUT_WITHHELD_TAIL`],
+    /// or the longest secret form's length rounded up to a power of two when that is longer.
+    pub fn withheld_tail(&self) -> usize {
+        self.withheld_tail
+    }
+
+    /// Scrubs a complete output (one that ended naturally, not cut).
     pub fn scrub(&self, data: &[u8]) -> Vec<u8> {
         let mut stream = self.stream();
         let mut out = stream.push(data);
@@ -405,7 +437,7 @@ impl Scrubber {
     /// Scrubs a segment that ends at a line boundary, at a safe long-line cut, before a private
     /// key marker, or (`at_end`) at the end of the output.
     fn scrub_segment(&self, text: &[u8], at_end: bool) -> Vec<u8> {
-        let mut current = self.replace_literals(text, at_end);
+        let mut current = self.replace_literals(text);
         for token in &self.builtin_tokens {
             current = token.apply(current);
         }
@@ -437,8 +469,9 @@ impl Scrubber {
         out
     }
 
-    /// Replaces literal occurrences (and, at the end, a trailing partial occurrence).
-    fn replace_literals(&self, text: &[u8], at_end: bool) -> Vec<u8> {
+    /// Replaces every whole occurrence of a literal form (never a partial one: see the module
+    /// docs, "Not an oracle").
+    fn replace_literals(&self, text: &[u8]) -> Vec<u8> {
         let Some(literals) = &self.literals else {
             return text.to_vec();
         };
@@ -452,17 +485,6 @@ impl Scrubber {
                 )
             })
             .collect();
-        if at_end {
-            for form in &self.forms {
-                if !might_end_with_prefix(&form.bytes, text) {
-                    continue;
-                }
-                let partial = longest_prefix_at_end(&form.bytes, text);
-                if partial >= MIN_PARTIAL_SECRET {
-                    spans.push((text.len() - partial, text.len(), form.secret));
-                }
-            }
-        }
         if spans.is_empty() {
             return text.to_vec();
         }
@@ -494,8 +516,9 @@ impl Scrubber {
     /// chunks is not rescanned on every push); it is updated here.
     fn safe_cut(&self, pending: &[u8], newline_free: &mut usize) -> usize {
         let len = pending.len();
-        // A literal starting before this point is entirely inside `pending`.
-        let literal_limit = len.saturating_sub(self.longest_form);
+        // A literal starting before this point is entirely inside `pending`; everything after
+        // it stays held, so a cut can still withhold it.
+        let literal_limit = len.saturating_sub(self.withheld_tail);
         let search_from = (*newline_free).min(literal_limit);
         let line_cut = match pending[search_from..literal_limit]
             .iter()
@@ -563,6 +586,36 @@ impl Scrubber {
     }
 }
 
+impl Scrubber {
+    /// Moves `cut` left until it splits neither a whole literal form nor a complete token
+    /// match on its line (the positions of whole matches only, never partial ones).
+    fn back_off_whole_matches(&self, pending: &[u8], mut cut: usize) -> usize {
+        loop {
+            let line_start = pending[..cut]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |newline| newline + 1);
+            let line_end = pending[cut..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(pending.len(), |newline| cut + newline);
+            let line = &pending[line_start..line_end];
+            let token_spans: Vec<(usize, usize)> = self
+                .builtin_tokens
+                .iter()
+                .chain(&self.policy_tokens)
+                .flat_map(|token| token.regex.find_iter(line))
+                .map(|m| (line_start + m.start(), line_start + m.end()))
+                .collect();
+            let next = self.back_off_literals(pending, back_off(cut, &token_spans));
+            if next == cut {
+                return cut;
+            }
+            cut = next;
+        }
+    }
+}
+
 /// Moves `cut` left until no span straddles it.
 fn back_off(mut cut: usize, spans: &[(usize, usize)]) -> usize {
     loop {
@@ -581,51 +634,6 @@ fn back_off(mut cut: usize, spans: &[(usize, usize)]) -> usize {
 fn compile_builtin(pattern: &str) -> Regex {
     // The built-in patterns are constants covered by the tests; failing here is a build defect.
     Regex::new(pattern).expect("built-in scrub pattern compiles")
-}
-
-/// Cheap filter before [`longest_prefix_at_end`]: a trailing prefix of at least
-/// [`MIN_PARTIAL_SECRET`] bytes starts with the form's first bytes somewhere in the tail.
-fn might_end_with_prefix(form: &[u8], text: &[u8]) -> bool {
-    if form.len() <= MIN_PARTIAL_SECRET {
-        return false;
-    }
-    let head = &form[..MIN_PARTIAL_SECRET];
-    let tail = &text[text.len().saturating_sub(form.len() - 1)..];
-    tail.windows(MIN_PARTIAL_SECRET)
-        .any(|window| window == head)
-}
-
-/// Length of the longest proper prefix of `form` that `text` ends with (Knuth-Morris-Pratt over
-/// the last `form.len() - 1` bytes).
-fn longest_prefix_at_end(form: &[u8], text: &[u8]) -> usize {
-    let n = form.len();
-    if n < 2 {
-        return 0;
-    }
-    let mut border = vec![0usize; n];
-    let mut k = 0;
-    for i in 1..n {
-        while k > 0 && form[i] != form[k] {
-            k = border[k - 1];
-        }
-        if form[i] == form[k] {
-            k += 1;
-        }
-        border[i] = k;
-    }
-    let mut matched = 0;
-    for &byte in &text[text.len().saturating_sub(n - 1)..] {
-        while matched > 0 && byte != form[matched] {
-            matched = border[matched - 1];
-        }
-        if byte == form[matched] {
-            matched += 1;
-        }
-        if matched == n {
-            matched = border[n - 1];
-        }
-    }
-    matched
 }
 
 /// Every form of `value` that is matched literally (deduplicated, non-empty).
@@ -720,6 +728,14 @@ fn percent_encode(value: &[u8], digits: &[u8; 16], space_as_plus: bool) -> Vec<u
     out
 }
 
+/// What a cut stream returns: the scrubbed visible bytes and how many bytes were withheld.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CutOutput {
+    pub bytes: Vec<u8>,
+    /// Bytes the child wrote before the cut that the caller does not see.
+    pub withheld: u64,
+}
+
 /// Scrubs one output stream chunk by chunk; see the module docs for what is held back.
 pub struct ScrubStream<'a> {
     scrubber: &'a Scrubber,
@@ -750,12 +766,35 @@ impl ScrubStream<'_> {
         out
     }
 
-    /// End of the stream (natural or truncated): scrubs and returns everything still held,
-    /// redacting a trailing partial secret or token.
+    /// Natural end of the stream: scrubs and returns everything still held (a trailing
+    /// partial built-in token is redacted; a partial secret form is not special).
     pub fn finish(mut self) -> Vec<u8> {
         let mut out = Vec::new();
         self.drain(true, &mut out);
         out
+    }
+
+    /// The stream was cut (see the module docs): withholds the last
+    /// [`Scrubber::withheld_tail`] bytes held, or a little more so that no whole secret form or
+    /// complete token is split, then scrubs and returns the rest as at a natural end.
+    pub fn finish_cut(mut self) -> CutOutput {
+        let held = self.pending.len();
+        let visible = if self.in_private_key {
+            // Everything held is swallowed by the open key block anyway.
+            held
+        } else {
+            self.scrubber.back_off_whole_matches(
+                &self.pending,
+                held.saturating_sub(self.scrubber.withheld_tail),
+            )
+        };
+        let withheld = (held - visible) as u64;
+        self.pending.truncate(visible);
+        self.newline_free = self.newline_free.min(visible);
+        self.begin_searched = self.begin_searched.min(visible);
+        let mut bytes = Vec::new();
+        self.drain(true, &mut bytes);
+        CutOutput { bytes, withheld }
     }
 
     fn drain(&mut self, at_end: bool, out: &mut Vec<u8>) {
@@ -866,15 +905,6 @@ mod tests {
                 "offset {prefix_len}: core not found in {encoded}"
             );
         }
-    }
-
-    #[test]
-    fn longest_prefix_at_end_finds_borders() {
-        assert_eq!(longest_prefix_at_end(b"abcdef", b"xxabcd"), 4);
-        assert_eq!(longest_prefix_at_end(b"abcdef", b"xxabcdef"), 0);
-        assert_eq!(longest_prefix_at_end(b"aaaaab", b"aaaaaaaa"), 5);
-        assert_eq!(longest_prefix_at_end(b"abab", b"zaba"), 3);
-        assert_eq!(longest_prefix_at_end(b"abcdef", b""), 0);
     }
 
     #[test]

@@ -972,38 +972,114 @@ fn tokens_split_across_chunks_are_caught_at_every_position() {
     }
 }
 
-#[test]
-fn truncated_secret_leaks_no_prefix() {
-    let scrubber = secret_scrubber();
+/// (form, label) pairs of the test secrets, raw and encoded.
+fn secret_forms() -> Vec<(Vec<u8>, &'static [u8])> {
     let api_hex: String = API.iter().map(|b| format!("{b:02x}")).collect();
-    let cases: [(Vec<u8>, &[u8]); 6] = [
+    vec![
         (API.to_vec(), b"[REDACTED:api]"),
         (STANDARD.encode(API).into_bytes(), b"[REDACTED:api]"),
         (api_hex.into_bytes(), b"[REDACTED:api]"),
         (PG.to_vec(), b"[REDACTED:pg]"),
         (URL_SAFE_NO_PAD.encode(PG).into_bytes(), b"[REDACTED:pg]"),
         (percent(PG), b"[REDACTED:pg]"),
-    ];
-    for (form, label) in cases {
-        for cut in 4..form.len() {
-            let mut input = b"log line\nresult: ".to_vec();
+    ]
+}
+
+/// Does `bytes` contain a whole literal form of PG or API (raw, base64(url) unpadded or core)?
+fn holds_a_whole_form(bytes: &[u8]) -> bool {
+    [PG, API].iter().any(|value| {
+        let mut whole = vec![value.to_vec()];
+        for engine in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
+            whole.push(engine.encode(value).into_bytes());
+            for offset in 0..3 {
+                let mut shifted = vec![0u8; offset];
+                shifted.extend_from_slice(value);
+                let encoded = engine.encode(&shifted).into_bytes();
+                let drop_end = usize::from(shifted.len() % 3 != 0);
+                whole.push(encoded[[0, 2, 3][offset]..encoded.len() - drop_end].to_vec());
+            }
+        }
+        whole.iter().any(|form| contains(bytes, form))
+    })
+}
+
+#[test]
+fn a_cut_inside_a_secret_leaks_no_prefix() {
+    let scrubber = secret_scrubber();
+    let tail = scrubber.withheld_tail();
+    assert_eq!(tail, verbd::scrub::CUT_WITHHELD_TAIL);
+    let filler = "x".repeat(6000);
+    for (form, _) in secret_forms() {
+        for cut in 1..form.len() {
+            let mut input = format!("log line\n{filler}\nresult: ").into_bytes();
             input.extend_from_slice(&form[..cut]);
-            let mut expected = b"log line\nresult: ".to_vec();
-            expected.extend_from_slice(label);
-            // Fed as a stream that ends at the truncation point, and as one shot.
-            let mut stream = scrubber.stream();
-            let mut out = stream.push(&input[..input.len() / 2]);
-            out.extend(stream.push(&input[input.len() / 2..]));
-            out.extend(stream.finish());
-            assert_eq!(
-                String::from_utf8_lossy(&out),
-                String::from_utf8_lossy(&expected),
-                "form {:?} cut at {cut}",
-                String::from_utf8_lossy(&form)
-            );
-            assert_eq!(scrubber.scrub(&input), expected);
+            // What is shown is the input minus a fixed tail, wherever the cut fell.
+            let expected = &input[..input.len() - tail];
+            // Fed as a stream cut at the truncation point, in two chunks split anywhere near it.
+            for split in [input.len() / 2, input.len() - cut, input.len() - 1] {
+                let mut stream = scrubber.stream();
+                let mut out = stream.push(&input[..split]);
+                out.extend(stream.push(&input[split..]));
+                let rest = stream.finish_cut();
+                out.extend(rest.bytes);
+                assert_eq!(rest.withheld, tail as u64);
+                assert!(
+                    out == expected,
+                    "form {:?} cut at {cut}, split at {split}",
+                    String::from_utf8_lossy(&form)
+                );
+            }
         }
     }
+}
+
+#[test]
+fn a_natural_end_treats_a_secret_prefix_like_any_other_bytes() {
+    // Redacting a trailing prefix would tell a caller who chose the bytes that its guess is
+    // right (issue 11: a 16-character secret was recovered one character at a time).
+    let scrubber = secret_scrubber();
+    for (form, label) in secret_forms() {
+        for cut in 1..form.len() {
+            if holds_a_whole_form(&form[..cut]) {
+                continue; // e.g. base64's first 26 characters are its whole "core" form
+            }
+            let mut input = b"log line\nresult: ".to_vec();
+            input.extend_from_slice(&form[..cut]);
+            assert_eq!(scrubber.scrub(&input), input, "one shot, cut at {cut}");
+            let mut stream = scrubber.stream();
+            let mut out = stream.push(&input);
+            out.extend(stream.finish());
+            assert_eq!(out, input, "streamed, cut at {cut}");
+        }
+        // The whole form is still redacted at the very end.
+        let mut input = b"log line\nresult: ".to_vec();
+        input.extend_from_slice(&form);
+        let mut expected = b"log line\nresult: ".to_vec();
+        expected.extend_from_slice(label);
+        assert_eq!(scrubber.scrub(&input), expected);
+    }
+}
+
+#[test]
+fn a_cut_never_splits_a_whole_secret_and_withholds_it_entirely() {
+    let scrubber = secret_scrubber();
+    let tail = scrubber.withheld_tail();
+    // A whole secret straddles the point where the fixed tail would start: the cut moves
+    // before it instead of showing its head.
+    let head = "h".repeat(5000);
+    let mut input = format!("{head}\nvalue=").into_bytes();
+    let secret_start = input.len();
+    input.extend_from_slice(API);
+    let filler_len = tail - API.len() / 2 - 1 + API.len() / 2;
+    input.extend(std::iter::repeat_n(b'.', filler_len - API.len() / 2));
+    let boundary = input.len() - tail;
+    assert!(secret_start < boundary && boundary < secret_start + API.len());
+    let mut stream = scrubber.stream();
+    let mut out = stream.push(&input);
+    let rest = stream.finish_cut();
+    out.extend(rest.bytes);
+    assert_eq!(out, &input[..secret_start]);
+    assert_eq!(rest.withheld, (input.len() - secret_start) as u64);
 }
 
 #[test]
@@ -1176,8 +1252,12 @@ fn ten_megabyte_stream_scrubs_in_bounded_memory() {
     assert_eq!(pushed, emitted);
     assert!(!leaked);
     assert_eq!(markers as u64, line_no / 1000);
-    // About one line plus the longest literal form, whatever the stream length.
-    assert!(max_held <= 1024, "held back {max_held} bytes at once");
+    // About one line plus the tail a cut would withhold (which covers the longest literal
+    // form), whatever the stream length.
+    assert!(
+        max_held <= 1024 + verbd::scrub::CUT_WITHHELD_TAIL,
+        "held back {max_held} bytes at once"
+    );
 }
 
 #[test]

@@ -5,7 +5,10 @@
 //! fixed PATH; stdin is /dev/null; the child leads its own session, so the timeout, a client that
 //! goes away, or the end of the call kills the whole process group; stdout and stderr are drained
 //! to the end so the child never blocks on a full pipe, but only `max_output` bytes of each are
-//! kept (truncation is flagged); output is scrubbed of secrets before it leaves this module.
+//! kept; output is scrubbed of secrets before it leaves this module. A stream that was cut — by
+//! `max_output`, the timeout, a signal that ended the child, or a failed read — is finished with
+//! [`ScrubStream::finish_cut`]: its last bytes are withheld whatever they contain, and
+//! `truncated`/`withheld` say so (see `crate::scrub`, "Not an oracle").
 //! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies live only
 //! for the duration of the call.
 #![forbid(unsafe_code)]
@@ -13,7 +16,7 @@
 use crate::policy::template::{ArgPart, RenderedArg, RenderedArgv};
 use crate::protocol::ExitInfo;
 use crate::sandbox::PreparedSandbox;
-use crate::scrub::Scrubber;
+use crate::scrub::{ScrubStream, Scrubber};
 use crate::secrets::{SecretFile, SecretStore};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -61,7 +64,10 @@ pub struct Captured {
     pub bytes: Vec<u8>,
     /// Bytes the child wrote in total.
     pub total: u64,
+    /// The stream was cut (`max_output`, timeout, signal, read error): `bytes` is not all of it.
     pub truncated: bool,
+    /// Bytes kept before the cut but withheld from the caller (0 unless `truncated`).
+    pub withheld: u64,
 }
 
 impl Captured {
@@ -149,19 +155,46 @@ fn resolve(
     Ok(OsStr::from_bytes(&out).to_os_string())
 }
 
-async fn capture<R: AsyncRead + Unpin>(
+/// One stream read to its end but not yet finished: whether it was cut is known only once the
+/// child's fate is.
+struct Capture<'a> {
+    stream: ScrubStream<'a>,
+    captured: Captured,
+}
+
+impl Capture<'_> {
+    /// Finishes the stream: withholding a tail if it was cut here or by how the child ended.
+    fn finish(mut self, child_cut: bool) -> Captured {
+        if self.captured.truncated || child_cut {
+            let cut = self.stream.finish_cut();
+            self.captured.bytes.extend(cut.bytes);
+            self.captured.withheld = cut.withheld;
+            self.captured.truncated = true;
+        } else {
+            self.captured.bytes.extend(self.stream.finish());
+        }
+        self.captured
+    }
+}
+
+async fn capture<'a, R: AsyncRead + Unpin>(
     mut reader: R,
     cap: u64,
-    scrubber: &Scrubber,
-) -> std::io::Result<Captured> {
+    scrubber: &'a Scrubber,
+) -> Capture<'a> {
     let mut stream = scrubber.stream();
     let mut captured = Captured::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = reader.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
+        let n = match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => {
+                // The rest of the stream is lost: a cut like any other.
+                captured.truncated = true;
+                break;
+            }
+        };
         let room = cap.saturating_sub(captured.total);
         captured.total += n as u64;
         if room == 0 {
@@ -174,8 +207,7 @@ async fn capture<R: AsyncRead + Unpin>(
         }
         captured.bytes.extend(stream.push(&buf[..keep]));
     }
-    captured.bytes.extend(stream.finish());
-    Ok(captured)
+    Capture { stream, captured }
 }
 
 /// Run the call. Returns after the child exited (or was killed) and both pipes are drained.
@@ -266,15 +298,24 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     };
     let (stdout, stderr, (status, timed_out)) =
         match tokio::time::timeout_at(deadline + PIPE_GRACE, work).await {
-            Ok((out, err, (status, timed_out))) => (
-                out.unwrap_or_default(),
-                err.unwrap_or_default(),
-                (status.map_err(ExecError::Wait)?, timed_out),
-            ),
+            Ok((out, err, (status, timed_out))) => {
+                let status = status.map_err(ExecError::Wait)?;
+                // Killed by the timeout or any signal: the child may have been mid-write.
+                let child_cut = timed_out || status.signal().is_some();
+                (
+                    out.finish(child_cut),
+                    err.finish(child_cut),
+                    (status, timed_out),
+                )
+            }
             Err(_) => {
                 kill_group();
                 let status = child.wait().await.map_err(ExecError::Wait)?;
-                (Captured::default(), Captured::default(), (status, true))
+                let abandoned = Captured {
+                    truncated: true,
+                    ..Captured::default()
+                };
+                (abandoned.clone(), abandoned, (status, true))
             }
         };
     drop(secret_files);

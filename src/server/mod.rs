@@ -673,6 +673,7 @@ impl Daemon {
             total: stdout.len() as u64,
             bytes: stdout,
             truncated: false,
+            withheld: 0,
         };
         let empty = exec::Captured::default();
         let event = AuditEvent::Result {
@@ -704,6 +705,8 @@ impl Daemon {
                     stderr: String::new(),
                     stdout_truncated: false,
                     stderr_truncated: false,
+                    stdout_withheld: 0,
+                    stderr_withheld: 0,
                     duration_ms,
                 },
                 proposal,
@@ -818,6 +821,8 @@ impl Daemon {
                         stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
                         stdout_truncated: outcome.stdout.truncated,
                         stderr_truncated: outcome.stderr.truncated,
+                        stdout_withheld: outcome.stdout.withheld,
+                        stderr_withheld: outcome.stderr.withheld,
                         duration_ms: outcome.duration.as_millis() as u64,
                     },
                     proposal,
