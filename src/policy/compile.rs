@@ -10,7 +10,7 @@
 
 use super::params::{DEFAULT_MAX_LENGTH, Param, ParamKind};
 use super::schema::*;
-use super::sql::{SqlKind, SqlOptions};
+use super::sql::{QualifiedName, SqlKind, SqlOptions};
 use super::template::{ElementTemplate, Template};
 use super::units::{parse_duration, parse_mode, parse_rate, parse_size};
 use super::*;
@@ -1090,7 +1090,14 @@ fn build_param(
         RawParamType::Bool => &["flag"],
         RawParamType::Path => &["roots", "must_exist"],
         RawParamType::Duration => &["max_duration"],
-        RawParamType::Sql => &["allow", "deny_functions", "max_length"],
+        RawParamType::Sql => &[
+            "allow",
+            "deny_functions",
+            "deny_relations",
+            "allow_relations",
+            "deny_columns",
+            "max_length",
+        ],
         RawParamType::SystemdUnit | RawParamType::K8sName | RawParamType::Hostname => &[],
     };
     let present = [
@@ -1105,6 +1112,9 @@ fn build_param(
         ("max_duration", raw.max_duration.is_some()),
         ("allow", raw.allow.is_some()),
         ("deny_functions", raw.deny_functions.is_some()),
+        ("deny_relations", raw.deny_relations.is_some()),
+        ("allow_relations", raw.allow_relations.is_some()),
+        ("deny_columns", raw.deny_columns.is_some()),
     ];
     for (field, is_set) in present {
         if is_set && !allowed.contains(&field) {
@@ -1204,6 +1214,37 @@ fn build_param(
             }
             if let Some(deny) = &raw.deny_functions {
                 opts.deny_functions = deny.iter().map(|f| f.to_ascii_lowercase()).collect();
+            }
+            let mut relations = |names: &[String], key: &str| -> Vec<QualifiedName> {
+                names
+                    .iter()
+                    .filter_map(|name| {
+                        QualifiedName::parse(name)
+                            .map_err(|e| ctx.at(span.clone(), format!("{here}: {key}: {e}")))
+                            .ok()
+                    })
+                    .collect()
+            };
+            if let Some(deny) = &raw.deny_relations {
+                opts.deny_relations = relations(deny, "deny_relations");
+            }
+            if let Some(allow) = &raw.allow_relations {
+                opts.allow_relations = Some(relations(allow, "allow_relations"));
+            }
+            if let Some(columns) = &raw.deny_columns {
+                opts.deny_columns = relations(columns, "deny_columns")
+                    .into_iter()
+                    .filter_map(|name| match name.0.as_slice() {
+                        [column] => Some(column.clone()),
+                        _ => {
+                            ctx.at(
+                                span.clone(),
+                                format!("{here}: deny_columns: `{name}` must be a column name without a table"),
+                            );
+                            None
+                        }
+                    })
+                    .collect();
             }
             if let Some(max) = raw.max_length {
                 opts.max_length = max;

@@ -293,4 +293,7 @@ pub struct RawParam {
     pub allow_dash: bool,
     pub allow: Option<Vec<String>>,
     pub deny_functions: Option<Vec<String>>,
+    pub deny_relations: Option<Vec<String>>,
+    pub allow_relations: Option<Vec<String>>,
+    pub deny_columns: Option<Vec<String>>,
 }

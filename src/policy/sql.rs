@@ -18,6 +18,12 @@
 //!   saw a string. Text whose legacy reading does not lex at all (e.g. `ESCAPE '\'` at the
 //!   end) is fine: such a server would reject it whole.
 //! - `unterminated`: every string, quoted identifier, dollar quote and comment is closed.
+//! - `unicode-escape`: a `U&"…"` identifier (with an optional `UESCAPE 'c'`) decodes as the
+//!   server decodes it. **Names are compared as the server resolves them**: `U&` escapes
+//!   decoded, unquoted names folded to lower case (ASCII letters only), quoted names kept,
+//!   both cut to 63 bytes ([`normalize_identifier`]). sqlparser does not know `U&"…"` (it
+//!   reads `U&"pg\005Fsleep"(3)` as `U & "pg\005Fsleep"(3)`), so it is given the text with each
+//!   such identifier rewritten as the plain quoted identifier it stands for.
 //! - `statement-count`: exactly one statement; one trailing `;` is accepted. Checked both by the
 //!   lexer (any `;` followed by more code) and by the parser.
 //! - `parse`: the text parses with sqlparser's PostgreSQL dialect.
@@ -29,7 +35,9 @@
 //! - `not-allowed-kind`: the query's kind (see [`SqlKind`]) is in the parameter's `allow` list.
 //!   A set operation needs every operand's kind allowed; `EXPLAIN` needs only `explain`.
 //! - `explain-analyze`: `EXPLAIN ANALYZE` / `EXPLAIN (ANALYZE …)` executes the statement and is
-//!   refused, whatever the option's value.
+//!   refused, whatever the option's value, unless the parameter allows `explain-analyze`; then
+//!   the statement inside must pass every other rule. `SHOW name` / `SHOW ALL` likewise needs
+//!   `show` in `allow`.
 //! - `data-modifying-cte`: no `INSERT`/`UPDATE`/`DELETE`/`MERGE` inside `WITH`.
 //! - `select-into`: no `SELECT … INTO` (it creates a table).
 //! - `locking-clause`: no `FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE`, at any depth
@@ -39,11 +47,20 @@
 //!   the parameter's `deny_functions`), matched on the last name part, case-insensitively, at any
 //!   depth of the AST (select list, FROM/LATERAL table functions, subqueries, CTEs, ORDER BY, …)
 //!   and, as a second independent layer, on the lexer's token stream (`name (`).
+//! - `denied-relation`: no reference to a relation on [`BUILTIN_DENIED_RELATIONS`] (credential
+//!   catalogs) or the parameter's `deny_relations`, in any position (FROM, JOIN, subqueries,
+//!   CTEs, `TABLE name`); as a second layer, a denied name may not appear as any word.
+//! - `relation-not-allowed`: with `allow_relations`, every relation read is on it (a CTE name
+//!   counts only where the server would resolve it to the CTE: inside its query, after its
+//!   definition unless RECURSIVE).
+//! - `denied-column`: a column on `deny_columns` may not appear as any word; nor may anything
+//!   that reads every column (`*`, `t.*`, `f(t.*)`, `TABLE t`, a whole-row reference such as
+//!   `row_to_json(t)`, `NATURAL` joins).
 //!
-//! Order: nul, length, lexical rules (backslash, unterminated, ambiguous-string,
-//! statement-count, leading keyword, locking tokens), parse, top-level shape (statement-kind,
-//! explain-analyze, not-allowed-kind), AST walk, lexer-level function calls. The first failing
-//! rule is reported.
+//! Order: nul, length, lexical rules (backslash, unterminated, unicode-escape,
+//! ambiguous-string, statement-count, leading keyword, locking tokens), parse, top-level shape
+//! (statement-kind, explain-analyze, not-allowed-kind), AST walk, lexer-level function calls,
+//! lexer-level relation and column names. The first failing rule is reported.
 //!
 //! Caveats the caller must handle: `PGOPTIONS=-c default_transaction_read_only=on` is only a
 //! default — `BEGIN READ WRITE; …` in a multi-statement string overrides it (tests/pg_harness.rs
@@ -58,8 +75,8 @@ use std::ops::ControlFlow;
 use std::str::FromStr;
 
 use sqlparser::ast::{
-    DescribeAlias, Ident, ObjectName, ObjectNamePart, Query, Select, SetExpr, Statement,
-    TableFactor, Visit, Visitor,
+    DescribeAlias, Ident, ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr,
+    Statement, TableFactor, Visit, Visitor,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -69,7 +86,8 @@ use sqlparser::tokenizer::Token as ParserToken;
 pub const DEFAULT_MAX_LENGTH: usize = 16_384;
 
 /// Functions refused in any query, matched on the last part of the (possibly schema-qualified)
-/// name, case-insensitively. An entry ending in `*` matches every name with that prefix.
+/// name as the server resolves it (U& escapes decoded, unquoted names folded) and then without
+/// regard to ASCII case. An entry ending in `*` matches every name with that prefix.
 ///
 /// Why each group is here:
 /// - server file access: `pg_read_file`, `pg_read_binary_file`, `pg_stat_file`, `pg_ls_*`
@@ -90,8 +108,14 @@ pub const DEFAULT_MAX_LENGTH: usize = 16_384;
 /// - statistics resets: `pg_stat_reset*`, `pg_stat_statements_reset`;
 /// - waiting and locking (denial of service): `pg_sleep*`, `pg_advisory_*`,
 ///   `pg_try_advisory_*`;
-/// - running SQL hidden in a string, out of the validator's sight: `query_to_xml*`,
-///   `cursor_to_xml*`, `ts_stat`, `ts_rewrite`, tablefunc's `crosstab*` and `connectby`;
+/// - running SQL hidden in a string, out of the validator's sight (PostgreSQL 15 docs 9.15.4
+///   "Mapping Tables to XML", 12.4 text search, Appendix F): `query_to_xml*` (three variants),
+///   `cursor_to_xml*` (fetch from any open cursor), `ts_stat`, `ts_rewrite`, tablefunc's
+///   `crosstab*` and `connectby`, xml2's `xpath_table` (builds a query from its arguments),
+///   and `dblink*` above (a new session the read-only default does not reach);
+/// - reading whole relations named by a string, past the relation rules:
+///   `table_to_xml*`, `schema_to_xml*`, `database_to_xml*` (dump every readable table), and
+///   pageinspect's `get_raw_page` (raw pages of any relation);
 /// - sequences and transaction ids (state changes): `nextval`, `setval`, `txid_current` and
 ///   `pg_current_xact_id` (they assign a transaction id). `currval`, `lastval` and the
 ///   `*_if_assigned` / snapshot functions only read and stay allowed;
@@ -140,6 +164,11 @@ pub const BUILTIN_DENIED_FUNCTIONS: &[&str] = &[
     "pg_try_advisory_*",
     "query_to_xml*",
     "cursor_to_xml*",
+    "table_to_xml*",
+    "schema_to_xml*",
+    "database_to_xml*",
+    "xpath_table",
+    "get_raw_page",
     "ts_stat",
     "ts_rewrite",
     "crosstab*",
@@ -164,15 +193,29 @@ pub enum SqlKind {
     Values,
     /// `TABLE name`.
     Table,
+    /// `SHOW name` / `SHOW ALL`: reads settings. Only by opt-in.
+    Show,
+    /// `EXPLAIN ANALYZE` of a validated query: runs it. Only by opt-in.
+    ExplainAnalyze,
 }
 
 impl SqlKind {
-    /// Every kind, the default `allow` list.
-    pub const ALL: [SqlKind; 4] = [
+    /// The default `allow` list: the four query shapes.
+    pub const DEFAULT: [SqlKind; 4] = [
         SqlKind::Select,
         SqlKind::Explain,
         SqlKind::Values,
         SqlKind::Table,
+    ];
+
+    /// Every kind a policy can name.
+    pub const ALL: [SqlKind; 6] = [
+        SqlKind::Select,
+        SqlKind::Explain,
+        SqlKind::Values,
+        SqlKind::Table,
+        SqlKind::Show,
+        SqlKind::ExplainAnalyze,
     ];
 
     /// The name used in policy files.
@@ -182,6 +225,8 @@ impl SqlKind {
             SqlKind::Explain => "explain",
             SqlKind::Values => "values",
             SqlKind::Table => "table",
+            SqlKind::Show => "show",
+            SqlKind::ExplainAnalyze => "explain-analyze",
         }
     }
 }
@@ -194,7 +239,9 @@ impl fmt::Display for SqlKind {
 
 /// A policy named a statement kind that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown sql kind `{given}`; expected one of: select, explain, values, table")]
+#[error(
+    "unknown sql kind `{given}`; expected one of: select, explain, values, table, show, explain-analyze"
+)]
 pub struct UnknownSqlKind {
     /// The name as written in the policy.
     pub given: String,
@@ -213,14 +260,113 @@ impl FromStr for SqlKind {
     }
 }
 
+/// Relations refused in any query, whatever the policy says: the catalogs and views that hold
+/// credentials or the server's authentication setup, matched on the relation name in any schema.
+///
+/// - `pg_authid`, `pg_shadow`: role password hashes;
+/// - `pg_user_mapping`, `pg_user_mappings`: foreign-server user mappings (their options hold
+///   the remote user's password);
+/// - `pg_subscription`: logical replication subscriptions (`subconninfo` holds a connection
+///   string, password included);
+/// - `pg_hba_file_rules`, `pg_ident_file_mappings`, `pg_file_settings`: the server's
+///   authentication and configuration files;
+/// - `pg_statistic`, `pg_statistic_ext_data`: sampled values of every column of every table
+///   (the reason the server restricts them; `pg_stats` is the filtered view);
+/// - `pg_largeobject`: the content of every large object.
+pub const BUILTIN_DENIED_RELATIONS: &[&str] = &[
+    "pg_authid",
+    "pg_shadow",
+    "pg_user_mapping",
+    "pg_user_mappings",
+    "pg_subscription",
+    "pg_hba_file_rules",
+    "pg_ident_file_mappings",
+    "pg_file_settings",
+    "pg_statistic",
+    "pg_statistic_ext_data",
+    "pg_largeobject",
+];
+
+/// A (possibly schema-qualified) relation name as a policy writes it, normalized the way the
+/// server resolves it: `users` → `["users"]`, `Public."Users"` → `["public", "Users"]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QualifiedName(pub Vec<String>);
+
+impl QualifiedName {
+    /// Parses `name`, `schema.name` or `db.schema.name` (the database part is dropped: the
+    /// server requires it to be the current database); each part unquoted (folded to lower
+    /// case) or `"quoted"` (kept).
+    pub fn parse(text: &str) -> Result<QualifiedName, String> {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        loop {
+            let (part, after) = if let Some(quoted) = rest.strip_prefix('"') {
+                let close = scan_quoted(rest.as_bytes(), 0, b'"', false)
+                    .ok_or_else(|| format!("`{text}`: unterminated quoted name"))?;
+                let body = quoted[..close - 2].replace("\"\"", "\"");
+                if body.is_empty() {
+                    return Err(format!("`{text}`: empty quoted name"));
+                }
+                (normalize_identifier(&body, true), &rest[close..])
+            } else {
+                let len = rest
+                    .bytes()
+                    .take_while(|&byte| is_ident_continue(byte))
+                    .count();
+                let word = &rest[..len];
+                if !word.bytes().next().is_some_and(is_ident_start) {
+                    return Err(format!(
+                        "`{text}` is not a relation name (write `name`, `schema.name` or `\"Quoted\"`)"
+                    ));
+                }
+                (normalize_identifier(word, false), &rest[len..])
+            };
+            parts.push(part);
+            match after.strip_prefix('.') {
+                Some(next) => rest = next,
+                None if after.is_empty() => break,
+                None => return Err(format!("`{text}`: unexpected `{after}`")),
+            }
+        }
+        if parts.len() > 3 {
+            return Err(format!("`{text}` has more than three parts"));
+        }
+        let keep = parts.len().min(2);
+        Ok(QualifiedName(parts.split_off(parts.len() - keep)))
+    }
+
+    fn name(&self) -> &str {
+        self.0.last().map_or("", String::as_str)
+    }
+
+    fn schema(&self) -> Option<&str> {
+        (self.0.len() == 2).then(|| self.0[0].as_str())
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("."))
+    }
+}
+
 /// Per-parameter options of the `sql` type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqlOptions {
-    /// Statement kinds accepted. Default: all four.
+    /// Statement kinds accepted. Default: [`SqlKind::DEFAULT`].
     pub allow: Vec<SqlKind>,
     /// Extra denied function names (lower-case; a trailing `*` is a prefix), added to
     /// [`BUILTIN_DENIED_FUNCTIONS`].
     pub deny_functions: Vec<String>,
+    /// Extra denied relations, added to [`BUILTIN_DENIED_RELATIONS`]. A denied name may not
+    /// appear in the query at all, as any identifier.
+    pub deny_relations: Vec<QualifiedName>,
+    /// When set, the only relations a query may read (CTE names aside). An unqualified entry
+    /// admits only unqualified references; `schema.name` only references so qualified.
+    pub allow_relations: Option<Vec<QualifiedName>>,
+    /// Denied column names: they may not appear in the query at all, and neither may anything
+    /// that reads every column (`*`, `t.*`, `TABLE t`, a whole-row reference, `NATURAL`).
+    pub deny_columns: Vec<String>,
     /// Maximum length of the query text in bytes. Default [`DEFAULT_MAX_LENGTH`].
     pub max_length: usize,
 }
@@ -228,8 +374,11 @@ pub struct SqlOptions {
 impl Default for SqlOptions {
     fn default() -> Self {
         SqlOptions {
-            allow: SqlKind::ALL.to_vec(),
+            allow: SqlKind::DEFAULT.to_vec(),
             deny_functions: Vec::new(),
+            deny_relations: Vec::new(),
+            allow_relations: None,
+            deny_columns: Vec::new(),
             max_length: DEFAULT_MAX_LENGTH,
         }
     }
@@ -240,8 +389,9 @@ impl Default for SqlOptions {
 #[error("sql refused ({rule}): {message}")]
 pub struct SqlRejection {
     /// Stable rule id: "nul", "length", "backslash", "ambiguous-string", "unterminated",
-    /// "statement-count", "parse", "statement-kind", "not-allowed-kind", "explain-analyze",
-    /// "data-modifying-cte", "select-into", "locking-clause", "denied-function".
+    /// "unicode-escape", "statement-count", "parse", "statement-kind", "not-allowed-kind",
+    /// "explain-analyze", "data-modifying-cte", "select-into", "locking-clause",
+    /// "denied-function", "denied-relation", "relation-not-allowed", "denied-column".
     pub rule: &'static str,
     /// Human-readable detail naming the offending clause, function or position (line:col).
     pub message: String,
@@ -274,14 +424,14 @@ pub fn validate(sql: &str, opts: &SqlOptions) -> Result<(), SqlRejection> {
             ),
         ));
     }
-    let denylist = Denylist::new(&opts.deny_functions);
+    let rules = NameRules::new(opts);
     let tokens = lex(sql, StringMode::Conforming)?;
     check_string_mode_independent(sql, &tokens)?;
     check_single_statement(sql, &tokens)?;
     let first_word = check_leading_keyword(sql, &tokens)?;
     check_locking_tokens(sql, &tokens)?;
 
-    let statements = parse(sql, first_word == "table")
+    let statements = parse(&parser_text(sql, &tokens), first_word == "table")
         .map_err(|error| SqlRejection::new("parse", error.to_string()))?;
     let statement = match statements.as_slice() {
         [statement] => statement,
@@ -294,12 +444,13 @@ pub fn validate(sql: &str, opts: &SqlOptions) -> Result<(), SqlRejection> {
         }
     };
     check_top_level(statement, opts)?;
-    if let ControlFlow::Break(rejection) = statement.visit(&mut ShapeChecker {
-        denylist: &denylist,
-    }) {
+    if let ControlFlow::Break(rejection) =
+        statement.visit(&mut ShapeChecker::new(&rules, statement))
+    {
         return Err(rejection);
     }
-    check_call_tokens(sql, &tokens, &denylist)
+    check_call_tokens(sql, &tokens, &rules.functions)?;
+    check_name_tokens(sql, &tokens, &rules)
 }
 
 /// A 1-based line and column (in characters), for messages.
@@ -333,7 +484,9 @@ impl fmt::Display for Position {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum TokenKind {
-    /// An identifier or keyword; unquoted ones as written, quoted ones without their quotes.
+    /// An identifier or keyword, as PostgreSQL resolves it (see [`normalize_identifier`]):
+    /// unquoted ones folded to lower case (ASCII only), quoted ones (`"…"`, `U&"…"` with its
+    /// escapes decoded) verbatim; both cut to [`NAMEDATALEN_MAX`] bytes.
     Word(String),
     OpenParen,
     Semicolon,
@@ -463,7 +616,10 @@ fn lex(sql: &str, mode: StringMode) -> Result<Vec<Token>, SqlRejection> {
             at = scan_quoted(bytes, start, b'"', false)
                 .ok_or_else(|| unterminated(sql, "quoted identifier", start))?;
             tokens.push(Token {
-                kind: TokenKind::Word(sql[start + 1..at - 1].replace("\"\"", "\"")),
+                kind: TokenKind::Word(normalize_identifier(
+                    &sql[start + 1..at - 1].replace("\"\"", "\""),
+                    true,
+                )),
                 offset: start,
                 end: 0,
             });
@@ -557,11 +713,22 @@ fn lex_word_or_prefixed_literal(
             TokenKind::Other,
         )
     } else if unicode_prefix && bytes.get(end + 1) == Some(&b'"') {
-        let after = scan_quoted(bytes, end + 1, b'"', false)
+        let close = scan_quoted(bytes, end + 1, b'"', false)
             .ok_or_else(|| unterminated(sql, "quoted identifier", start))?;
-        (after, TokenKind::Word(sql[end + 2..after - 1].to_owned()))
+        let body = sql[end + 2..close - 1].replace("\"\"", "\"");
+        let (after, escape) = unicode_escape_clause(sql, close, mode)?;
+        let decoded = decode_unicode_escapes(&body, escape).map_err(|problem| {
+            SqlRejection::new(
+                "unicode-escape",
+                format!(
+                    "U&\"…\" identifier at {}: {problem}",
+                    Position::of(sql, start)
+                ),
+            )
+        })?;
+        (after, TokenKind::Word(normalize_identifier(&decoded, true)))
     } else {
-        (end, TokenKind::Word(word.to_owned()))
+        (end, TokenKind::Word(normalize_identifier(word, false)))
     };
     tokens.push(Token {
         kind,
@@ -581,6 +748,194 @@ fn scan_plain_string(
 ) -> Result<usize, SqlRejection> {
     scan_quoted(sql.as_bytes(), quote, b'\'', mode == StringMode::Legacy)
         .ok_or_else(|| unterminated(sql, "string literal", token_start))
+}
+
+/// PostgreSQL keeps only the first `NAMEDATALEN - 1` bytes of an identifier.
+pub const NAMEDATALEN_MAX: usize = 63;
+
+/// An identifier as PostgreSQL resolves it: unquoted ones are folded to lower case, ASCII letters
+/// only (multibyte characters are left alone in a UTF-8 database); quoted ones are kept
+/// verbatim; both are truncated to [`NAMEDATALEN_MAX`] bytes at a character boundary.
+pub fn normalize_identifier(text: &str, quoted: bool) -> String {
+    let mut name = if quoted {
+        text.to_owned()
+    } else {
+        text.to_ascii_lowercase()
+    };
+    if name.len() > NAMEDATALEN_MAX {
+        let mut cut = NAMEDATALEN_MAX;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+    }
+    name
+}
+
+/// Skips whitespace and comments from `at`; returns the offset of the next token.
+fn skip_space_and_comments(sql: &str, mut at: usize) -> Result<usize, SqlRejection> {
+    let bytes = sql.as_bytes();
+    loop {
+        match (bytes.get(at), bytes.get(at + 1)) {
+            (Some(&byte), _) if is_space(byte) => at += 1,
+            (Some(b'-'), Some(b'-')) => {
+                while at < bytes.len() && bytes[at] != b'\n' && bytes[at] != b'\r' {
+                    at += 1;
+                }
+            }
+            (Some(b'/'), Some(b'*')) => {
+                let start = at;
+                let mut depth = 0usize;
+                loop {
+                    match (bytes.get(at), bytes.get(at + 1)) {
+                        (Some(b'/'), Some(b'*')) => {
+                            depth += 1;
+                            at += 2;
+                        }
+                        (Some(b'*'), Some(b'/')) => {
+                            depth -= 1;
+                            at += 2;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        (Some(_), _) => at += 1,
+                        (None, _) => return Err(unterminated(sql, "comment", start)),
+                    }
+                }
+            }
+            _ => return Ok(at),
+        }
+    }
+}
+
+/// After a `U&"…"` identifier ending at `after`: an optional `UESCAPE 'c'` clause (comments and
+/// whitespace may surround it, as the server's grammar allows). Returns the offset after the
+/// clause (or `after`) and the escape character (`\` by default).
+fn unicode_escape_clause(
+    sql: &str,
+    after: usize,
+    mode: StringMode,
+) -> Result<(usize, char), SqlRejection> {
+    let bytes = sql.as_bytes();
+    let keyword_at = skip_space_and_comments(sql, after)?;
+    let mut keyword_end = keyword_at;
+    while bytes
+        .get(keyword_end)
+        .is_some_and(|&byte| is_ident_continue(byte))
+    {
+        keyword_end += 1;
+    }
+    if !sql[keyword_at..keyword_end].eq_ignore_ascii_case("uescape") {
+        return Ok((after, '\\'));
+    }
+    let refuse = |problem: &str| {
+        SqlRejection::new(
+            "unicode-escape",
+            format!("UESCAPE at {}: {problem}", Position::of(sql, keyword_at)),
+        )
+    };
+    let literal_at = skip_space_and_comments(sql, keyword_end)?;
+    if bytes.get(literal_at) != Some(&b'\'') {
+        return Err(refuse(
+            "UESCAPE must be followed by a one-character '…' literal",
+        ));
+    }
+    let literal_end = scan_plain_string(sql, literal_at, literal_at, mode)?;
+    let escape = sql[literal_at + 1..literal_end - 1].replace("''", "'");
+    let mut chars = escape.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None)
+            if !c.is_ascii_hexdigit() && !matches!(c, '+' | '\'' | '"') && !c.is_whitespace() =>
+        {
+            Ok((literal_end, c))
+        }
+        _ => Err(refuse("invalid Unicode escape character")),
+    }
+}
+
+/// Decodes the `\XXXX`, `\+XXXXXX` and doubled-escape sequences of a `U&` identifier body, as
+/// the server does (surrogate pairs combined; NUL, lone surrogates and values above U+10FFFF
+/// refused).
+fn decode_unicode_escapes(body: &str, escape: char) -> Result<String, String> {
+    let mut out = String::with_capacity(body.len());
+    let mut chars = body.chars().peekable();
+    let mut pending_high: Option<u32> = None;
+    while let Some(c) = chars.next() {
+        if c != escape {
+            if pending_high.is_some() {
+                return Err("a high surrogate is not followed by a low one".into());
+            }
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&escape) {
+            chars.next();
+            if pending_high.is_some() {
+                return Err("a high surrogate is not followed by a low one".into());
+            }
+            out.push(escape);
+            continue;
+        }
+        let digits = if chars.peek() == Some(&'+') {
+            chars.next();
+            6
+        } else {
+            4
+        };
+        let mut value = 0u32;
+        for _ in 0..digits {
+            let digit = chars
+                .next()
+                .and_then(|d| d.to_digit(16))
+                .ok_or("invalid Unicode escape (write \\XXXX or \\+XXXXXX)")?;
+            value = value * 16 + digit;
+        }
+        match (pending_high.take(), value) {
+            (None, 0xD800..=0xDBFF) => pending_high = Some(value),
+            (Some(high), 0xDC00..=0xDFFF) => {
+                let combined = 0x10000 + ((high - 0xD800) << 10) + (value - 0xDC00);
+                out.push(char::from_u32(combined).ok_or("invalid surrogate pair")?);
+            }
+            (Some(_), _) => return Err("a high surrogate is not followed by a low one".into()),
+            (None, 0xDC00..=0xDFFF) => return Err("a low surrogate without a high one".into()),
+            (None, 0) => return Err("U+0000 is not allowed in an identifier".into()),
+            (None, value) => {
+                out.push(char::from_u32(value).ok_or("invalid Unicode escape value")?);
+            }
+        }
+    }
+    if pending_high.is_some() {
+        return Err("a high surrogate is not followed by a low one".into());
+    }
+    Ok(out)
+}
+
+/// The text sqlparser is given: every `U&"…" [UESCAPE 'c']` identifier replaced by the plain
+/// quoted identifier it stands for. sqlparser does not know U& identifiers (it reads
+/// `U&"pg\005Fsleep"(3)` as `U & "pg\005Fsleep"(3)`), so without this its tree would name
+/// functions and relations differently from the server.
+fn parser_text(sql: &str, tokens: &[Token]) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut copied = 0;
+    for token in tokens {
+        let TokenKind::Word(name) = &token.kind else {
+            continue;
+        };
+        let text = &sql[token.offset..token.end];
+        let is_unicode_identifier =
+            text.len() > 2 && text[..2].eq_ignore_ascii_case("u&") && text.as_bytes()[2] == b'"';
+        if !is_unicode_identifier {
+            continue;
+        }
+        out.push_str(&sql[copied..token.offset]);
+        out.push('"');
+        out.push_str(&name.replace('"', "\"\""));
+        out.push('"');
+        copied = token.end;
+    }
+    out.push_str(&sql[copied..]);
+    out
 }
 
 /// Refuses text that a server with `standard_conforming_strings=off` would read as different
@@ -651,7 +1006,7 @@ fn check_single_statement(sql: &str, tokens: &[Token]) -> Result<(), SqlRejectio
 }
 
 /// Statements that may start a query, lower-case; the parser decides the rest.
-const LEADING_KEYWORDS: &[&str] = &["select", "with", "values", "table", "explain"];
+const LEADING_KEYWORDS: &[&str] = &["select", "with", "values", "table", "explain", "show"];
 
 /// Lexer-level statement-kind allowlist: the first word (after any opening parentheses) must
 /// start a query. Returns that word in lower case.
@@ -787,6 +1142,106 @@ impl Denylist {
     }
 }
 
+/// Everything a query's names are checked against: functions, relations, columns.
+struct NameRules {
+    functions: Denylist,
+    denied_relations: Vec<QualifiedName>,
+    allowed_relations: Option<Vec<QualifiedName>>,
+    denied_columns: Vec<String>,
+}
+
+impl NameRules {
+    fn new(opts: &SqlOptions) -> NameRules {
+        let denied_relations = BUILTIN_DENIED_RELATIONS
+            .iter()
+            .map(|name| QualifiedName(vec![(*name).to_owned()]))
+            .chain(opts.deny_relations.iter().cloned())
+            .collect();
+        NameRules {
+            functions: Denylist::new(&opts.deny_functions),
+            denied_relations,
+            allowed_relations: opts.allow_relations.clone(),
+            denied_columns: opts.deny_columns.clone(),
+        }
+    }
+
+    /// The denied relation a reference (normalized parts) may resolve to. Conservative: names
+    /// compare without regard to ASCII case, and an unqualified reference matches an entry in
+    /// any schema (the search path decides which one the server picks).
+    fn denied_relation(&self, reference: &[String]) -> Option<&QualifiedName> {
+        let (schema, name) = match reference {
+            [.., schema, name] => (Some(schema.as_str()), name.as_str()),
+            [name] => (None, name.as_str()),
+            [] => return None,
+        };
+        self.denied_relations.iter().find(|entry| {
+            entry.name().eq_ignore_ascii_case(name)
+                && match (entry.schema(), schema) {
+                    (Some(wanted), Some(given)) => wanted.eq_ignore_ascii_case(given),
+                    _ => true,
+                }
+        })
+    }
+
+    /// Is a reference admitted by `allow_relations` (exact, as the server resolves names)?
+    fn relation_allowed(&self, reference: &[String]) -> bool {
+        let Some(allowed) = &self.allowed_relations else {
+            return true;
+        };
+        let reference = &reference[reference.len().saturating_sub(2)..];
+        allowed.iter().any(|entry| entry.0 == reference)
+    }
+
+    fn denied_column(&self, name: &str) -> Option<&str> {
+        self.denied_columns
+            .iter()
+            .find(|column| column.eq_ignore_ascii_case(name))
+            .map(String::as_str)
+    }
+}
+
+/// Lexer-level name check, independent of sqlparser: a denied relation or column name may not
+/// appear as any word of the query (identifier or keyword, quoted or not, U& decoded), and with
+/// denied columns `NATURAL` (which joins on every common column) may not either.
+fn check_name_tokens(sql: &str, tokens: &[Token], rules: &NameRules) -> Result<(), SqlRejection> {
+    for token in tokens {
+        let TokenKind::Word(word) = &token.kind else {
+            continue;
+        };
+        let location = Position::of(sql, token.offset);
+        if let Some(entry) = rules.denied_relation(std::slice::from_ref(word)) {
+            return Err(SqlRejection::new(
+                "denied-relation",
+                format!("`{word}` at {location} names the denied relation `{entry}`"),
+            ));
+        }
+        if let Some(column) = rules.denied_column(word) {
+            return Err(SqlRejection::new(
+                "denied-column",
+                format!("`{word}` at {location} names the denied column `{column}`"),
+            ));
+        }
+        if !rules.denied_columns.is_empty() && word == "natural" {
+            return Err(denied_columns_hidden(
+                rules,
+                &format!("NATURAL at {location} (it joins on every common column)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn denied_columns_hidden(rules: &NameRules, what: &str) -> SqlRejection {
+    SqlRejection::new(
+        "denied-column",
+        format!(
+            "{what} would read every column, and the denied column(s) `{}` with them; name the \
+             columns you need",
+            rules.denied_columns.join("`, `")
+        ),
+    )
+}
+
 fn denied_function(name: &str, entry: &str, location: &str) -> SqlRejection {
     SqlRejection::new(
         "denied-function",
@@ -842,10 +1297,12 @@ fn check_top_level(statement: &Statement, opts: &SqlOptions) -> Result<(), SqlRe
                 let name = option.name.value.to_ascii_lowercase();
                 name == "analyze" || name == "analyse"
             });
-            if *analyze || analyze_option.is_some() {
+            let analyzes = *analyze || analyze_option.is_some();
+            if analyzes && !opts.allow.contains(&SqlKind::ExplainAnalyze) {
                 return Err(SqlRejection::new(
                     "explain-analyze",
-                    "EXPLAIN ANALYZE executes the statement and is not allowed",
+                    "EXPLAIN ANALYZE executes the statement and is not allowed (a policy can \
+                     allow it with allow = [\"explain-analyze\"])",
                 ));
             }
             if !matches!(describe_alias, DescribeAlias::Explain) || *query_plan || *estimate {
@@ -857,7 +1314,14 @@ fn check_top_level(statement: &Statement, opts: &SqlOptions) -> Result<(), SqlRe
                     statement_keyword(explained)
                 )));
             }
-            vec![SqlKind::Explain]
+            vec![if analyzes {
+                SqlKind::ExplainAnalyze
+            } else {
+                SqlKind::Explain
+            }]
+        }
+        Statement::ShowVariable { .. } if opts.allow.contains(&SqlKind::Show) => {
+            vec![SqlKind::Show]
         }
         other => return Err(not_a_query(&statement_keyword(other))),
     };
@@ -905,25 +1369,199 @@ fn modifies_data(body: &SetExpr) -> bool {
     }
 }
 
+/// The normalized parts of an object name as the server resolves them.
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|part| match part {
+            ObjectNamePart::Identifier(ident) => normalize_ident(ident),
+            ObjectNamePart::Function(_) => part.to_string().to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+fn normalize_ident(ident: &Ident) -> String {
+    normalize_identifier(&ident.value, ident.quote_style.is_some())
+}
+
+/// Every relation, alias and CTE name of a statement: what a whole-row reference (`t` in
+/// `row_to_json(t)`) can name. Table sources this walk does not know are reported, so a policy
+/// with denied columns can refuse them (fail closed).
+#[derive(Default)]
+struct RowNames {
+    names: Vec<String>,
+    unknown_source: Option<String>,
+}
+
+impl Visitor for RowNames {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        for cte in query.with.iter().flat_map(|with| &with.cte_tables) {
+            self.names.push(normalize_ident(&cte.alias.name));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        let alias = match factor {
+            TableFactor::Table { name, alias, .. } => {
+                if let Some(last) = name_parts(name).pop() {
+                    self.names.push(last);
+                }
+                alias
+            }
+            TableFactor::Derived { alias, .. }
+            | TableFactor::TableFunction { alias, .. }
+            | TableFactor::Function { alias, .. }
+            | TableFactor::UNNEST { alias, .. }
+            | TableFactor::JsonTable { alias, .. }
+            | TableFactor::NestedJoin { alias, .. } => alias,
+            other => {
+                self.unknown_source.get_or_insert_with(|| other.to_string());
+                &None
+            }
+        };
+        if let Some(alias) = alias {
+            self.names.push(normalize_ident(&alias.name));
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// The WITH names one query defines, and which of its CTE bodies is being walked.
+struct CteScope {
+    query: usize,
+    names: Vec<String>,
+    recursive: bool,
+    cte_queries: Vec<usize>,
+    /// Index of the CTE whose body is being walked, if any.
+    inside: Option<usize>,
+}
+
+fn address(query: &Query) -> usize {
+    std::ptr::from_ref(query) as usize
+}
+
 /// Walks every node of the statement: nested statements, queries, selects, expressions and
 /// table factors.
 struct ShapeChecker<'a> {
-    denylist: &'a Denylist,
+    rules: &'a NameRules,
+    /// Names a whole-row reference could use (see [`RowNames`]).
+    row_names: Vec<String>,
+    unknown_source: Option<String>,
+    /// Enclosing queries' CTE names, innermost last.
+    scopes: Vec<CteScope>,
 }
 
-impl ShapeChecker<'_> {
+impl<'a> ShapeChecker<'a> {
+    fn new(rules: &'a NameRules, statement: &Statement) -> ShapeChecker<'a> {
+        let mut row_names = RowNames::default();
+        let _ = statement.visit(&mut row_names);
+        ShapeChecker {
+            rules,
+            row_names: row_names.names,
+            unknown_source: row_names.unknown_source,
+            scopes: Vec::new(),
+        }
+    }
+
     fn check_function_name(&self, name: &ObjectName) -> ControlFlow<SqlRejection> {
         let Some(last) = name.0.last() else {
             return ControlFlow::Continue(());
         };
         let (text, location) = match last {
-            ObjectNamePart::Identifier(ident) => (ident.value.clone(), ident_location(ident)),
+            ObjectNamePart::Identifier(ident) => (normalize_ident(ident), ident_location(ident)),
             ObjectNamePart::Function(_) => (last.to_string(), "an unknown position".to_owned()),
         };
-        match self.denylist.matching_entry(&text) {
+        match self.rules.functions.matching_entry(&text) {
             Some(entry) => ControlFlow::Break(denied_function(&name.to_string(), entry, &location)),
             None => ControlFlow::Continue(()),
         }
+    }
+
+    /// Is `name` a CTE visible here: defined by an enclosing query's WITH, and (without
+    /// RECURSIVE) before the CTE whose body is being walked?
+    fn cte_visible(&self, name: &str) -> bool {
+        self.scopes.iter().any(|scope| {
+            let visible = match scope.inside {
+                Some(index) if !scope.recursive => &scope.names[..index],
+                _ => &scope.names[..],
+            };
+            visible.iter().any(|cte| cte == name)
+        })
+    }
+
+    fn check_relation(&self, parts: &[String], shown: &str) -> ControlFlow<SqlRejection> {
+        if let Some(entry) = self.rules.denied_relation(parts) {
+            return ControlFlow::Break(SqlRejection::new(
+                "denied-relation",
+                format!("relation `{shown}` is denied (entry `{entry}`)"),
+            ));
+        }
+        let is_cte = parts.len() == 1 && self.cte_visible(&parts[0]);
+        if !is_cte && !self.rules.relation_allowed(parts) {
+            return ControlFlow::Break(SqlRejection::new(
+                "relation-not-allowed",
+                format!(
+                    "relation `{shown}` is not in this parameter's allow_relations ({})",
+                    self.rules
+                        .allowed_relations
+                        .iter()
+                        .flatten()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// With denied columns, a reference to a whole row of a relation.
+    fn check_whole_row(&self, name: &Ident) -> ControlFlow<SqlRejection> {
+        if self.rules.denied_columns.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let name = normalize_ident(name);
+        if self
+            .row_names
+            .iter()
+            .any(|row| row.eq_ignore_ascii_case(&name))
+        {
+            return ControlFlow::Break(denied_columns_hidden(
+                self.rules,
+                &format!("the whole-row reference `{name}`"),
+            ));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn check_columns_hidden(&self, what: &str) -> ControlFlow<SqlRejection> {
+        if self.rules.denied_columns.is_empty() {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(denied_columns_hidden(self.rules, what))
+        }
+    }
+}
+
+/// The `TABLE name` leaves of a query body (set operations included).
+fn table_statements(body: &SetExpr, out: &mut Vec<Vec<String>>) {
+    match body {
+        SetExpr::Table(table) => {
+            let parts = [&table.schema_name, &table.table_name]
+                .into_iter()
+                .flatten()
+                .map(normalize_ident)
+                .collect();
+            out.push(parts);
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            table_statements(left, out);
+            table_statements(right, out);
+        }
+        _ => {}
     }
 }
 
@@ -932,7 +1570,9 @@ impl Visitor for ShapeChecker<'_> {
 
     fn pre_visit_statement(&mut self, statement: &Statement) -> ControlFlow<SqlRejection> {
         match statement {
-            Statement::Query(_) | Statement::Explain { .. } => ControlFlow::Continue(()),
+            Statement::Query(_) | Statement::Explain { .. } | Statement::ShowVariable { .. } => {
+                ControlFlow::Continue(())
+            }
             nested => ControlFlow::Break(not_a_query(&statement_keyword(nested))),
         }
     }
@@ -945,7 +1585,7 @@ impl Visitor for ShapeChecker<'_> {
             ));
         }
         let ctes = query.with.iter().flat_map(|with| &with.cte_tables);
-        for cte in ctes {
+        for cte in ctes.clone() {
             if modifies_data(&cte.query.body) {
                 return ControlFlow::Break(SqlRejection::new(
                     "data-modifying-cte",
@@ -963,17 +1603,59 @@ impl Visitor for ShapeChecker<'_> {
                 ));
             }
         }
+        let here = address(query);
+        if let Some(enclosing) = self.scopes.last_mut()
+            && let Some(index) = enclosing.cte_queries.iter().position(|&q| q == here)
+        {
+            enclosing.inside = Some(index);
+        }
+        self.scopes.push(CteScope {
+            query: here,
+            names: ctes
+                .clone()
+                .map(|cte| normalize_ident(&cte.alias.name))
+                .collect(),
+            recursive: query.with.as_ref().is_some_and(|with| with.recursive),
+            cte_queries: ctes.map(|cte| address(&cte.query)).collect(),
+            inside: None,
+        });
+        let mut tables = Vec::new();
+        table_statements(&query.body, &mut tables);
+        for parts in tables {
+            self.check_relation(&parts, &parts.join("."))?;
+            self.check_columns_hidden(&format!("`TABLE {}`", parts.join(".")))?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, query: &Query) -> ControlFlow<SqlRejection> {
+        let here = address(query);
+        if self.scopes.last().is_some_and(|scope| scope.query == here) {
+            self.scopes.pop();
+        }
+        if let Some(enclosing) = self.scopes.last_mut()
+            && enclosing
+                .inside
+                .is_some_and(|index| enclosing.cte_queries[index] == here)
+        {
+            enclosing.inside = None;
+        }
         ControlFlow::Continue(())
     }
 
     fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<SqlRejection> {
-        match &select.into {
-            Some(into) => ControlFlow::Break(SqlRejection::new(
+        if let Some(into) = &select.into {
+            return ControlFlow::Break(SqlRejection::new(
                 "select-into",
                 format!("`{into}` creates a table and is not allowed"),
-            )),
-            None => ControlFlow::Continue(()),
+            ));
         }
+        for item in &select.projection {
+            if let SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) = item {
+                self.check_columns_hidden(&format!("`{item}`"))?;
+            }
+        }
+        ControlFlow::Continue(())
     }
 
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<SqlRejection> {
@@ -984,13 +1666,47 @@ impl Visitor for ShapeChecker<'_> {
                 ..
             }
             | TableFactor::Function { name, .. } => self.check_function_name(name),
-            _ => ControlFlow::Continue(()),
+            TableFactor::Table {
+                name, args: None, ..
+            } => self.check_relation(&name_parts(name), &name.to_string()),
+            _ => match &self.unknown_source {
+                Some(source) => self.check_columns_hidden(&format!("the table source `{source}`")),
+                None => ControlFlow::Continue(()),
+            },
         }
     }
 
     fn pre_visit_expr(&mut self, expr: &sqlparser::ast::Expr) -> ControlFlow<SqlRejection> {
+        use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments};
         match expr {
-            sqlparser::ast::Expr::Function(function) => self.check_function_name(&function.name),
+            Expr::Function(function) => {
+                self.check_function_name(&function.name)?;
+                if let FunctionArguments::List(list) = &function.args {
+                    for arg in &list.args {
+                        let arg = match arg {
+                            FunctionArg::Unnamed(arg) => arg,
+                            FunctionArg::Named { arg, .. } | FunctionArg::ExprNamed { arg, .. } => {
+                                arg
+                            }
+                        };
+                        // `count(*)` reads no column; `f(t.*)` reads them all.
+                        if let FunctionArgExpr::QualifiedWildcard(_)
+                        | FunctionArgExpr::WildcardWithOptions(_) = arg
+                        {
+                            self.check_columns_hidden(&format!("`{arg}`"))?;
+                        }
+                    }
+                }
+                ControlFlow::Continue(())
+            }
+            Expr::Identifier(ident) => self.check_whole_row(ident),
+            Expr::CompoundIdentifier(parts) => match parts.last() {
+                Some(last) => self.check_whole_row(last),
+                None => ControlFlow::Continue(()),
+            },
+            Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => {
+                self.check_columns_hidden(&format!("`{expr}`"))
+            }
             _ => ControlFlow::Continue(()),
         }
     }
@@ -1039,14 +1755,18 @@ mod tests {
         }
         let error = "insert".parse::<SqlKind>().unwrap_err();
         assert_eq!(error.given, "insert");
-        assert!(error.to_string().contains("select, explain, values, table"));
+        assert!(
+            error
+                .to_string()
+                .contains("select, explain, values, table, show, explain-analyze")
+        );
         assert!("SELECT".parse::<SqlKind>().is_err(), "names are lower-case");
     }
 
     #[test]
     fn default_options() {
         let opts = SqlOptions::default();
-        assert_eq!(opts.allow, SqlKind::ALL.to_vec());
+        assert_eq!(opts.allow, SqlKind::DEFAULT.to_vec());
         assert!(opts.deny_functions.is_empty());
         assert_eq!(opts.max_length, 16_384);
     }
@@ -1376,7 +2096,7 @@ mod tests {
 
     #[test]
     fn ast_layer_alone_catches_denied_functions_in_every_position() {
-        let denylist = Denylist::new(&[]);
+        let rules = NameRules::new(&SqlOptions::default());
         for sql in [
             "SELECT pg_catalog.pg_read_file('/etc/passwd')",
             "SELECT * FROM pg_ls_dir('/') AS d",
@@ -1390,9 +2110,7 @@ mod tests {
             "EXPLAIN SELECT pg_stat_file('/etc/passwd')",
         ] {
             let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
-            let outcome = statements[0].visit(&mut ShapeChecker {
-                denylist: &denylist,
-            });
+            let outcome = statements[0].visit(&mut ShapeChecker::new(&rules, &statements[0]));
             match outcome {
                 ControlFlow::Break(rejection) => {
                     assert_eq!(rejection.rule, "denied-function", "{sql}: {rejection}")
@@ -1449,7 +2167,7 @@ mod tests {
         assert_eq!(
             kinds,
             vec![
-                TokenKind::Word("SELECT".to_owned()),
+                TokenKind::Word("select".to_owned()),
                 TokenKind::Word("a$b".to_owned()),
                 TokenKind::Other,
                 TokenKind::Other,
@@ -1467,5 +2185,233 @@ mod tests {
         assert_eq!(Position::of("ab\ncé\\", 6), Position { line: 2, column: 3 });
         let message = refused("SELECT 'é'\n   \\!", "backslash");
         assert!(message.contains("line 2, column 4"), "{message}");
+    }
+
+    #[test]
+    fn unicode_identifiers_are_decoded_as_the_server_does() {
+        assert_eq!(
+            decode_unicode_escapes(r"pg\005Fsleep", '\\').unwrap(),
+            "pg_sleep"
+        );
+        assert_eq!(
+            decode_unicode_escapes(r"d\0061t\+000061", '\\').unwrap(),
+            "data"
+        );
+        assert_eq!(decode_unicode_escapes(r"a\\b", '\\').unwrap(), r"a\b");
+        assert_eq!(
+            decode_unicode_escapes("pg!005Fsleep!!", '!').unwrap(),
+            "pg_sleep!"
+        );
+        assert_eq!(decode_unicode_escapes(r"\D83D\DE00", '\\').unwrap(), "😀");
+        for bad in [
+            r"\0000",
+            r"\D83D",
+            r"\DE00x",
+            r"\12",
+            r"\+11FFFF",
+            r"\D83Dx",
+        ] {
+            assert!(decode_unicode_escapes(bad, '\\').is_err(), "{bad}");
+        }
+        for sql in [
+            r#"select U&"pg\005Fsleep"(3)"#,
+            r#"select u&"PG\005FSLEEP"(3)"#,
+            r#"select U&"pg!005Fsleep" UESCAPE '!' (3)"#,
+            "select U&\"pg!005Fsleep\" /* c */ uescape -- c\n '!' (3)",
+            r#"select U&"pg\+00005Fsleep"(3)"#,
+            r#"select * from pg_catalog.U&"pg\005Fsleep"(3)"#,
+            r#"select U&"query\005Fto\005Fxml"('select 1', true, true, '')"#,
+        ] {
+            let message = refused(sql, "denied-function");
+            assert!(
+                message.contains("pg_sleep") || message.contains("query_to_xml"),
+                "{message}"
+            );
+        }
+        refused(r#"select U&"x" UESCAPE 'a' (1)"#, "unicode-escape");
+        refused(r#"select U&"x" UESCAPE '!!' (1)"#, "unicode-escape");
+        refused(r#"select U&"x\00" (1)"#, "unicode-escape");
+        accepted(r#"select U&"\0075pper"('ok')"#);
+    }
+
+    #[test]
+    fn the_parser_sees_unicode_identifiers_as_plain_quoted_ones() {
+        let sql = r#"select U&"a""b\0063" UESCAPE '\' , U&"x" from t"#;
+        let tokens = lex(sql, StringMode::Conforming).unwrap();
+        assert_eq!(parser_text(sql, &tokens), r#"select "a""bc" , "x" from t"#);
+    }
+
+    #[test]
+    fn identifiers_are_folded_and_truncated_like_the_server_does() {
+        assert_eq!(normalize_identifier("PG_Sleep", false), "pg_sleep");
+        assert_eq!(normalize_identifier("PG_Sleep", true), "PG_Sleep");
+        assert_eq!(
+            normalize_identifier("ÉTÉ", false),
+            "ÉtÉ",
+            "only ASCII letters are folded"
+        );
+        let long = format!("{}zzz", "a".repeat(62));
+        assert_eq!(normalize_identifier(&long, false).len(), 63);
+        let opts = SqlOptions {
+            deny_functions: vec!["a".repeat(63)],
+            ..SqlOptions::default()
+        };
+        refused_with(
+            &format!("select {}xyz(1)", "a".repeat(63)),
+            &opts,
+            "denied-function",
+        );
+    }
+
+    #[test]
+    fn qualified_names_parse_like_sql() {
+        let parse = |text: &str| QualifiedName::parse(text).map(|name| name.0);
+        assert_eq!(parse("Users").unwrap(), ["users"]);
+        assert_eq!(parse(r#"Public."My""T""#).unwrap(), ["public", r#"My"T"#]);
+        assert_eq!(parse("db.s.t").unwrap(), ["s", "t"]);
+        for bad in [
+            "",
+            "a b",
+            "1t",
+            r#""unterminated"#,
+            "a.",
+            r#""""#,
+            "a.b.c.d",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn credential_catalogs_are_refused_by_both_layers() {
+        for sql in [
+            "SELECT rolpassword FROM pg_authid",
+            "select * from PG_CATALOG.pg_shadow",
+            r#"select * from U&"pg\005Fauthid""#,
+            "select 1 from t where exists (select 1 from pg_user_mappings)",
+        ] {
+            refused(sql, "denied-relation");
+        }
+        let rules = NameRules::new(&SqlOptions::default());
+        for sql in [
+            "SELECT rolpassword FROM pg_authid",
+            "SELECT * FROM t, (SELECT * FROM pg_catalog.pg_shadow) s",
+            "TABLE pg_authid",
+        ] {
+            let statements = parse(sql, sql.starts_with("TABLE")).unwrap();
+            match statements[0].visit(&mut ShapeChecker::new(&rules, &statements[0])) {
+                ControlFlow::Break(rejection) => assert_eq!(rejection.rule, "denied-relation"),
+                ControlFlow::Continue(()) => panic!("the AST walk missed {sql:?}"),
+            }
+        }
+        let tokens = lex("select 1 as pg_authid", StringMode::Conforming).unwrap();
+        assert_eq!(
+            check_name_tokens("select 1 as pg_authid", &tokens, &rules)
+                .unwrap_err()
+                .rule,
+            "denied-relation"
+        );
+    }
+
+    #[test]
+    fn allow_relations_admit_only_listed_relations_and_visible_ctes() {
+        let opts = SqlOptions {
+            allow_relations: Some(vec![
+                QualifiedName::parse("t").unwrap(),
+                QualifiedName::parse("reports.daily").unwrap(),
+            ]),
+            ..SqlOptions::default()
+        };
+        for sql in [
+            "select * from t",
+            "select * from reports.daily d join t on t.id = d.id",
+            "with x as (select * from t) select * from x",
+            "with recursive r(n) as (select 1 union all select n + 1 from r where n < 3) select * from r",
+            "with a as (select 1), b as (select * from a) select * from b",
+            "select * from (with s as (select * from t) select * from s) q",
+        ] {
+            if let Err(rejection) = validate(sql, &opts) {
+                panic!("{sql:?}: {rejection}");
+            }
+        }
+        for sql in [
+            "select * from secrets",
+            "select * from public.t",
+            "select * from daily",
+            "select * from t where id in (select id from secrets)",
+            // A CTE name does not reach outside its query, nor (without RECURSIVE) back to
+            // an earlier sibling.
+            "select * from (with secrets as (select 1) select * from secrets) a, secrets",
+            "with a as (select * from b), b as (select 1) select * from a",
+            "table secrets",
+        ] {
+            refused_with(sql, &opts, "relation-not-allowed");
+        }
+    }
+
+    #[test]
+    fn denied_columns_refuse_the_name_and_everything_that_reads_all_columns() {
+        let opts = SqlOptions {
+            deny_columns: vec!["password_hash".into()],
+            ..SqlOptions::default()
+        };
+        for sql in [
+            "select password_hash from users",
+            r#"select "PASSWORD_HASH" from users"#,
+            r#"select U&"password\005Fhash" from users"#,
+            "select id from users join v using (password_hash)",
+            "select * from users",
+            "select u.* from users u",
+            "select row_to_json(u) from users u",
+            "select to_jsonb(users) ->> 'password_hash' from users",
+            "select users from users",
+            "select count(public.users) from public.users",
+            "select json_agg(u.*) from users u",
+            "select id from users natural join v",
+            "table users",
+        ] {
+            refused_with(sql, &opts, "denied-column");
+        }
+        for sql in [
+            "select id, name from users",
+            "select count(*) from users u where u.id > 1",
+        ] {
+            if let Err(rejection) = validate(sql, &opts) {
+                panic!("{sql:?}: {rejection}");
+            }
+        }
+    }
+
+    #[test]
+    fn show_and_explain_analyze_need_an_opt_in() {
+        refused("SHOW work_mem", "statement-kind");
+        refused("EXPLAIN ANALYZE SELECT 1", "explain-analyze");
+        let opts = SqlOptions {
+            allow: vec![SqlKind::Select, SqlKind::Show, SqlKind::ExplainAnalyze],
+            ..SqlOptions::default()
+        };
+        for sql in [
+            "SHOW work_mem",
+            "show all",
+            "EXPLAIN ANALYZE SELECT * FROM t",
+            "EXPLAIN (ANALYZE, BUFFERS) SELECT 1",
+        ] {
+            if let Err(rejection) = validate(sql, &opts) {
+                panic!("{sql:?}: {rejection}");
+            }
+        }
+        refused_with("EXPLAIN SELECT 1", &opts, "not-allowed-kind");
+        refused_with("EXPLAIN ANALYZE DELETE FROM t", &opts, "statement-kind");
+        refused_with(
+            "EXPLAIN ANALYZE SELECT pg_sleep(1)",
+            &opts,
+            "denied-function",
+        );
+        refused_with(
+            "EXPLAIN ANALYZE SELECT * FROM pg_authid",
+            &opts,
+            "denied-relation",
+        );
+        refused_with("SHOW work_mem; SELECT 1", &opts, "statement-count");
     }
 }
