@@ -146,7 +146,7 @@ pub enum FileError {
     Escape { path: PathBuf, root: PathBuf },
     #[error("{} is a symbolic link: file verbs never follow symlinks; use the real path of the file", component.display())]
     Symlink { component: PathBuf },
-    #[error("path {} is or is inside the {rule} (agent memory or settings, git hooks or config, shell startup files, or verbd itself): file verbs never touch these; choose another path", path.display())]
+    #[error("path {} is or is inside the {rule}: files that tools run or obey, agent memory and settings, keys and verbd's own files are never written by file verbs; choose another path", path.display())]
     Protected { path: PathBuf, rule: String },
     #[error("{size} bytes is more than this verb's limit of {max} bytes: make the content smaller")]
     TooLarge { size: u64, max: u64 },
@@ -301,11 +301,14 @@ fn check_normalized(path: &Path) -> Result<(), FileError> {
     Ok(())
 }
 
-/// Lexical checks shared by every operation: normal form, a root, protected names.
+/// Lexical checks shared by every operation: normal form, a root, protected names (for
+/// `writing`, entry-only names such as `.git` too; reads are refused only beneath protected
+/// subtrees).
 fn locate<'a>(
     roots: &'a [PathBuf],
     protected: &ProtectedNames,
     path: &Path,
+    writing: bool,
 ) -> Result<Located<'a>, FileError> {
     check_normalized(path)?;
     let root = roots
@@ -321,7 +324,12 @@ fn locate<'a>(
         .expect("starts_with was checked")
         .to_path_buf();
     for candidate in [relative.as_path(), path] {
-        if let Some(hit) = protected.match_path(candidate) {
+        let hit = if writing {
+            protected.match_path(candidate)
+        } else {
+            protected.match_subtree(candidate)
+        };
+        if let Some(hit) = hit {
             return Err(FileError::Protected {
                 path: path.to_path_buf(),
                 rule: hit.to_string(),
@@ -338,7 +346,7 @@ pub fn check_write(
     protected: &ProtectedNames,
     path: &Path,
 ) -> Result<(), FileError> {
-    let located = locate(roots, protected, path)?;
+    let located = locate(roots, protected, path, true)?;
     if located.relative.as_os_str().is_empty() {
         return Err(FileError::NotARegularFile {
             path: path.to_path_buf(),
@@ -551,7 +559,7 @@ pub fn write_file(
     mode: Option<u32>,
 ) -> Result<WriteReceipt, FileError> {
     spec.require_op(FileOp::Write)?;
-    let located = locate(&spec.roots, &spec.protected, path)?;
+    let located = locate(&spec.roots, &spec.protected, path, true)?;
     let size = check_size(content.len(), spec.max_size)?;
     let mode = choose_mode(spec, mode)?;
     let root = OpenRoot::open(located, path)?;
@@ -701,7 +709,7 @@ pub fn append_file(
     content: &[u8],
 ) -> Result<WriteReceipt, FileError> {
     spec.require_op(FileOp::Append)?;
-    let located = locate(&spec.roots, &spec.protected, path)?;
+    let located = locate(&spec.roots, &spec.protected, path, true)?;
     let size = check_size(content.len(), spec.max_size)?;
     let create_mode = choose_mode(spec, None)?;
     let root = OpenRoot::open(located, path)?;
@@ -750,7 +758,7 @@ pub fn append_file(
 /// `file.read`: the content of `path`, refused when larger than the cap.
 pub fn read_file(spec: &FileVerbSpec, path: &Path) -> Result<Vec<u8>, FileError> {
     spec.require_op(FileOp::Read)?;
-    let located = locate(&spec.roots, &spec.protected, path)?;
+    let located = locate(&spec.roots, &spec.protected, path, false)?;
     let root = OpenRoot::open(located, path)?;
     let (parent, name) = root.open_parent()?;
     let (file, _) = open_existing(&root, &parent, name, OFlags::RDONLY, None)?;
@@ -774,7 +782,7 @@ pub fn read_file(spec: &FileVerbSpec, path: &Path) -> Result<Vec<u8>, FileError>
 /// temp files are hidden; symlinks are reported as such and never followed.
 pub fn list_dir(spec: &FileVerbSpec, path: &Path) -> Result<Vec<DirEntryInfo>, FileError> {
     spec.require_op(FileOp::List)?;
-    let located = locate(&spec.roots, &spec.protected, path)?;
+    let located = locate(&spec.roots, &spec.protected, path, false)?;
     let root = OpenRoot::open(located, path)?;
     let relative = root.located.relative.clone();
     let dir_fd = root.open_dir(&relative)?;
@@ -787,7 +795,9 @@ pub fn list_dir(spec: &FileVerbSpec, path: &Path) -> Result<Vec<DirEntryInfo>, F
             continue;
         }
         let name = OsStr::from_bytes(raw_name);
-        if spec.protected.match_path(&relative.join(name)).is_some() {
+        // Hidden: protected subtrees. An entry-only name (`.git`) is listed; it may not be
+        // written, but its existence is no secret.
+        if spec.protected.match_subtree(&relative.join(name)).is_some() {
             continue;
         }
         let st = match rustix::fs::statat(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -847,7 +857,7 @@ mod tests {
     fn longest_root_wins_and_protection_checks_both_forms() {
         let roots = vec![PathBuf::from("/srv"), PathBuf::from("/srv/notes")];
         let p = ProtectedNames::builtin();
-        let located = locate(&roots, &p, Path::new("/srv/notes/a/b")).unwrap();
+        let located = locate(&roots, &p, Path::new("/srv/notes/a/b"), true).unwrap();
         assert_eq!(located.root, Path::new("/srv/notes"));
         assert_eq!(located.relative, Path::new("a/b"));
         assert!(matches!(

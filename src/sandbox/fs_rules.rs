@@ -31,7 +31,7 @@
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
@@ -217,15 +217,15 @@ impl Walk<'_> {
                 return Err(WalkError::TooLarge);
             }
             let path = entry.path();
-            if self.protected.match_path(&path).is_some() {
-                needs_split = true;
-                continue;
-            }
             let file_type = match entry.file_type() {
                 Ok(file_type) => file_type,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(WalkError::Io(path, e)),
             };
+            if self.protected.keeps_read_only(&path, file_type.is_dir()) {
+                needs_split = true;
+                continue;
+            }
             if file_type.is_symlink() {
                 continue;
             }
@@ -260,22 +260,7 @@ impl Walk<'_> {
 /// multi-component name (`…/.git` for `.git/hooks`), or it is an ancestor of a protected absolute
 /// path? Then granting it whole would let the protected entry be created or replaced.
 fn leads_to_protected(protected: &ProtectedNames, path: &Path) -> bool {
-    let components: Vec<String> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_string_lossy().to_lowercase()),
-            _ => None,
-        })
-        .collect();
-    let by_name = protected
-        .sequences()
-        .iter()
-        .any(|rule| (1..rule.len()).any(|k| components.ends_with(&rule[..k])));
-    by_name
-        || protected
-            .paths()
-            .iter()
-            .any(|p| p.starts_with(path) && p.as_path() != path)
+    protected.leads_to(path)
 }
 
 #[cfg(test)]
