@@ -39,7 +39,7 @@ category = "read-only"
 roles = ["me"]
 allow_interpreter = true
 timeout = "1s"
-command = ["/bin/sh", "-c", "echo started-{tag}; sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
+command = ["/bin/sh", "-c", "echo started-{tag}; printf '%05000d' 0; sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
 params.tag = { type = "int", min = 1, max = 999999 }
 
 [sandbox.zero]
@@ -145,8 +145,15 @@ fn timeout_kills_the_whole_process_group() {
     match &r {
         Response::Ok { result, .. } => {
             assert!(result.exit.timed_out, "{r:?}");
-            // Output written before the timeout is kept.
-            assert_eq!(result.stdout, format!("started-{tag}\n"));
+            // Output written before the timeout is kept, except the fixed tail withheld at
+            // every cut (docs/protocol.md, "Cut output").
+            let tail = verbd::scrub::CUT_WITHHELD_TAIL;
+            assert!(result.stdout_truncated, "a timeout is a cut");
+            assert_eq!(result.stdout_withheld, tail as u64);
+            assert_eq!(
+                result.stdout,
+                format!("started-{tag}\n{}", "0".repeat(5000 - tail))
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -166,7 +173,15 @@ fn output_cap_truncates_without_hanging_or_buffering_everything() {
     match &r {
         Response::Ok { result, .. } => {
             assert!(result.stdout_truncated);
-            assert_eq!(result.stdout.len(), 1 << 20);
+            // The cap, minus the tail withheld at every cut.
+            assert_eq!(
+                result.stdout.len() + verbd::scrub::CUT_WITHHELD_TAIL,
+                1 << 20
+            );
+            assert_eq!(
+                result.stdout_withheld,
+                verbd::scrub::CUT_WITHHELD_TAIL as u64
+            );
             assert_eq!(
                 result.exit.code,
                 Some(0),

@@ -432,3 +432,32 @@ fn a_timeout_cut_answers_a_prefix_like_a_wrong_guess() {
         );
     }
 }
+
+#[test]
+fn a_max_output_below_the_withheld_tail_draws_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = |max_output: &str| {
+        let path = dir.path().join(format!("p-{max_output}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "version = 1\n[roles.a]\nuids = [1]\n[verb.tiny]\ndescription = \"x\"\ncategory = \"read-only\"\nroles = [\"a\"]\ncommand = \"/usr/bin/true\"\nmax_output = \"{max_output}\"\n"
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(BIN)
+            .args(["policy", "check"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = policy("4KiB");
+    assert!(
+        warned
+            .contains("verb `tiny`: max_output (4096 bytes) is not above the 4096 bytes withheld"),
+        "{warned}"
+    );
+    assert!(!policy("8KiB").contains("withheld"));
+}

@@ -850,6 +850,18 @@ fn build_verb(
                 check_element(ctx, element, in_group, "dry_run");
             }
         }
+        // (A malformed value is reported where the verb's limits are built.)
+        let max_output = raw
+            .max_output
+            .as_ref()
+            .and_then(|value| parse_size(value.get_ref()).ok())
+            .unwrap_or(1 << 20);
+        if max_output <= crate::scrub::CUT_WITHHELD_TAIL as u64 {
+            ctx.warnings.push(format!(
+                "verb `{name}`: max_output ({max_output} bytes) is not above the {} bytes withheld where output is cut, so a cut output shows nothing; raise it",
+                crate::scrub::CUT_WITHHELD_TAIL
+            ));
+        }
         for (key, value) in &env {
             check_element(ctx, value, false, &format!("env {key}"));
         }
