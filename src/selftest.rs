@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 pub const CANARY_SUBCOMMAND: &str = "__sandbox-canary";
 
 /// Test-only switch: run canaries *without* their sandbox, so the forbidden things succeed and the
-/// self-test must fail. It can only make the self-test fail, never pass.
+/// self-test must fail. It can only make the self-test fail, never pass. Read only in builds with
+/// the `test-hooks` feature (the integration tests'); every other build ignores it.
 pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
 
 /// One named check.
@@ -554,7 +555,8 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
     }
-    let unsandboxed = std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
+    let unsandboxed =
+        cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
         prepared.install_std(&mut cmd).map_err(|e| {
             (
