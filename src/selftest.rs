@@ -16,7 +16,9 @@
 #![forbid(unsafe_code)]
 
 use crate::policy::params::ParamKind;
-use crate::policy::{Policy, PreparedAction, Role, RoleKind, Verb, VerbAction, Verdict};
+use crate::policy::{
+    Policy, PreparedAction, ProposedCall, Role, RoleKind, Verb, VerbAction, Verdict,
+};
 use crate::sandbox::{Network, PreparedSandbox, SandboxSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -352,7 +354,7 @@ fn check_validator(
             if value.starts_with('-') && !param.allow_dash {
                 let mut args = base.clone();
                 args.insert(param.name.clone(), value.to_string());
-                if let Verdict::Run(call) | Verdict::Propose(call) =
+                if let Verdict::Run(call) | Verdict::Propose(ProposedCall { call, .. }) =
                     policy.evaluate(roles, &verb.name, &crate::policy::text_args(&args))
                     && let PreparedAction::Exec { argv, .. } = &call.action
                     && argv.display().iter().skip(1).any(|e| e.starts_with(value))
