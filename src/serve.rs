@@ -348,7 +348,7 @@ fn bind(
 /// Open the journal as the daemon user (who keeps appending to it; opening verifies the chain's
 /// tail) and rebuild the proposal book from it. A journal that does not verify, or holds a record
 /// this version cannot read, stops the start: nothing is served on a broken record.
-fn open_journal(state_dir: &Path) -> Result<(Journal, Book), StartError> {
+pub fn open_journal(state_dir: &Path) -> Result<(Journal, Book), StartError> {
     let broken = |source| StartError::Journal {
         state_dir: state_dir.display().to_string(),
         source,
@@ -405,39 +405,14 @@ async fn serve_async(
     summary: String,
 ) -> Result<(), StartError> {
     let origin = prepared.policy.origin.clone();
-    let policy_hash = prepared.policy.hash.clone();
     let grace = prepared.policy.daemon.shutdown_grace;
     let state_dir = settings.state_dir.clone();
     let interrupted = book.interrupted();
     let daemon = Daemon::new(prepared, journal, book, settings);
-    // The start record ends whatever the previous daemon left open (see approvals::Book::apply);
-    // the per-proposal records that follow name each one in the audit trail.
     daemon
-        .record(Event::Start {
-            version: env!("CARGO_PKG_VERSION").into(),
-            policy: origin.clone(),
-            policy_hash,
-            pid: std::process::id(),
-            uid: nix::unistd::getuid().as_raw(),
-        })
+        .record_start(interrupted)
         .await
         .map_err(StartError::JournalWrite)?;
-    for id in interrupted.executing {
-        tracing::warn!(
-            id,
-            "proposal was executing when the daemon stopped: unknown outcome, not re-run"
-        );
-        daemon
-            .record(Event::ProposalUnknownOutcome { id })
-            .await
-            .map_err(StartError::JournalWrite)?;
-    }
-    for id in interrupted.never_started {
-        daemon
-            .record(Event::ProposalNotStarted { id, reason: None })
-            .await
-            .map_err(StartError::JournalWrite)?;
-    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = Vec::new();
     for listener in listeners.listeners {

@@ -25,7 +25,7 @@ pub mod ledger;
 pub mod peer;
 pub mod socket;
 
-use crate::approvals::Book;
+use crate::approvals::{Book, Interrupted};
 use crate::events::{CallerRecord, CancelCause, Event};
 use crate::journal::{Appended, Journal, JournalError};
 use crate::loader::{LoadError, Loader, Prepared};
@@ -268,20 +268,13 @@ impl Daemon {
         })
         .await
         .expect("caller lookup panicked");
-        let prepared = self.prepared();
-        let roles: Vec<Role> = prepared
-            .policy
-            .roles_of(&caller, self.settings.invoker_uid)
-            .into_iter()
-            .cloned()
-            .collect();
-        let record = CallerRecord::new(&caller, roles.iter().map(|r| r.name.clone()).collect());
+        let ctx = self.context(caller);
         let (read_half, mut write_half) = stream.into_split();
-        let limit = prepared.policy.daemon.max_request_bytes;
+        let limit = ctx.prepared.policy.daemon.max_request_bytes;
         let mut reader = BufReader::new(read_half);
         let mut line = Vec::new();
         let read = tokio::time::timeout(
-            prepared.policy.daemon.request_timeout,
+            ctx.prepared.policy.daemon.request_timeout,
             (&mut reader)
                 .take(limit as u64 + 1)
                 .read_until(b'\n', &mut line),
@@ -305,22 +298,8 @@ impl Daemon {
         };
         // The request was read (a refusal is journaled with who asked); a peer matching no role
         // gets nothing else.
-        if roles.is_empty() {
-            let reason = format!(
-                "uid {} ({}) matches no role in the verbd policy; ask the operator to add it to a [roles.*] table",
-                caller.uid,
-                caller.user.as_deref().unwrap_or("no user name")
-            );
-            let response = match self
-                .record(Event::ConnectRefused {
-                    caller: record,
-                    reason: reason.clone(),
-                })
-                .await
-            {
-                Ok(_) => Response::Denied { reason },
-                Err(e) => journal_failure(&e),
-            };
+        if ctx.roles.is_empty() {
+            let response = self.refuse_connection(&ctx).await;
             let _ = write_half.write_all(&response.encode()).await;
             let _ = write_half.shutdown().await;
             return;
@@ -338,13 +317,7 @@ impl Daemon {
         };
         let (hung_up, client) = watch::channel(false);
         let cancel = self.cancel_for_connection(client);
-        let context = Context {
-            prepared,
-            caller,
-            roles,
-            record,
-        };
-        let mut task = tokio::spawn(self.clone().dispatch(context, request, cancel));
+        let mut task = tokio::spawn(self.clone().dispatch(ctx, request, cancel));
         // The client must not send anything after its line: any byte, the end of the stream or an
         // error means it is gone.
         let hangup = async {
@@ -368,6 +341,87 @@ impl Daemon {
         };
         let _ = write_half.write_all(&response.encode()).await;
         let _ = write_half.shutdown().await;
+    }
+
+    /// Who `caller` is under the policy in force now.
+    fn context(&self, caller: Caller) -> Context {
+        let prepared = self.prepared();
+        let roles: Vec<Role> = prepared
+            .policy
+            .roles_of(&caller, self.settings.invoker_uid)
+            .into_iter()
+            .cloned()
+            .collect();
+        let record = CallerRecord::new(&caller, roles.iter().map(|r| r.name.clone()).collect());
+        Context {
+            prepared,
+            caller,
+            roles,
+            record,
+        }
+    }
+
+    /// The answer to a peer matching no role (journaled).
+    async fn refuse_connection(&self, ctx: &Context) -> Response {
+        let reason = format!(
+            "uid {} ({}) matches no role in the verbd policy; ask the operator to add it to a [roles.*] table",
+            ctx.caller.uid,
+            ctx.caller.user.as_deref().unwrap_or("no user name")
+        );
+        match self
+            .record(Event::ConnectRefused {
+                caller: ctx.record.clone(),
+                reason: reason.clone(),
+            })
+            .await
+        {
+            Ok(_) => Response::Denied { reason },
+            Err(e) => journal_failure(&e),
+        }
+    }
+
+    /// Answer one request from `caller` in-process, exactly as a connection would have it
+    /// answered (the socket path adds only reading the line and the peer's credentials).
+    /// `hung_up` set to true is the client going away.
+    pub async fn respond(
+        self: Arc<Self>,
+        caller: Caller,
+        request: Request,
+        hung_up: watch::Receiver<bool>,
+    ) -> Response {
+        let ctx = self.context(caller);
+        if ctx.roles.is_empty() {
+            return self.refuse_connection(&ctx).await;
+        }
+        let cancel = self.cancel_for_connection(hung_up);
+        self.dispatch(ctx, request, cancel).await
+    }
+
+    /// The first records of a daemon's life: `start`, which ends whatever the previous daemon
+    /// left open (see `approvals::Book::apply`), then one record per proposal it ended, naming
+    /// each in the audit trail.
+    pub async fn record_start(&self, interrupted: Interrupted) -> Result<(), JournalError> {
+        let prepared = self.prepared();
+        self.record(Event::Start {
+            version: env!("CARGO_PKG_VERSION").into(),
+            policy: prepared.policy.origin.clone(),
+            policy_hash: prepared.policy.hash.clone(),
+            pid: std::process::id(),
+            uid: nix::unistd::getuid().as_raw(),
+        })
+        .await?;
+        for id in interrupted.executing {
+            tracing::warn!(
+                id,
+                "proposal was executing when the daemon stopped: unknown outcome, not re-run"
+            );
+            self.record(Event::ProposalUnknownOutcome { id }).await?;
+        }
+        for id in interrupted.never_started {
+            self.record(Event::ProposalNotStarted { id, reason: None })
+                .await?;
+        }
+        Ok(())
     }
 
     async fn dispatch(self: Arc<Self>, ctx: Context, request: Request, cancel: Cancel) -> Response {
