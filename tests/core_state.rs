@@ -334,42 +334,73 @@ fn a_denial_is_never_visible_before_it_is_journaled() {
         return;
     }
     let d = start("", "");
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // Others keep the journal busy (each refused call is an fsync'd record), so a decision
+    // waits for its turn to be written.
+    let chatter: Vec<_> = (0..2)
+        .map(|_| {
+            let busy = busy.clone();
+            let socket = d.socket.clone();
+            std::thread::spawn(move || {
+                while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = verbd::client::request(
+                        &socket,
+                        &verbd::protocol::Request::Call {
+                            verb: "no-such-verb".into(),
+                            args: Default::default(),
+                            reason: None,
+                            idempotency_key: None,
+                        },
+                        Duration::from_secs(5),
+                    );
+                }
+            })
+        })
+        .collect();
     let mut early = Vec::new();
     for round in 0..20 {
         let (id, _) = propose(&d, &format!("r{round}\n"), "race");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let watcher = {
-            let stop = stop.clone();
-            let socket = d.socket.clone();
-            let journal = d.state.join("journal.jsonl");
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let req = verbd::protocol::Request::Result { id };
-                    let Ok(answer) = verbd::client::request(&socket, &req, Duration::from_secs(5))
-                    else {
-                        continue;
-                    };
-                    let text = String::from_utf8_lossy(&answer.encode()).into_owned();
-                    if text.contains("\"state\":\"denied\"") {
-                        let journal = std::fs::read_to_string(&journal).unwrap();
-                        let durable = journal.lines().any(|l| {
-                            l.contains("\"kind\":\"proposal_denied\"")
-                                && l.contains(&format!("\"id\":{id},"))
-                        });
-                        return Some(durable);
+        let watchers: Vec<_> = (0..3)
+            .map(|_| {
+                let stop = stop.clone();
+                let socket = d.socket.clone();
+                let journal = d.state.join("journal.jsonl");
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let req = verbd::protocol::Request::Result { id };
+                        let Ok(answer) =
+                            verbd::client::request(&socket, &req, Duration::from_secs(5))
+                        else {
+                            continue;
+                        };
+                        let text = String::from_utf8_lossy(&answer.encode()).into_owned();
+                        if text.contains("\"state\":\"denied\"") {
+                            let journal = std::fs::read_to_string(&journal).unwrap();
+                            let durable = journal.lines().any(|l| {
+                                l.contains("\"kind\":\"proposal_denied\"")
+                                    && l.contains(&format!("\"id\":{id},"))
+                            });
+                            return Some(durable);
+                        }
                     }
-                }
-                None
+                    None
+                })
             })
-        };
+            .collect();
         std::thread::sleep(Duration::from_millis(20));
         let out = d.cli_as(SRE, &["deny", &id.to_string(), "--reason", "no"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         std::thread::sleep(Duration::from_millis(50));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if watcher.join().unwrap() == Some(false) {
+        let seen: Vec<Option<bool>> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+        if seen.contains(&Some(false)) {
             early.push(id);
         }
+    }
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    for thread in chatter {
+        thread.join().unwrap();
     }
     println!("proposals seen denied before the record was durable: {early:?}");
     assert!(early.is_empty(), "denied seen before durable for {early:?}");
