@@ -266,7 +266,8 @@ pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(
     if rc == 0 {
         Ok(())
     } else {
-        Err(super::child::errno())
+        // errno, read without allocating (as the child's other stages do).
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }
 

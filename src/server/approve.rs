@@ -6,61 +6,31 @@
 //! `Book::apply`, the same function replay uses. Nobody hears of a decision that is not durable.
 #![forbid(unsafe_code)]
 
-use super::call::Run;
 use super::ledger::Unreservable;
-use super::{Cancel, Context, Daemon, journal_failure};
+use super::{
+    Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
+};
 use crate::approvals::unix_ms;
 use crate::events::{CallerRecord, Event};
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
 use crate::loader::Prepared;
-use crate::policy::{ApprovalScope, Caller, PreparedAction, PreparedCall, Role, Verb, Verdict};
+use crate::policy::{ApprovalScope, Caller, PreparedAction, Role, Verb, Verdict};
 use crate::proposal::{Decider, Outcome, PROPOSAL_VERSION, Proposal, RequesterRecord, State};
 use crate::protocol::{ProposalView, Response};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// Longest a `wait` may block.
 const MAX_WAIT: Duration = Duration::from_secs(600);
 /// Shortest hash prefix an approver must type.
 const MIN_HASH_PREFIX: usize = 8;
 
-/// What a new proposal is made of (from `Verdict::Propose` and the request).
-pub(super) struct NewProposal {
-    pub call: PreparedCall,
-    pub description: String,
-    pub category: &'static str,
-    pub verb_fingerprint: String,
-    pub reason: Option<String>,
-    pub idempotency_key: Option<String>,
-}
-
 fn decider(caller: &Caller) -> Decider {
     Decider {
         uid: caller.uid,
         user: caller.user.clone(),
-    }
-}
-
-fn time_of_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-/// The answer to a call that created (or found) a pending proposal.
-pub(super) fn confirm_required(p: &Proposal) -> Response {
-    let expires_at = format_rfc3339(time_of_ms(p.expires_ms));
-    Response::ConfirmRequired {
-        id: p.id,
-        hash: p.args_hash.clone(),
-        expires_at: expires_at.clone(),
-        message: format!(
-            "CONFIRM_REQUIRED {id}: `{verb}` is a {cat} action and needs a human's approval. Do not retry or rephrase this call (the same call returns the same proposal). A person approves it with `verbd approve {id} --hash {short}`; wait for the decision with `verbd wait {id}`. The proposal expires at {expires_at}.",
-            id = p.id,
-            verb = p.verb,
-            cat = p.category,
-            short = &p.args_hash[..12],
-        ),
     }
 }
 

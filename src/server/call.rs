@@ -11,9 +11,11 @@
 //! journaled as ended, whether or not its client is still there.
 #![forbid(unsafe_code)]
 
-use super::{Cancel, Context, Daemon, end_not_journaled, journal_failure};
+use super::{
+    Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
+};
 use crate::approvals::{KeyEntry, KeyTarget, MAX_PENDING_PER_REQUESTER, RunEnd};
-use crate::events::{CallerRecord, CancelCause, Event, OutputRecord, RefusalKind, RunDecision};
+use crate::events::{CancelCause, Event, OutputRecord, RefusalKind, RunDecision};
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
 use crate::loader::Prepared;
@@ -34,14 +36,6 @@ pub(super) struct CallRequest {
     pub verb: String,
     pub args: BTreeMap<String, serde_json::Value>,
     pub reason: Option<String>,
-    pub idempotency_key: Option<String>,
-}
-
-/// One run to perform: a prepared call, who asked, and what it belongs to.
-pub(super) struct Run {
-    pub requester: CallerRecord,
-    pub call: PreparedCall,
-    pub proposal: Option<u64>,
     pub idempotency_key: Option<String>,
 }
 
@@ -131,7 +125,7 @@ impl Daemon {
                     .cloned()
             })
         {
-            return super::approve::confirm_required(&existing);
+            return confirm_required(&existing);
         }
         let limited = self.ledger.read(|b| {
             b.rate_exceeded(
@@ -156,7 +150,7 @@ impl Daemon {
                 }
                 self.propose(
                     ctx,
-                    super::approve::NewProposal {
+                    NewProposal {
                         call,
                         description,
                         category,
@@ -198,7 +192,7 @@ impl Daemon {
         match entry.target {
             KeyTarget::Proposal(id) => match self.proposal_view(id) {
                 Some(view) if view.proposal.state == State::Pending => {
-                    super::approve::confirm_required(&view.proposal)
+                    confirm_required(&view.proposal)
                 }
                 Some(view) => Response::Proposals {
                     proposals: vec![view],

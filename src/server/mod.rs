@@ -27,14 +27,16 @@ pub mod socket;
 
 use crate::approvals::{Book, Interrupted};
 use crate::events::{CallerRecord, CancelCause, Event};
-use crate::journal::{Appended, Journal, JournalError};
+use crate::journal::{Appended, Journal, JournalError, format_rfc3339};
 use crate::loader::{LoadError, Loader, Prepared};
+use crate::policy::PreparedCall;
 use crate::policy::{ApprovalScope, Caller, Role};
+use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use ledger::Ledger;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
@@ -503,6 +505,45 @@ impl Context {
     fn role_refs(&self) -> Vec<&Role> {
         self.roles.iter().collect()
     }
+}
+
+/// One run to perform: a prepared call, who asked, and what it belongs to.
+pub(crate) struct Run {
+    pub requester: CallerRecord,
+    pub call: PreparedCall,
+    pub proposal: Option<u64>,
+    pub idempotency_key: Option<String>,
+}
+
+/// What a new proposal is made of (from `Verdict::Propose` and the request).
+pub(crate) struct NewProposal {
+    pub call: PreparedCall,
+    pub description: String,
+    pub category: &'static str,
+    pub verb_fingerprint: String,
+    pub reason: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+/// The answer to a call that created (or found) a pending proposal.
+pub(crate) fn confirm_required(p: &Proposal) -> Response {
+    let expires_at = format_rfc3339(time_of_ms(p.expires_ms));
+    Response::ConfirmRequired {
+        id: p.id,
+        hash: p.args_hash.clone(),
+        expires_at: expires_at.clone(),
+        message: format!(
+            "CONFIRM_REQUIRED {id}: `{verb}` is a {cat} action and needs a human's approval. Do not retry or rephrase this call (the same call returns the same proposal). A person approves it with `verbd approve {id} --hash {short}`; wait for the decision with `verbd wait {id}`. The proposal expires at {expires_at}.",
+            id = p.id,
+            verb = p.verb,
+            cat = p.category,
+            short = &p.args_hash[..12],
+        ),
+    }
+}
+
+pub(crate) fn time_of_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 /// The answer when a record cannot be written before acting: denied, nothing ran (fail closed).
