@@ -177,3 +177,33 @@ impl Ledger {
         self.live().outputs.get(&exec_seq).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_event_wakes_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let ledger = Ledger::new(Journal::open(&state).unwrap(), Book::new());
+        let mut changes = ledger.changed();
+        assert!(!changes.has_changed().unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stop = Event::Stop {
+            reason: "test".into(),
+            in_flight: 0,
+        };
+        let appended = runtime.block_on(ledger.record(stop)).unwrap();
+        assert!(changes.has_changed().unwrap(), "a waiter was not woken");
+        changes.borrow_and_update();
+        // A reserved id is never handed out twice, and never one the book already holds.
+        assert_eq!(ledger.reserve_id(), 1);
+        assert_eq!(ledger.reserve_id(), 2);
+        assert_eq!(ledger.read(Book::open_runs), 0);
+        assert!(appended.seq >= 1);
+    }
+}
