@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! activation → logging → load → state dir → prepare → bind → drop privileges
-//!            → journal and replay → self-test gate → listen → run until signal
+//!            → journal and replay → self-test gate → start record → listen → run until signal
 //! ```
 //!
 //! Each step returns a typed [`StartError`] on failure; [`StartError::exit_code`] and
@@ -194,20 +194,12 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
         return Err(StartError::SelfTest(Box::new(report)));
     }
     eprintln!("verbd: {}", report.summary());
-    let listeners = sockets.listen()?;
     let settings = ServeSettings {
         state_dir,
         invoker_uid,
         loader,
     };
-    run_until_signal(
-        prepared,
-        journal,
-        book,
-        settings,
-        listeners,
-        report.summary(),
-    )
+    run_until_signal(prepared, journal, book, settings, sockets, report.summary())
 }
 
 /// Sockets handed over by systemd, taken first: it edits the environment, which is only safe
@@ -373,23 +365,29 @@ fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> StartError {
     move |source| StartError::Os { what, source }
 }
 
-/// Serve until SIGTERM or SIGINT; SIGHUP reloads. Then stop accepting, let running verbs finish
+/// Journal the start, listen, and serve until SIGTERM or SIGINT; SIGHUP reloads. Then stop accepting, let running verbs finish
 /// within the grace period, cancel the rest (journaled), and journal the stop.
 fn run_until_signal(
     prepared: Prepared,
     journal: Journal,
     book: Book,
     settings: ServeSettings,
-    listeners: Listeners,
+    sockets: Sockets,
     summary: String,
 ) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(os("starting the async runtime"))?;
-    let owned_paths = listeners.owned_paths.clone();
+    let mut owned_paths = Vec::new();
     let result = runtime.block_on(serve_async(
-        prepared, journal, book, settings, listeners, summary,
+        prepared,
+        journal,
+        book,
+        settings,
+        sockets,
+        summary,
+        &mut owned_paths,
     ));
     runtime.shutdown_timeout(Duration::from_secs(2));
     remove_sockets(&owned_paths);
@@ -401,8 +399,9 @@ async fn serve_async(
     journal: Journal,
     book: Book,
     settings: ServeSettings,
-    listeners: Listeners,
+    sockets: Sockets,
     summary: String,
+    owned_paths: &mut Vec<PathBuf>,
 ) -> Result<(), StartError> {
     let origin = prepared.policy.origin.clone();
     let grace = prepared.policy.daemon.shutdown_grace;
@@ -413,6 +412,9 @@ async fn serve_async(
         .record_start(interrupted)
         .await
         .map_err(StartError::JournalWrite)?;
+    // Listen only now: a daemon that cannot write its start record never accepts anyone.
+    let listeners = sockets.listen()?;
+    owned_paths.clone_from(&listeners.owned_paths);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = Vec::new();
     for listener in listeners.listeners {
