@@ -1,30 +1,36 @@
-//! Proposals for human approval: bound to exact arguments, single-use, durable (invariants 4, 9).
+//! The proposal book: every proposal, idempotency key and rate-limit run, rebuilt from the
+//! journal (invariants 4 and 9).
 //!
-//! The journal is the source of truth: every change of a proposal is journaled (and fsync'd)
-//! before anyone is told about it, and [`Book::replay`] rebuilds all proposals, idempotency keys
-//! and rate-limit history from the journal at start. There is no second store.
+//! The journal is the source of truth and [`Book::apply`] is the only way the book changes: the
+//! daemon journals an event (fsync'd) and then applies it, and replay at start applies the same
+//! events in the same order with the same function. So the book in memory is always exactly the
+//! replay of the journal, and nothing a client hears comes from a change that is not durable.
+//! `apply` reads no clock: the time of an event is its record's time.
 //!
 //! Invariants:
 //! - a proposal records the verb, normalized args, their canonical hash, the rendered argv with
 //!   secret placeholders, the verb's fingerprint and the policy hash; approval names id + hash
 //!   prefix and is checked against the *current* policy (see `server`), so changed args or a
 //!   changed template never ride on an old approval;
-//! - state moves only forward: pending → approved → executing → succeeded | failed, or
-//!   pending → denied | expired; [`Book::claim`] is the single atomic step from pending to
-//!   approved, so concurrent approvals execute once;
-//! - after a restart, a proposal that was executing without an end record becomes
-//!   `unknown_outcome` and is never re-run automatically; one approved but never started becomes
-//!   `failed` (not run) and needs a new proposal.
+//! - a proposal's state moves only forward (see [`State`]); an event that would move it any other
+//!   way changes nothing and is reported as a [`Conflict`];
+//! - a `start` event ends whatever the previous daemon left open: a proposal that was executing
+//!   becomes `unknown_outcome` (never re-run automatically), one approved but never started
+//!   becomes `failed` (not run), and a keyed run without an end is remembered as unknown;
+//! - a run is remembered under its idempotency key from its `exec` record on; a retry with the
+//!   key never runs it again, whether the first run finished, is still running, was cancelled
+//!   or was interrupted.
+//!
+//! In-memory reservations (an approval being journaled, a proposal id being allocated) are not
+//! book state; the daemon keeps them beside the book.
 #![forbid(unsafe_code)]
 
-use crate::protocol::RunResult;
-use crate::server::audit::CallerRecord;
-use serde::{Deserialize, Serialize};
+use crate::events::Event;
+use crate::policy::units::Rate;
+use crate::proposal::{Proposal, State};
+use crate::protocol::ExitInfo;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Version of the proposal record format.
-pub const PROPOSAL_VERSION: u32 = 1;
 
 /// Most proposals one requester may have waiting at once (a flood of proposals is refused).
 pub const MAX_PENDING_PER_REQUESTER: usize = 20;
@@ -32,161 +38,80 @@ pub const MAX_PENDING_PER_REQUESTER: usize = 20;
 /// How long an idempotency key is remembered.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    Pending,
-    Approved,
-    Executing,
-    Succeeded,
-    Failed,
-    Denied,
-    Expired,
-    UnknownOutcome,
-    Resolved,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Approved => "approved",
-            State::Executing => "executing",
-            State::Succeeded => "succeeded",
-            State::Failed => "failed",
-            State::Denied => "denied",
-            State::Expired => "expired",
-            State::UnknownOutcome => "unknown_outcome",
-            State::Resolved => "resolved",
-        }
-    }
-
-    /// A state nothing will change any more without an operator.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            State::Succeeded
-                | State::Failed
-                | State::Denied
-                | State::Expired
-                | State::UnknownOutcome
-                | State::Resolved
-        )
-    }
-}
-
-/// Who decided, as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Decider {
-    pub uid: u32,
-    pub user: Option<String>,
-}
-
-/// A proposal as journaled and shown to approvers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Proposal {
-    pub id: u64,
-    pub version: u32,
-    pub verb: String,
-    pub description: String,
-    pub category: String,
-    pub args: BTreeMap<String, String>,
-    pub args_hash: String,
-    /// Rendered argv with secrets as placeholders.
-    pub argv: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dry_run_argv: Option<Vec<String>>,
-    /// Scrubbed output of the dry run (destructive verbs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dry_run_output: Option<String>,
-    pub requester: RequesterRecord,
-    /// The agent's reason: untrusted text, shown as such.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub policy_hash: String,
-    pub verb_fingerprint: String,
-    /// Unix milliseconds.
-    pub created_ms: u64,
-    pub expires_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idempotency_key: Option<String>,
-    pub state: State,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided_by: Option<Decider>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// The run's result while the daemon that ran it is up (output is not journaled).
-    #[serde(skip)]
-    pub result: Option<RunResult>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequesterRecord {
-    pub uid: u32,
-    /// Primary gid as the kernel reported it (group roles are re-resolved at approval).
-    #[serde(default)]
-    pub gid: u32,
-    pub user: Option<String>,
-    pub pid: i32,
-}
-
-impl From<&CallerRecord> for RequesterRecord {
-    fn from(c: &CallerRecord) -> Self {
-        RequesterRecord {
-            uid: c.uid,
-            gid: c.gid,
-            user: c.user.clone(),
-            pid: c.pid,
-        }
-    }
-}
+/// How far back run history is kept for rate limits (the longest period a rate may have).
+pub const RATE_HISTORY: Duration = crate::policy::units::MAX_RATE_PERIOD;
 
 /// What an idempotency key points at.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyTarget {
     Proposal(u64),
-    /// A run without approval: the journal seq of its exec record.
+    /// A run without approval: the journal seq of its exec record, and how it ended.
     Run {
         exec_seq: u64,
+        end: RunEnd,
     },
 }
 
-#[derive(Debug, Clone)]
+/// How a keyed run ended, as far as the journal knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEnd {
+    Running,
+    Finished {
+        exit: ExitInfo,
+        duration_ms: u64,
+    },
+    /// It failed to run (e.g. the sandbox could not be applied); nothing executed.
+    Failed {
+        error: String,
+    },
+    /// Killed before its end (client hang-up or shutdown): it may have partly acted.
+    Cancelled,
+    /// The daemon stopped while it ran (no end record): it may have partly acted.
+    Interrupted,
+}
+
+/// A remembered idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyEntry {
     pub verb: String,
     pub args_hash: String,
     pub at: SystemTime,
     pub target: KeyTarget,
-    /// The outcome of a direct run, once known (exit only after a restart).
-    pub result: Option<RunResult>,
 }
 
-/// Why a claim (approval) cannot proceed.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClaimRefusal {
-    NotFound,
-    NotPending(State),
-    Expired,
+/// An event that does not fit the state it finds (it changed nothing).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("seq {seq}: {message}")]
+pub struct Conflict {
+    pub seq: u64,
+    pub message: String,
 }
 
-/// All proposals, idempotency keys and rate-limit history.
-#[derive(Debug, Default)]
+/// Proposals, idempotency keys and rate-limit history.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Book {
     proposals: BTreeMap<u64, Proposal>,
+    /// One past the highest proposal id ever journaled.
     next_id: u64,
     keys: BTreeMap<(u32, String), KeyEntry>,
-    /// Per verb: (time, requester uid) of each execution start.
+    /// Per verb: (time, requester uid) of each execution start within [`RATE_HISTORY`].
     runs: BTreeMap<String, VecDeque<(SystemTime, u32)>>,
-    /// exec seq → proposal id, for matching result records during replay.
-    exec_of: BTreeMap<u64, u64>,
+    /// Runs started and not ended yet: exec seq → the proposal it runs, if any.
+    open_runs: BTreeMap<u64, Option<u64>>,
 }
 
+/// Milliseconds since the Unix epoch.
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// What the previous daemon left open, found when the next one starts (see [`Book::interrupted`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Interrupted {
+    /// Proposals that were executing: their outcome is unknown.
+    pub executing: Vec<u64>,
+    /// Proposals approved but never started.
+    pub never_started: Vec<u64>,
 }
 
 impl Book {
@@ -197,180 +122,285 @@ impl Book {
         }
     }
 
-    /// Rebuild from journal events in order. Returns the ids whose outcome is unknown (they were
-    /// executing when the daemon stopped) and those approved but never started.
-    pub fn replay<'a>(
-        events: impl IntoIterator<Item = (u64, SystemTime, &'a serde_json::Value)>,
-    ) -> (Book, Vec<u64>, Vec<u64>) {
+    /// Rebuild from journal events in order: `(seq, time, event)`. Returns the book and the
+    /// conflicts found (events that changed nothing because they did not fit).
+    pub fn replay(
+        events: impl IntoIterator<Item = (u64, SystemTime, Event)>,
+    ) -> (Book, Vec<Conflict>) {
         let mut book = Book::new();
+        let mut conflicts = Vec::new();
         for (seq, time, event) in events {
-            book.apply(seq, time, event);
-        }
-        let mut unknown = Vec::new();
-        let mut never_started = Vec::new();
-        for p in book.proposals.values_mut() {
-            match p.state {
-                State::Executing => {
-                    p.state = State::UnknownOutcome;
-                    unknown.push(p.id);
-                }
-                State::Approved => {
-                    p.state = State::Failed;
-                    p.note = Some("not executed: the daemon stopped between approval and execution; propose again".into());
-                    never_started.push(p.id);
-                }
-                _ => {}
+            if let Err(c) = book.apply(seq, time, &event) {
+                conflicts.push(c);
             }
         }
-        (book, unknown, never_started)
+        (book, conflicts)
     }
 
-    fn apply(&mut self, seq: u64, time: SystemTime, event: &serde_json::Value) {
-        let kind = event["kind"].as_str().unwrap_or_default();
-        let id = event["id"].as_u64();
-        match kind {
-            "proposal_created" => {
-                if let Ok(p) = serde_json::from_value::<Proposal>(event["proposal"].clone()) {
-                    self.next_id = self.next_id.max(p.id + 1);
-                    if let Some(key) = &p.idempotency_key {
-                        self.keys.insert(
-                            (p.requester.uid, key.clone()),
-                            KeyEntry {
-                                verb: p.verb.clone(),
-                                args_hash: p.args_hash.clone(),
-                                at: time,
-                                target: KeyTarget::Proposal(p.id),
-                                result: None,
-                            },
-                        );
+    /// Apply one journaled event: the only way the book changes.
+    pub fn apply(&mut self, seq: u64, time: SystemTime, event: &Event) -> Result<(), Conflict> {
+        let conflict = |message: String| Err(Conflict { seq, message });
+        match event {
+            Event::Start { .. } => {
+                let open: Vec<(u64, Option<u64>)> =
+                    std::mem::take(&mut self.open_runs).into_iter().collect();
+                for (exec_seq, proposal) in open {
+                    match proposal {
+                        Some(id) => self.with(id, |p| {
+                            if p.state == State::Executing {
+                                p.state = State::UnknownOutcome;
+                            }
+                        }),
+                        None => self.end_keyed_run(exec_seq, RunEnd::Interrupted),
                     }
-                    self.proposals.insert(p.id, p);
                 }
-            }
-            "proposal_approved" => self.set_state(id, State::Approved, decider(event)),
-            "proposal_denied" => {
-                self.set_state(id, State::Denied, decider(event));
-                if let Some(p) = id.and_then(|i| self.proposals.get_mut(&i)) {
-                    p.note = event["reason"].as_str().map(String::from);
+                for p in self.proposals.values_mut() {
+                    if p.state == State::Approved {
+                        p.state = State::Failed;
+                        p.note = Some(NOT_STARTED_AT_RESTART.into());
+                    }
                 }
+                Ok(())
             }
-            "proposal_expired" => self.set_state(id, State::Expired, None),
-            "proposal_unknown_outcome" => self.set_state(id, State::UnknownOutcome, None),
-            "proposal_not_started" => self.set_state(id, State::Failed, None),
-            "proposal_resolved" => {
-                self.set_state(id, State::Resolved, decider(event));
-                if let Some(p) = id.and_then(|i| self.proposals.get_mut(&i)) {
-                    p.note = event["note"].as_str().map(String::from);
+            Event::ProposalCreated { id, proposal } => {
+                if *id != proposal.id || self.proposals.contains_key(id) {
+                    return conflict(format!("proposal {id} created twice"));
                 }
-            }
-            "exec" => {
-                let verb = event["verb"].as_str().unwrap_or_default().to_string();
-                let uid = event["caller"]["uid"].as_u64().unwrap_or(0) as u32;
-                self.runs
-                    .entry(verb.clone())
-                    .or_default()
-                    .push_back((time, uid));
-                if let Some(pid) = event["proposal"].as_u64() {
-                    self.exec_of.insert(seq, pid);
-                    self.set_state(Some(pid), State::Executing, None);
-                } else if let Some(key) = event["idempotency_key"].as_str() {
+                self.next_id = self.next_id.max(id + 1);
+                if let Some(key) = &proposal.idempotency_key {
                     self.keys.insert(
-                        (uid, key.to_string()),
+                        (proposal.requester.uid, key.clone()),
                         KeyEntry {
-                            verb,
-                            args_hash: event["args_hash"].as_str().unwrap_or_default().into(),
+                            verb: proposal.verb.clone(),
+                            args_hash: proposal.args_hash.clone(),
                             at: time,
-                            target: KeyTarget::Run { exec_seq: seq },
-                            result: None,
+                            target: KeyTarget::Proposal(*id),
                         },
                     );
                 }
+                self.proposals.insert(*id, (**proposal).clone());
+                Ok(())
             }
-            "result" => {
-                let exec_seq = event["exec_seq"].as_u64().unwrap_or(0);
-                let exit_code = event["exit_code"].as_i64().map(|c| c as i32);
-                let signal = event["signal"].as_i64().map(|s| s as i32);
-                let failed = exit_code != Some(0) || event["error"].is_string();
-                if let Some(pid) = self.exec_of.get(&exec_seq).copied() {
-                    self.set_state(
-                        Some(pid),
-                        if failed {
+            Event::ProposalApproved { id, by, .. } => {
+                self.transition(seq, *id, &[State::Pending], State::Approved)?;
+                self.with(*id, |p| p.decided_by = Some(by.clone()));
+                Ok(())
+            }
+            Event::ProposalDenied { id, by, reason } => {
+                self.transition(seq, *id, &[State::Pending], State::Denied)?;
+                self.with(*id, |p| {
+                    p.decided_by = Some(by.clone());
+                    p.note = Some(reason.clone());
+                });
+                Ok(())
+            }
+            Event::ProposalExpired { id } => {
+                self.transition(seq, *id, &[State::Pending], State::Expired)
+            }
+            Event::ProposalUnknownOutcome { id } => self.transition(
+                seq,
+                *id,
+                &[State::Executing, State::UnknownOutcome],
+                State::UnknownOutcome,
+            ),
+            Event::ProposalNotStarted { id, reason } => {
+                self.transition(seq, *id, &[State::Approved, State::Failed], State::Failed)?;
+                if let Some(reason) = reason {
+                    self.with(*id, |p| p.note = Some(reason.clone()));
+                }
+                Ok(())
+            }
+            Event::ProposalResolved {
+                id,
+                by,
+                outcome,
+                note,
+            } => {
+                self.transition(seq, *id, &[State::UnknownOutcome], State::Resolved)?;
+                self.with(*id, |p| {
+                    p.decided_by = Some(by.clone());
+                    p.outcome = Some(*outcome);
+                    p.note = Some(note.clone());
+                });
+                Ok(())
+            }
+            Event::Exec {
+                caller,
+                verb,
+                args_hash,
+                proposal,
+                idempotency_key,
+                ..
+            } => {
+                let runs = self.runs.entry(verb.clone()).or_default();
+                while runs.front().is_some_and(|(t, _)| {
+                    time.duration_since(*t).unwrap_or_default() > RATE_HISTORY
+                }) {
+                    runs.pop_front();
+                }
+                runs.push_back((time, caller.uid));
+                self.open_runs.insert(seq, *proposal);
+                match proposal {
+                    Some(id) => {
+                        self.transition(seq, *id, &[State::Approved], State::Executing)?;
+                        self.with(*id, |p| p.exec_seq = Some(seq));
+                    }
+                    None => {
+                        if let Some(key) = idempotency_key {
+                            self.keys.insert(
+                                (caller.uid, key.clone()),
+                                KeyEntry {
+                                    verb: verb.clone(),
+                                    args_hash: args_hash.clone(),
+                                    at: time,
+                                    target: KeyTarget::Run {
+                                        exec_seq: seq,
+                                        end: RunEnd::Running,
+                                    },
+                                },
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Event::Result {
+                exec_seq,
+                exit_code,
+                signal,
+                timed_out,
+                duration_ms,
+                error,
+                ..
+            } => {
+                let Some(proposal) = self.open_runs.remove(exec_seq) else {
+                    return conflict(format!(
+                        "result for exec seq {exec_seq}, which is not running"
+                    ));
+                };
+                let failed = *exit_code != Some(0) || error.is_some();
+                match proposal {
+                    Some(id) => {
+                        let to = if failed {
                             State::Failed
                         } else {
                             State::Succeeded
-                        },
-                        None,
-                    );
-                    if let Some(p) = self.proposals.get_mut(&pid) {
-                        p.exit_code = exit_code;
-                        p.signal = signal;
+                        };
+                        self.transition(seq, id, &[State::Executing], to)?;
+                        self.with(id, |p| {
+                            p.exit_code = *exit_code;
+                            p.signal = *signal;
+                        });
                     }
-                } else if let Some(entry) = self
-                    .keys
-                    .values_mut()
-                    .find(|e| e.target == KeyTarget::Run { exec_seq })
-                {
-                    entry.result = Some(RunResult {
-                        exit: crate::protocol::ExitInfo {
-                            code: exit_code,
-                            signal,
-                            timed_out: event["timed_out"].as_bool().unwrap_or(false),
-                        },
-                        stdout: String::new(),
-                        stderr: "(verbd: the output of the first run is not kept across daemon restarts)\n".into(),
-                        stdout_truncated: false,
-                        stderr_truncated: false,
-                        stdout_withheld: 0,
-                        stderr_withheld: 0,
-                        duration_ms: event["duration_ms"].as_u64().unwrap_or(0),
-                    });
+                    None => {
+                        let end = match error {
+                            Some(error) => RunEnd::Failed {
+                                error: error.clone(),
+                            },
+                            None => RunEnd::Finished {
+                                exit: ExitInfo {
+                                    code: *exit_code,
+                                    signal: *signal,
+                                    timed_out: *timed_out,
+                                },
+                                duration_ms: *duration_ms,
+                            },
+                        };
+                        self.end_keyed_run(*exec_seq, end);
+                    }
+                }
+                Ok(())
+            }
+            Event::Cancelled { exec_seq, .. } => {
+                let Some(proposal) = self.open_runs.remove(exec_seq) else {
+                    return conflict(format!(
+                        "cancellation of exec seq {exec_seq}, which is not running"
+                    ));
+                };
+                match proposal {
+                    Some(id) => {
+                        self.transition(seq, id, &[State::Executing], State::UnknownOutcome)
+                    }
+                    None => {
+                        self.end_keyed_run(*exec_seq, RunEnd::Cancelled);
+                        Ok(())
+                    }
                 }
             }
-            _ => {}
+            Event::Stop { .. }
+            | Event::ConnectRefused { .. }
+            | Event::Refused { .. }
+            | Event::Check { .. }
+            | Event::FileWrite { .. }
+            | Event::ProposalQueued { .. }
+            | Event::ApprovalRefused { .. }
+            | Event::NotifyFailed { .. }
+            | Event::Reload { .. } => Ok(()),
         }
     }
 
-    fn set_state(&mut self, id: Option<u64>, state: State, by: Option<Decider>) {
-        if let Some(p) = id.and_then(|i| self.proposals.get_mut(&i)) {
-            p.state = state;
-            if by.is_some() {
-                p.decided_by = by;
+    fn transition(&mut self, seq: u64, id: u64, from: &[State], to: State) -> Result<(), Conflict> {
+        let Some(p) = self.proposals.get_mut(&id) else {
+            return Err(Conflict {
+                seq,
+                message: format!("no proposal {id} to move to {to}"),
+            });
+        };
+        if !from.contains(&p.state) {
+            return Err(Conflict {
+                seq,
+                message: format!("proposal {id} is {}, cannot move to {to}", p.state),
+            });
+        }
+        p.state = to;
+        Ok(())
+    }
+
+    fn with(&mut self, id: u64, change: impl FnOnce(&mut Proposal)) {
+        if let Some(p) = self.proposals.get_mut(&id) {
+            change(p);
+        }
+    }
+
+    fn end_keyed_run(&mut self, exec_seq: u64, end: RunEnd) {
+        if let Some(entry) = self
+            .keys
+            .values_mut()
+            .find(|e| matches!(e.target, KeyTarget::Run { exec_seq: s, .. } if s == exec_seq))
+        {
+            entry.target = KeyTarget::Run { exec_seq, end };
+        }
+    }
+
+    /// What a `start` event will end (to journal one record per proposal for the audit trail).
+    pub fn interrupted(&self) -> Interrupted {
+        let mut found = Interrupted::default();
+        for p in self.proposals.values() {
+            match p.state {
+                State::Executing => found.executing.push(p.id),
+                State::Approved => found.never_started.push(p.id),
+                _ => {}
             }
         }
+        found
     }
 
-    /// The next proposal id (not reserved until [`Book::insert`]).
+    /// The lowest id no journaled proposal has.
     pub fn next_id(&self) -> u64 {
         self.next_id
-    }
-
-    pub fn insert(&mut self, proposal: Proposal) {
-        self.next_id = self.next_id.max(proposal.id + 1);
-        if let Some(key) = &proposal.idempotency_key {
-            self.keys.insert(
-                (proposal.requester.uid, key.clone()),
-                KeyEntry {
-                    verb: proposal.verb.clone(),
-                    args_hash: proposal.args_hash.clone(),
-                    at: SystemTime::now(),
-                    target: KeyTarget::Proposal(proposal.id),
-                    result: None,
-                },
-            );
-        }
-        self.proposals.insert(proposal.id, proposal);
     }
 
     pub fn get(&self, id: u64) -> Option<&Proposal> {
         self.proposals.get(&id)
     }
 
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut Proposal> {
-        self.proposals.get_mut(&id)
-    }
-
     pub fn all(&self) -> impl Iterator<Item = &Proposal> {
         self.proposals.values()
+    }
+
+    /// Runs started and not ended.
+    pub fn open_runs(&self) -> usize {
+        self.open_runs.len()
     }
 
     /// The pending proposal of this requester for exactly this verb and args, if any.
@@ -408,85 +438,29 @@ impl Book {
             .collect()
     }
 
-    /// The one atomic step from pending to approved. The caller holds the book's lock, journals
-    /// the approval, and calls [`Book::unclaim`] if that fails.
-    pub fn claim(
-        &mut self,
-        id: u64,
-        now: SystemTime,
-        by: Decider,
-    ) -> Result<&Proposal, ClaimRefusal> {
-        let p = self.proposals.get_mut(&id).ok_or(ClaimRefusal::NotFound)?;
-        if p.state != State::Pending {
-            return Err(ClaimRefusal::NotPending(p.state));
-        }
-        if p.expires_ms <= unix_ms(now) {
-            return Err(ClaimRefusal::Expired);
-        }
-        p.state = State::Approved;
-        p.decided_by = Some(by);
-        Ok(p)
+    /// The earliest expiry of a pending proposal (when `overdue` will next find one).
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.proposals
+            .values()
+            .filter(|p| p.state == State::Pending)
+            .map(|p| p.expires_ms)
+            .min()
     }
 
-    /// Undo a claim whose journal record could not be written.
-    pub fn unclaim(&mut self, id: u64) {
-        if let Some(p) = self.proposals.get_mut(&id)
-            && p.state == State::Approved
-        {
-            p.state = State::Pending;
-            p.decided_by = None;
-        }
-    }
-
-    /// Record the start of a run (rate limits) and, for proposals, the executing state.
-    pub fn started(&mut self, verb: &str, uid: u32, proposal: Option<u64>, now: SystemTime) {
-        self.runs
-            .entry(verb.to_string())
-            .or_default()
-            .push_back((now, uid));
-        self.set_state(proposal, State::Executing, None);
-    }
-
-    /// Record the end of a proposal's run.
-    pub fn finished(&mut self, id: u64, result: Option<RunResult>, failed: bool) {
-        if let Some(p) = self.proposals.get_mut(&id) {
-            p.state = if failed {
-                State::Failed
-            } else {
-                State::Succeeded
-            };
-            if let Some(r) = &result {
-                p.exit_code = r.exit.code;
-                p.signal = r.exit.signal;
-            }
-            p.result = result;
-        }
-    }
-
-    /// Would one more run of `verb` by `uid` exceed `per_caller` or `global` within their periods?
+    /// Why one more run of `verb` by `uid` would exceed `per_caller` or `global` within their
+    /// periods, or `None` when it may run.
     pub fn rate_exceeded(
-        &mut self,
+        &self,
         verb: &str,
         uid: u32,
-        per_caller: Option<crate::policy::units::Rate>,
-        global: Option<crate::policy::units::Rate>,
+        per_caller: Option<Rate>,
+        global: Option<Rate>,
         now: SystemTime,
     ) -> Option<String> {
-        let runs = self.runs.entry(verb.to_string()).or_default();
-        let longest = [per_caller, global]
-            .iter()
-            .flatten()
-            .map(|r| r.per)
-            .max()
-            .unwrap_or_default();
-        while runs
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t).unwrap_or_default() > longest)
-        {
-            runs.pop_front();
-        }
+        let runs = self.runs.get(verb);
         let within = |per: Duration, only: Option<u32>| {
-            runs.iter()
+            runs.into_iter()
+                .flatten()
                 .filter(|(t, u)| {
                     now.duration_since(*t).unwrap_or_default() <= per
                         && only.is_none_or(|o| o == *u)
@@ -520,57 +494,17 @@ impl Book {
             .get(&(uid, key.to_string()))
             .filter(|e| now.duration_since(e.at).unwrap_or_default() <= IDEMPOTENCY_WINDOW)
     }
-
-    /// Remember a direct run under a key.
-    pub fn remember_run(
-        &mut self,
-        uid: u32,
-        key: &str,
-        verb: &str,
-        args_hash: &str,
-        exec_seq: u64,
-        result: Option<RunResult>,
-    ) {
-        self.keys.insert(
-            (uid, key.to_string()),
-            KeyEntry {
-                verb: verb.to_string(),
-                args_hash: args_hash.to_string(),
-                at: SystemTime::now(),
-                target: KeyTarget::Run { exec_seq },
-                result,
-            },
-        );
-    }
 }
 
-fn decider(event: &serde_json::Value) -> Option<Decider> {
-    serde_json::from_value(event["by"].clone()).ok()
-}
-
-/// Escape control characters so hostile text cannot forge a terminal view.
-pub fn escape_for_terminal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c) =>
-            {
-                out.push_str(&format!("\\u{{{:x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// The note of an approved proposal that never started because the daemon stopped.
+pub const NOT_STARTED_AT_RESTART: &str =
+    "not executed: the daemon stopped between approval and execution; propose again";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::{CallerRecord, RunDecision};
+    use crate::proposal::{Decider, PROPOSAL_VERSION, RequesterRecord};
 
     fn proposal(id: u64) -> Proposal {
         Proposal {
@@ -599,42 +533,101 @@ mod tests {
             state: State::Pending,
             decided_by: None,
             note: None,
+            outcome: None,
+            exec_seq: None,
             exit_code: None,
             signal: None,
-            result: None,
+        }
+    }
+
+    fn exec(proposal: Option<u64>) -> Event {
+        Event::Exec {
+            caller: CallerRecord {
+                uid: 1000,
+                gid: 1000,
+                pid: 1,
+                user: None,
+                roles: vec![],
+            },
+            decision: RunDecision::Approved,
+            verb: "scale".into(),
+            args: BTreeMap::new(),
+            args_hash: "ab".repeat(32),
+            argv: vec![],
+            proposal,
+            idempotency_key: None,
         }
     }
 
     #[test]
-    fn claim_is_single_use() {
-        let mut book = Book::new();
-        book.insert(proposal(1));
-        let by = Decider { uid: 5, user: None };
-        assert!(book.claim(1, SystemTime::now(), by.clone()).is_ok());
-        assert_eq!(
-            book.claim(1, SystemTime::now(), by).unwrap_err(),
-            ClaimRefusal::NotPending(State::Approved)
-        );
-    }
-
-    #[test]
-    fn replay_marks_interrupted_runs_unknown() {
-        let created = serde_json::json!({"kind": "proposal_created", "proposal": proposal(7)});
-        let approved = serde_json::json!({"kind": "proposal_approved", "id": 7, "by": {"uid": 5, "user": null}});
-        let exec = serde_json::json!({"kind": "exec", "verb": "scale", "caller": {"uid": 1000}, "proposal": 7});
+    fn a_start_ends_an_interrupted_run_as_unknown_outcome() {
         let now = SystemTime::now();
-        let (book, unknown, _) =
-            Book::replay([(1, now, &created), (2, now, &approved), (3, now, &exec)]);
-        assert_eq!(unknown, vec![7]);
+        let by = Decider { uid: 5, user: None };
+        let events = vec![
+            (
+                1,
+                now,
+                Event::ProposalCreated {
+                    id: 7,
+                    proposal: Box::new(proposal(7)),
+                },
+            ),
+            (
+                2,
+                now,
+                Event::ProposalApproved {
+                    id: 7,
+                    by,
+                    hash: "ab".repeat(32),
+                },
+            ),
+            (3, now, exec(Some(7))),
+        ];
+        let (mut book, conflicts) = Book::replay(events);
+        assert!(conflicts.is_empty(), "{conflicts:?}");
+        assert_eq!(book.interrupted().executing, vec![7]);
+        let start = Event::Start {
+            version: String::new(),
+            policy: String::new(),
+            policy_hash: String::new(),
+            pid: 1,
+            uid: 0,
+        };
+        book.apply(4, now, &start).unwrap();
         assert_eq!(book.get(7).unwrap().state, State::UnknownOutcome);
         assert_eq!(book.next_id(), 8);
+        assert_eq!(book.open_runs(), 0);
     }
 
     #[test]
-    fn escapes_control_characters() {
-        assert_eq!(
-            escape_for_terminal("a\x1b[2Jb\nc\u{202e}"),
-            "a\\u{1b}[2Jb\\nc\\u{202e}"
-        );
+    fn an_event_that_does_not_fit_changes_nothing() {
+        let now = SystemTime::now();
+        let mut book = Book::new();
+        book.apply(
+            1,
+            now,
+            &Event::ProposalCreated {
+                id: 1,
+                proposal: Box::new(proposal(1)),
+            },
+        )
+        .unwrap();
+        book.apply(2, now, &Event::ProposalExpired { id: 1 })
+            .unwrap();
+        let before = book.clone();
+        let by = Decider { uid: 5, user: None };
+        let err = book
+            .apply(
+                3,
+                now,
+                &Event::ProposalApproved {
+                    id: 1,
+                    by,
+                    hash: String::new(),
+                },
+            )
+            .unwrap_err();
+        assert!(err.message.contains("expired"), "{err}");
+        assert_eq!(book, before);
     }
 }

@@ -1,7 +1,7 @@
 //! Built-in file verbs (`file.write`, `file.append`, `file.read`, `file.list`) confined to
 //! path allowlists, and the lexical write check behind the Claude Code hook's `check` op.
 //!
-//! Invariants (DESIGN.md invariant 10):
+//! Invariants (README invariant 10, writes stay inside allowlists):
 //! - A path is refused before any syscall unless it is absolute, normalized (no `.`/`..`
 //!   components, no repeated or trailing slash, no NUL byte) and lexically beneath one of the
 //!   verb's roots (the longest matching root is used).

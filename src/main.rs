@@ -1,28 +1,14 @@
-//! The `verbd` command line: the daemon (`serve`) and its clients.
-//!
-//! Exit codes of client commands (stable, documented in docs/protocol.md):
-//! the child's own exit code for a verb that ran (128+N when killed by signal N, 124 on timeout);
-//! 65 invalid arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required;
-//! 75 busy; 77 denied; 1 for a failed check (`policy check`, `audit verify`).
+//! The `verbd` command line: CLI types and dispatch only. Each arm of [`run`] is one call into
+//! `verbd::serve` (the daemon) or a `cli` module (the clients and offline tools), which hold the
+//! work, the printing and the exit codes (see `cli` for the codes and how to add a subcommand).
 #![forbid(unsafe_code)]
 
-use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::time::Duration;
-use verbd::approvals::escape_for_terminal;
-use verbd::policy::{self, Policy, Verdict};
-use verbd::protocol::{Request, Response};
-use verbd::server::{self, Daemon, Runtime, ServeSettings, audit::AuditEvent};
+mod cli;
 
-const EXIT_INVALID: u8 = 65;
-const EXIT_UNAVAILABLE: u8 = 69;
-const EXIT_ERROR: u8 = 70;
-const EXIT_CONFIRM: u8 = 73;
-const EXIT_BUSY: u8 = 75;
-const EXIT_DENIED: u8 = 77;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use verbd::protocol::{Request, State};
 
 #[derive(Parser)]
 #[command(
@@ -47,7 +33,7 @@ impl SocketArg {
         self.socket
             .clone()
             .or_else(|| std::env::var_os("VERBD_SOCKET").map(PathBuf::from))
-            .unwrap_or_else(server::default_socket_path)
+            .unwrap_or_else(verbd::paths::default_socket_path)
     }
 }
 
@@ -137,7 +123,7 @@ enum Command {
         id: u64,
         /// succeeded, failed or not-run
         #[arg(long)]
-        outcome: String,
+        outcome: verbd::protocol::Outcome,
         #[arg(long)]
         note: String,
     },
@@ -249,23 +235,29 @@ enum PolicyCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("verbd: {e:#}");
-            ExitCode::from(EXIT_ERROR)
+            ExitCode::from(cli::EXIT_ERROR)
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    use cli::client;
     match cli.command {
         Command::Serve {
             policy,
             socket,
             state_dir,
-        } => serve(policy, socket, state_dir),
+        } => Ok(ExitCode::from(verbd::serve::main(
+            verbd::serve::ServeOptions {
+                policy,
+                socket,
+                state_dir,
+            },
+        ))),
         Command::Call {
             socket,
             json,
@@ -273,907 +265,92 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             idempotency_key,
             verb,
             args,
-        } => {
-            let args = policy::text_args(&parse_kv(&args)?);
-            let request = Request::Call {
-                verb,
-                args,
-                reason,
-                idempotency_key,
-            };
-            client_call(&socket.path(), &request, json)
-        }
-        Command::List { socket, json } => client_list(&socket.path(), json),
-        Command::Pending { socket, json } => client_pending(&socket.path(), json),
+        } => client::call(&socket.path(), verb, &args, reason, idempotency_key, json),
+        Command::List { socket, json } => client::list(&socket.path(), json),
+        Command::Pending { socket, json } => client::pending(&socket.path(), json),
         Command::Approve {
             socket,
             id,
             hash,
             json,
-        } => client_call(&socket.path(), &Request::Approve { id, hash }, json),
-        Command::Deny { socket, id, reason } => {
-            client_call(&socket.path(), &Request::Deny { id, reason }, false)
-        }
+        } => client::send(&socket.path(), &Request::Approve { id, hash }, None, json),
+        Command::Deny { socket, id, reason } => client::send(
+            &socket.path(),
+            &Request::Deny { id, reason },
+            Some(State::Denied),
+            false,
+        ),
         Command::Wait {
             socket,
             id,
             timeout,
             json,
-        } => client_proposal(
-            &socket.path(),
-            &Request::Wait {
-                id,
-                timeout_ms: timeout.min(600) * 1000,
-            },
-            json,
-        ),
+        } => {
+            let timeout_ms = timeout.min(600) * 1000;
+            client::proposal(&socket.path(), &Request::Wait { id, timeout_ms }, json)
+        }
         Command::Result { socket, id, json } => {
-            client_proposal(&socket.path(), &Request::Result { id }, json)
+            client::proposal(&socket.path(), &Request::Result { id }, json)
         }
         Command::Resolve {
             socket,
             id,
             outcome,
             note,
-        } => client_call(
+        } => client::send(
             &socket.path(),
             &Request::Resolve { id, outcome, note },
+            Some(State::Resolved),
             false,
         ),
+        Command::Reload { socket } => {
+            client::send(&socket.path(), &Request::Reload {}, None, false)
+        }
         Command::Exec {
             policy,
             profile,
             print_status,
             program,
             args,
-        } => {
-            let policy = load_policy(policy.as_deref())?;
-            let Some(spec) = policy.sandboxes.get(&profile) else {
-                bail!(
-                    "profile `{profile}` is not defined in {} (defined: {})",
-                    policy.origin,
-                    policy
-                        .sandboxes
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            };
-            let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let err = match verbd::sandbox::exec_confined(&prepared, &program, &args, print_status)
-            {
-                Err(e) => e,
-                Ok(never) => match never {},
-            };
-            eprintln!("verbd exec: {err}");
-            Ok(ExitCode::from(
-                if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
-                    127
-                } else {
-                    126
-                },
-            ))
-        }
+        } => cli::local::exec(policy, &profile, print_status, &program, &args),
         Command::Selftest {
             policy,
             state_dir,
             json,
-        } => {
-            let policy = match load_policy(policy.as_deref()) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return Ok(ExitCode::from(1));
-                }
-            };
-            let daemon_uid = match (&policy.daemon.user, nix::unistd::geteuid().is_root()) {
-                (Some(name), true) => nix::unistd::User::from_name(name)
-                    .ok()
-                    .flatten()
-                    .map(|u| u.uid.as_raw())
-                    .unwrap_or(0),
-                _ => nix::unistd::geteuid().as_raw(),
-            };
-            // Loaded only for their warnings; whether each source is usable is a check itself.
-            let secrets = verbd::secrets::SecretStore::load(&policy.secrets).ok();
-            let report = verbd::selftest::run(&verbd::selftest::Context {
-                policy: &policy,
-                daemon_uid,
-                canary_exe: std::env::current_exe()?,
-                serving: None,
-                state_dir: state_dir.as_deref(),
-                secrets: secrets.as_ref(),
-            });
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render());
-            }
-            Ok(if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
-        Command::Reload { socket } => client_call(&socket.path(), &Request::Reload {}, false),
+        } => cli::local::selftest(policy, state_dir, json),
         Command::Canary {
             outside,
             protected,
             network_none,
             keeps_capabilities,
-        } => Ok(ExitCode::from(verbd::selftest::canary_main(
+        } => Ok(cli::local::canary(
             &outside,
             protected.as_deref(),
             network_none,
             keeps_capabilities,
-        ) as u8)),
+        )),
         Command::Audit { command } => match command {
-            AuditCommand::Verify { state_dir, json } => {
-                let dir = state_dir.unwrap_or_else(server::default_state_dir);
-                let report = verbd::journal::verify(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else if report.is_intact() {
-                    println!(
-                        "{}: {} records, chain and HMACs intact",
-                        dir.join(verbd::journal::JOURNAL_FILE).display(),
-                        report.records
-                    );
-                } else {
-                    for problem in &report.problems {
-                        eprintln!("{problem}");
-                    }
-                    eprintln!(
-                        "{}: {} problem(s) in {} records",
-                        dir.join(verbd::journal::JOURNAL_FILE).display(),
-                        report.problems.len(),
-                        report.records
-                    );
-                }
-                Ok(if report.is_intact() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                })
-            }
-            AuditCommand::Tail { state_dir, n, json } => {
-                let dir = state_dir.unwrap_or_else(server::default_state_dir);
-                let records = verbd::journal::tail(&dir, n).map_err(|e| anyhow::anyhow!("{e}"))?;
-                for record in &records {
-                    if json {
-                        println!("{}", serde_json::to_string(record)?);
-                    } else {
-                        println!("{}", verbd::journal::format_record(record));
-                    }
-                }
-                Ok(ExitCode::SUCCESS)
-            }
+            AuditCommand::Verify { state_dir, json } => cli::audit::verify(state_dir, json),
+            AuditCommand::Tail { state_dir, n, json } => cli::audit::tail(state_dir, n, json),
         },
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {
                 socket,
                 print_settings,
-            } => {
-                use verbd::adapters::claude_hook;
-                if print_settings {
-                    let exe = std::env::current_exe().context("locating the verbd binary")?;
-                    println!(
-                        "{}",
-                        claude_hook::settings_snippet(
-                            &exe,
-                            socket.socket.as_deref(),
-                            claude_hook::DEFAULT_DEADLINE
-                        )
-                    );
-                    return Ok(ExitCode::SUCCESS);
-                }
-                let code = claude_hook::run(&socket.path(), claude_hook::DEFAULT_DEADLINE);
-                Ok(ExitCode::from(code.clamp(0, 255) as u8))
-            }
+            } => cli::local::claude_code_hook(
+                &socket.path(),
+                socket.socket.as_deref(),
+                print_settings,
+            ),
         },
         Command::Policy { command } => match command {
-            PolicyCommand::Check { file } => policy_check(&file),
+            PolicyCommand::Check { file } => cli::policy_tools::check(&file),
             PolicyCommand::Explain {
                 file,
                 verb,
                 args,
                 json,
-            } => policy_explain(&file, &verb, &args, json),
+            } => cli::policy_tools::explain(&file, &verb, &args, json),
         },
     }
-}
-
-fn parse_kv(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    for arg in args {
-        let (k, v) = arg
-            .split_once('=')
-            .with_context(|| format!("argument {arg:?} is not key=value"))?;
-        if out.insert(k.to_string(), v.to_string()).is_some() {
-            bail!("argument `{k}` given twice");
-        }
-    }
-    Ok(out)
-}
-
-/// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
-const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
-
-fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
-    verbd::client::request(socket, req, CALL_DEADLINE).map_err(|e| {
-        eprintln!("verbd: {e}");
-        ExitCode::from(EXIT_UNAVAILABLE)
-    })
-}
-
-/// Print a non-`ok` response as one line on stderr and map it to its exit code.
-fn report(response: &Response) -> ExitCode {
-    let (code, line) = match response {
-        Response::Invalid { message, .. } => (EXIT_INVALID, format!("invalid: {message}")),
-        Response::Denied { reason } => (EXIT_DENIED, format!("denied: {reason}")),
-        Response::ConfirmRequired { message, .. } => (EXIT_CONFIRM, message.clone()),
-        Response::Busy { message } => (EXIT_BUSY, format!("busy: {message}")),
-        Response::Error { message } => (EXIT_ERROR, format!("error: {message}")),
-        other => (EXIT_ERROR, format!("unexpected answer: {other:?}")),
-    };
-    eprintln!("{line}");
-    ExitCode::from(code)
-}
-
-fn client_call(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
-    // The state a `Decided` answer must report for the command to have done what it asked.
-    let wanted_state = match req {
-        Request::Deny { .. } => Some("denied"),
-        Request::Resolve { .. } => Some("resolved"),
-        _ => None,
-    };
-    let response = match request(socket, req) {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    if json {
-        println!("{}", String::from_utf8_lossy(&response.encode()).trim_end());
-    }
-    match &response {
-        Response::Ok { result, .. } => {
-            if !json {
-                use std::io::Write;
-                let _ = std::io::stdout().write_all(result.stdout.as_bytes());
-                let _ = std::io::stderr().write_all(result.stderr.as_bytes());
-                if result.stdout_truncated || result.stderr_truncated {
-                    eprintln!(
-                        "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
-                        result.stdout_withheld, result.stderr_withheld
-                    );
-                }
-            }
-            let code = if result.exit.timed_out {
-                if !json {
-                    eprintln!("verbd: the verb timed out; its process group was killed");
-                }
-                124
-            } else if let Some(sig) = result.exit.signal {
-                128 + sig
-            } else {
-                result.exit.code.unwrap_or(EXIT_ERROR as i32)
-            };
-            Ok(ExitCode::from(code.clamp(0, 255) as u8))
-        }
-        Response::Info { info } => {
-            println!("{}", info["message"].as_str().unwrap_or_default());
-            Ok(ExitCode::SUCCESS)
-        }
-        Response::Decided { state, message, .. } => {
-            println!("{}", escape_for_terminal(message));
-            Ok(if wanted_state == Some(state.as_str()) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_DENIED)
-            })
-        }
-        other if json => Ok(exit_code_of(other)),
-        other => Ok(report(other)),
-    }
-}
-
-fn client_pending(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let response = match request(socket, &Request::Pending {}) {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    let Response::Proposals { proposals } = &response else {
-        return Ok(report(&response));
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(proposals)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    if proposals.is_empty() {
-        println!("no pending proposals");
-    }
-    for p in proposals {
-        print_proposal(p);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Show a proposal for a human. Every value passes through `escape_for_terminal`, so a hostile
-/// argument or reason cannot move the cursor, clear the screen or fake lines of this view.
-fn print_proposal(p: &serde_json::Value) {
-    let text = |v: &serde_json::Value| -> String {
-        escape_for_terminal(&match v {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Null => String::new(),
-            other => other.to_string(),
-        })
-    };
-    let hash = p["args_hash"].as_str().unwrap_or_default();
-    println!("─── proposal {} ({}) ───", p["id"], text(&p["state"]));
-    println!(
-        "  verb:        {} ({}) — {}",
-        text(&p["verb"]),
-        text(&p["category"]),
-        text(&p["description"])
-    );
-    let user = match &p["requester"]["user"] {
-        serde_json::Value::Null => "no user name".to_string(),
-        other => text(other),
-    };
-    println!(
-        "  requested:   uid {} ({user}) pid {} at {}",
-        p["requester"]["uid"],
-        p["requester"]["pid"],
-        text(&p["created_at"])
-    );
-    println!("  expires:     {}", text(&p["expires_at"]));
-    if let Some(args) = p["args"].as_object() {
-        for (k, v) in args {
-            println!("  arg {k:<9} {}", text(v));
-        }
-    }
-    let argv: Vec<String> = p["argv"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().unwrap_or_default().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    println!(
-        "  will run:    {}",
-        escape_for_terminal(&shell_words::join(argv))
-    );
-    if !p["reason"].is_null() {
-        println!(
-            "  reason (UNTRUSTED, written by the requester): {}",
-            text(&p["reason"])
-        );
-    }
-    if let Some(out) = p["dry_run_output"].as_str() {
-        println!("  dry run output:");
-        for line in out.lines() {
-            println!("    | {}", escape_for_terminal(line));
-        }
-    }
-    println!("  hash:        {hash}");
-    println!(
-        "  approve:     verbd approve {} --hash {}",
-        p["id"],
-        &hash[..hash.len().min(16)]
-    );
-    println!("  deny:        verbd deny {} --reason '…'", p["id"]);
-}
-
-fn client_proposal(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
-    let response = match request(socket, req) {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    let Response::Proposals { proposals } = &response else {
-        return Ok(report(&response));
-    };
-    let Some(p) = proposals.first() else {
-        return Ok(report(&response));
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(p)?);
-    } else {
-        print_proposal(p);
-        if let Some(r) = p.get("result") {
-            use std::io::Write;
-            let _ =
-                std::io::stdout().write_all(r["stdout"].as_str().unwrap_or_default().as_bytes());
-            let _ =
-                std::io::stderr().write_all(r["stderr"].as_str().unwrap_or_default().as_bytes());
-        }
-    }
-    let state = p["state"].as_str().unwrap_or_default();
-    Ok(match state {
-        "succeeded" | "failed" => {
-            let code = p["exit_code"].as_i64().unwrap_or(EXIT_ERROR as i64);
-            ExitCode::from(code.clamp(0, 255) as u8)
-        }
-        "pending" | "approved" | "executing" => ExitCode::from(EXIT_BUSY),
-        "denied" | "expired" => ExitCode::from(EXIT_DENIED),
-        _ => ExitCode::from(EXIT_ERROR),
-    })
-}
-
-fn exit_code_of(response: &Response) -> ExitCode {
-    ExitCode::from(match response {
-        Response::Invalid { .. } => EXIT_INVALID,
-        Response::Denied { .. } => EXIT_DENIED,
-        Response::ConfirmRequired { .. } => EXIT_CONFIRM,
-        Response::Busy { .. } => EXIT_BUSY,
-        _ => EXIT_ERROR,
-    })
-}
-
-fn client_list(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let response = match request(socket, &Request::List {}) {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    let Response::Verbs { verbs } = &response else {
-        return Ok(report(&response));
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(verbs)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    for verb in verbs {
-        let approval = if verb.needs_approval {
-            ", needs approval"
-        } else {
-            ""
-        };
-        println!("{}  ({}{approval})", verb.name, verb.category);
-        if !verb.description.is_empty() {
-            println!("    {}", verb.description);
-        }
-        for p in &verb.params {
-            let req = if p.required { "required" } else { "optional" };
-            let default = p
-                .default
-                .as_ref()
-                .map(|d| format!(", default {d}"))
-                .unwrap_or_default();
-            println!("    {}=…  {} ({req}{default})", p.name, p.kind);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn policy_check(file: &Path) -> anyhow::Result<ExitCode> {
-    match policy::load_file(file) {
-        Ok(p) => {
-            for w in &p.warnings {
-                eprintln!("warning: {w}");
-            }
-            println!(
-                "{}: ok ({} verbs, {} roles, {} sandbox profiles)",
-                file.display(),
-                p.verbs.len(),
-                p.roles.len(),
-                p.sandboxes.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            Ok(ExitCode::from(1))
-        }
-    }
-}
-
-fn policy_explain(
-    file: &Path,
-    verb: &str,
-    args: &[String],
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let policy = match policy::load_file(file) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let raw = policy::text_args(&parse_kv(args)?);
-    // Explain as an operator: every role.
-    let roles: Vec<&policy::Role> = policy.roles.values().collect();
-    let (call, decision) = match policy.evaluate(&roles, verb, &raw) {
-        Verdict::Run(call) => (call, "runs at once"),
-        Verdict::Propose(call) => (call, "needs human approval"),
-        Verdict::Refuse(refusal) => {
-            eprintln!("refused: {}", refusal.message());
-            return Ok(ExitCode::from(EXIT_INVALID));
-        }
-    };
-    let v = &policy.verbs[verb];
-    let env: BTreeMap<String, String> = match &call.action {
-        policy::PreparedAction::Exec { env, .. } => {
-            env.iter().map(|(k, v)| (k.clone(), v.display())).collect()
-        }
-        policy::PreparedAction::File => BTreeMap::new(),
-    };
-    let dry_run = match &call.action {
-        policy::PreparedAction::Exec {
-            dry_run: Some(d), ..
-        } => Some(d.display()),
-        _ => None,
-    };
-    if json {
-        let out = serde_json::json!({
-            "verb": verb,
-            "category": v.category_label(),
-            "decision": decision,
-            "args": call.args,
-            "args_hash": call.args_hash,
-            "argv": call.display_argv(),
-            "dry_run": dry_run,
-            "env": env,
-            "sandbox": v.sandbox,
-            "timeout_ms": v.timeout.as_millis() as u64,
-            "max_output": v.max_output,
-            "cwd": v.cwd,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        println!("verb:     {verb} ({}, {decision})", v.category_label());
-        println!("argv:     {}", shell_words::join(call.display_argv()));
-        if let Some(d) = dry_run {
-            println!("dry-run:  {}", shell_words::join(d));
-        }
-        for (k, val) in &env {
-            println!("env:      {k}={val}");
-        }
-        println!("sandbox:  {}", v.sandbox);
-        println!("hash:     {}", call.args_hash);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
-    match path {
-        Some(p) => policy::load_file(p).map_err(|e| anyhow::anyhow!("{e}")),
-        None => policy::compile(policy::DEMO_POLICY, "<embedded demo policy>")
-            .map_err(|e| anyhow::anyhow!("{e}")),
-    }
-}
-
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("chmod 0700 {}", dir.display()))?;
-    Ok(())
-}
-
-/// Started as root: give the state dir to the daemon user, then drop to it for good.
-fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
-    use nix::unistd::{
-        Gid, Uid, User, chown, getresgid, getresuid, setgroups, setresgid, setresuid,
-    };
-    if !nix::unistd::geteuid().is_root() {
-        return Ok(());
-    }
-    let Some(name) = &policy.daemon.user else {
-        if policy.daemon.allow_root {
-            tracing::warn!("running as root because the policy sets daemon.allow_root = true");
-            return Ok(());
-        }
-        bail!(
-            "refusing to run as root: set [daemon] user = \"verbd\" (the daemon drops to it after binding its socket), or allow_root = true if you really mean it"
-        );
-    };
-    let user = User::from_name(name)
-        .ok()
-        .flatten()
-        .with_context(|| format!("daemon.user {name:?} does not exist (create it: systemd-sysusers systemd/sysusers.d/verbd.conf)"))?;
-    if user.uid.is_root() {
-        bail!("daemon.user {name:?} is root; choose an unprivileged user");
-    }
-    let mut paths = vec![state_dir.to_path_buf()];
-    for entry in std::fs::read_dir(state_dir)? {
-        paths.push(entry?.path());
-    }
-    for p in &paths {
-        chown(p, Some(user.uid), Some(user.gid))
-            .with_context(|| format!("chown {} to {name}", p.display()))?;
-    }
-    // Capabilities: none, unless a sandbox profile runs its children as another user, which
-    // needs CAP_SETUID/CAP_SETGID (and CAP_SETPCAP to empty the children's bounding sets).
-    use caps::{CapSet, Capability};
-    let keep: caps::CapsHashSet = if policy.sandboxes.values().any(|s| s.run_as.is_some()) {
-        [
-            Capability::CAP_SETUID,
-            Capability::CAP_SETGID,
-            Capability::CAP_SETPCAP,
-        ]
-        .into()
-    } else {
-        caps::CapsHashSet::new()
-    };
-    for cap in caps::runtime::thread_all_supported() {
-        if !keep.contains(&cap) {
-            caps::drop(None, CapSet::Bounding, cap)
-                .with_context(|| format!("dropping {cap} from the bounding set"))?;
-        }
-    }
-    setgroups(&[user.gid]).context("setgroups")?;
-    setresgid(user.gid, user.gid, user.gid).context("setresgid")?;
-    if !keep.is_empty() {
-        nix::sys::prctl::set_keepcaps(true).context("PR_SET_KEEPCAPS")?;
-    }
-    setresuid(user.uid, user.uid, user.uid).context("setresuid")?;
-    if !keep.is_empty() {
-        nix::sys::prctl::set_keepcaps(false).context("PR_SET_KEEPCAPS")?;
-        caps::set(None, CapSet::Permitted, &keep).context("keeping CAP_SETUID/SETGID/SETPCAP")?;
-        caps::set(None, CapSet::Effective, &keep).context("keeping CAP_SETUID/SETGID/SETPCAP")?;
-    }
-    caps::clear(None, CapSet::Inheritable).context("clearing inheritable capabilities")?;
-    caps::clear(None, CapSet::Ambient).context("clearing ambient capabilities")?;
-    let bounding = caps::read(None, CapSet::Bounding).context("reading the bounding set")?;
-    if bounding != keep || caps::read(None, CapSet::Permitted)? != keep {
-        bail!("capability drop could not be verified; refusing to serve");
-    }
-    let uids = getresuid()?;
-    let gids = getresgid()?;
-    let dropped = [uids.real, uids.effective, uids.saved] == [user.uid; 3]
-        && [gids.real, gids.effective, gids.saved] == [user.gid; 3]
-        && nix::unistd::setuid(Uid::from_raw(0)).is_err()
-        && nix::unistd::setgid(Gid::from_raw(0)).is_err();
-    if !dropped {
-        bail!("privilege drop to {name} could not be verified; refusing to serve");
-    }
-    Ok(())
-}
-
-/// Exit status of `serve` when the policy or the self-test fails (systemd: no restart loop).
-const EXIT_CONFIG: u8 = 78;
-
-fn serve(
-    policy_path: Option<PathBuf>,
-    socket: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    // Socket activation first: it edits the environment, which is only safe with one thread.
-    let activated = verbd::sd::activated_sockets().map_err(|e| anyhow::anyhow!("{e}"))?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VERBD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let invoker_uid = nix::unistd::getuid().as_raw();
-    let policy = match load_policy(policy_path.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("verbd: the policy cannot be used; not serving.\n{e}");
-            verbd::sd::notify_status("policy invalid; not serving");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
-    };
-    for w in &policy.warnings {
-        tracing::warn!("policy: {w}");
-    }
-    let state_dir = state_dir
-        .or_else(|| policy.daemon.state_dir.clone())
-        .unwrap_or_else(server::default_state_dir);
-    create_private_dir(&state_dir)?;
-    let secret_dir = state_dir.join(server::SECRET_FILES_DIR);
-    create_private_dir(&secret_dir)?;
-    let mut policy = policy;
-    server::grant_secret_file_access(&mut policy, &secret_dir)?;
-    let origin = policy.origin.clone();
-    // Secrets are read here, before the privilege drop (they may be root-owned 0600).
-    let runtime = match Runtime::build(policy) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("verbd: cannot prepare the policy; not serving: {e}");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
-    };
-    for w in runtime.secrets.warnings() {
-        tracing::warn!("secrets: {w}");
-    }
-    // Sockets: from systemd, or bound here — bound, but not listening until the self-test passed.
-    let mut bound = Vec::new();
-    let mut listeners = Vec::new();
-    let socket_path = if activated.is_empty() {
-        let path = socket
-            .or_else(|| runtime.policy.daemon.socket.clone())
-            .unwrap_or_else(|| server::socket_path_in(&state_dir));
-        bound.push(server::socket::bind(
-            &path,
-            runtime.policy.daemon.socket_mode,
-            runtime.policy.daemon.socket_group.as_deref(),
-        )?);
-        if let Some(approver) = &runtime.policy.daemon.approver_socket {
-            bound.push(server::socket::bind(
-                approver,
-                runtime.policy.daemon.socket_mode,
-                runtime.policy.daemon.approver_socket_group.as_deref(),
-            )?);
-        }
-        Some(path)
-    } else {
-        for socket in activated {
-            match socket.name.as_deref() {
-                None
-                | Some("agent")
-                | Some("approver")
-                | Some("verbd.socket")
-                | Some("verbd-approve.socket") => listeners.push(socket.listener),
-                Some(other) => bail!(
-                    "systemd passed a socket named {other:?}; verbd serves sockets named `agent` and `approver` (FileDescriptorName=)"
-                ),
-            }
-        }
-        None
-    };
-    drop_privileges(&runtime.policy, &state_dir)?;
-    // Opened as the daemon user, who keeps appending to it; opening verifies the chain's tail.
-    // The journal is the source of truth for proposals: rebuild them from it. A journal that
-    // does not verify is a failed self-test: nothing is served on a broken record.
-    let opened = verbd::journal::Journal::open(&state_dir)
-        .and_then(|journal| Ok((journal, verbd::journal::replay(&state_dir)?)));
-    let (journal, records) = match opened {
-        Ok(opened) => opened,
-        Err(e) => {
-            eprintln!(
-                "FAIL journal: {e}\n     fix: run `verbd audit verify --state-dir {}` to find the damage; never delete records to make this pass\nverbd: not serving: the journal does not verify. Nothing was accepted.",
-                state_dir.display()
-            );
-            verbd::sd::notify_status("journal does not verify; not serving");
-            return Ok(ExitCode::from(EXIT_CONFIG));
-        }
-    };
-    let (book, unknown_outcome, never_started) =
-        verbd::approvals::Book::replay(records.iter().map(|r| {
-            (
-                r.seq,
-                verbd::journal::parse_rfc3339(&r.time).unwrap_or(std::time::UNIX_EPOCH),
-                &r.event,
-            )
-        }));
-    let exe = std::env::current_exe().context("locating the verbd binary for the canaries")?;
-    let report = verbd::selftest::run(&verbd::selftest::Context {
-        policy: &runtime.policy,
-        daemon_uid: nix::unistd::geteuid().as_raw(),
-        canary_exe: exe,
-        serving: Some(verbd::selftest::Serving {
-            state_dir: &state_dir,
-            socket: socket_path.as_deref(),
-        }),
-        state_dir: None,
-        secrets: Some(&runtime.secrets),
-    });
-    if !report.passed() {
-        eprint!("{}", report.render());
-        eprintln!("verbd: not serving: the self-test failed (see above). Nothing was accepted.");
-        verbd::sd::notify_status(&report.summary());
-        return Ok(ExitCode::from(EXIT_CONFIG));
-    }
-    eprintln!("verbd: {}", report.summary());
-    for socket in bound {
-        listeners.push(socket.listen()?);
-    }
-    let settings = ServeSettings {
-        state_dir: state_dir.clone(),
-        invoker_uid,
-        policy_path,
-    };
-    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let summary = report.summary();
-    tokio_rt.block_on(async move {
-        let policy_hash = runtime.policy.hash.clone();
-        let grace = runtime.policy.daemon.shutdown_grace;
-        let daemon = Daemon::new(runtime, journal, book, settings);
-        daemon
-            .journal(AuditEvent::Start {
-                version: env!("CARGO_PKG_VERSION").into(),
-                policy: origin.clone(),
-                policy_hash,
-                pid: std::process::id(),
-                uid: nix::unistd::getuid().as_raw(),
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
-        for id in unknown_outcome {
-            tracing::warn!(
-                id,
-                "proposal was executing when the daemon stopped: unknown outcome, not re-run"
-            );
-            daemon
-                .journal(AuditEvent::ProposalUnknownOutcome { id })
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
-        }
-        for id in never_started {
-            daemon
-                .journal(AuditEvent::ProposalNotStarted { id })
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot write the journal: {e}"))?;
-        }
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut serving = Vec::new();
-        for listener in listeners {
-            let listener = tokio::net::UnixListener::from_std(listener)?;
-            let mut rx = stop_rx.clone();
-            serving.push(tokio::spawn(daemon.clone().serve(listener, async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            })));
-        }
-        match &socket_path {
-            Some(path) => eprintln!(
-                "verbd: serving {origin} on {} (state dir {})",
-                path.display(),
-                state_dir.display()
-            ),
-            None => eprintln!(
-                "verbd: serving {origin} on sockets from systemd (state dir {})",
-                state_dir.display()
-            ),
-        }
-        verbd::sd::notify_ready(&format!("serving {origin}; {summary}"));
-        if let Some(interval) = verbd::sd::watchdog_interval() {
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(interval);
-                loop {
-                    tick.tick().await;
-                    verbd::sd::notify_watchdog();
-                }
-            });
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        let reason = loop {
-            tokio::select! {
-                _ = term.recv() => break "SIGTERM",
-                _ = int.recv() => break "SIGINT",
-                _ = hup.recv() => {
-                    let outcome = daemon.clone().reload().await;
-                    tracing::info!("reload: {outcome}");
-                }
-            }
-        };
-        verbd::sd::notify_stopping();
-        let _ = stop_tx.send(true);
-        for task in serving {
-            let _ = task.await;
-        }
-        // Let running verbs finish up to the grace period; after it their process groups are
-        // killed when the runtime drops their tasks.
-        let deadline = tokio::time::Instant::now() + grace;
-        while daemon.executions_in_flight() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let in_flight = daemon.executions_in_flight();
-        let _ = daemon
-            .journal(AuditEvent::Stop {
-                reason: if in_flight > 0 {
-                    format!(
-                        "{reason}; killing {in_flight} running verb(s) after the {}s grace period",
-                        grace.as_secs()
-                    )
-                } else {
-                    reason.to_string()
-                },
-                in_flight,
-            })
-            .await;
-        eprintln!("verbd: stopped ({reason})");
-        anyhow::Ok(())
-    })?;
-    tokio_rt.shutdown_timeout(Duration::from_secs(2));
-    Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 //! (SO_PEERCRED), so no field here can claim one (invariant 3). See docs/protocol.md.
 #![forbid(unsafe_code)]
 
+pub use crate::proposal::{Outcome, Proposal, State};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -51,7 +52,7 @@ pub enum Request {
     /// Mark an `unknown_outcome` proposal as resolved by an operator.
     Resolve {
         id: u64,
-        outcome: String,
+        outcome: Outcome,
         note: String,
     },
     /// Re-read the policy file, self-test it and swap it in if it passes.
@@ -112,7 +113,7 @@ pub fn decode_request(line: &[u8]) -> Result<Request, DecodeError> {
 }
 
 /// How a finished child ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitInfo {
     /// Exit code when the child exited normally.
     pub code: Option<i32>,
@@ -167,6 +168,21 @@ pub struct VerbInfo {
     pub params: Vec<ParamInfo>,
 }
 
+/// A proposal as `pending`, `result` and `wait` show it: the journaled record plus its times in
+/// RFC 3339 and, while the daemon that ran it is up, the run's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProposalView {
+    #[serde(flatten)]
+    pub proposal: Proposal,
+    pub created_at: String,
+    pub expires_at: String,
+    /// Always true: `reason`, `args` and outputs come from the requester; show them escaped.
+    pub reason_is_untrusted: bool,
+    /// The run's output (not journaled, so absent after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RunResult>,
+}
+
 /// A response, tagged by `status`. Every response also carries `"v"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -206,14 +222,18 @@ pub enum Response {
     Verbs { verbs: Vec<VerbInfo> },
     /// Answer to `check`: allowed or not, with the reason.
     Check { allowed: bool, reason: String },
-    /// Answer to `pending`, `result` and `wait`: proposals as JSON objects (see docs/protocol.md).
-    Proposals { proposals: Vec<serde_json::Value> },
-    /// Answer to `approve`/`deny`/`resolve` when no execution result is returned.
+    /// Answer to `pending`, `result` and `wait`.
+    Proposals { proposals: Vec<ProposalView> },
+    /// Answer to `approve`/`deny`/`resolve` when no execution result is returned: the
+    /// proposal's state after the request.
     Decided {
         id: u64,
-        state: String,
+        state: State,
         message: String,
     },
+    /// Answer to `approve` when the approval is recorded but every execution slot is busy: the
+    /// run waits for one (bounded, journaled) and `wait`/`result` show its outcome.
+    Queued { id: u64, message: String },
     /// Answer to `reload` and `status`.
     Info { info: serde_json::Value },
 }

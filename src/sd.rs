@@ -14,7 +14,7 @@
 //! - only AF_UNIX `SOCK_STREAM` sockets that are already listening are adopted; any other
 //!   inherited fd refuses start-up with an error naming the fd and what is wrong with it;
 //! - adopted listeners are close-on-exec and non-blocking (tokio's `UnixListener::from_std`
-//!   requires non-blocking, PLATFORM.md gotcha 14), so no verb inherits them;
+//!   requires non-blocking: on a blocking fd it hits a `debug_assert!` in debug builds), so no verb inherits them;
 //! - the `LISTEN_*` variables are removed from the environment in the same step as the fds are
 //!   adopted, so a later call (or a child) never sees them and no fd is owned twice.
 //!

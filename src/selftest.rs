@@ -16,7 +16,9 @@
 #![forbid(unsafe_code)]
 
 use crate::policy::params::ParamKind;
-use crate::policy::{Policy, PreparedAction, Role, RoleKind, Verb, VerbAction, Verdict};
+use crate::policy::{
+    Policy, PreparedAction, ProposedCall, Role, RoleKind, Verb, VerbAction, Verdict,
+};
 use crate::sandbox::{Network, PreparedSandbox, SandboxSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -29,7 +31,8 @@ use std::time::{Duration, Instant};
 pub const CANARY_SUBCOMMAND: &str = "__sandbox-canary";
 
 /// Test-only switch: run canaries *without* their sandbox, so the forbidden things succeed and the
-/// self-test must fail. It can only make the self-test fail, never pass.
+/// self-test must fail. It can only make the self-test fail, never pass. Read only in builds with
+/// the `test-hooks` feature (the integration tests'); every other build ignores it.
 pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
 
 /// One named check.
@@ -351,7 +354,7 @@ fn check_validator(
             if value.starts_with('-') && !param.allow_dash {
                 let mut args = base.clone();
                 args.insert(param.name.clone(), value.to_string());
-                if let Verdict::Run(call) | Verdict::Propose(call) =
+                if let Verdict::Run(call) | Verdict::Propose(ProposedCall { call, .. }) =
                     policy.evaluate(roles, &verb.name, &crate::policy::text_args(&args))
                     && let PreparedAction::Exec { argv, .. } = &call.action
                     && argv.display().iter().skip(1).any(|e| e.starts_with(value))
@@ -554,7 +557,8 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
     }
-    let unsandboxed = std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
+    let unsandboxed =
+        cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
         prepared.install_std(&mut cmd).map_err(|e| {
             (

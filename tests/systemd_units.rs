@@ -2,7 +2,8 @@
 //! - `systemd-analyze verify` accepts the service and both sockets without a warning;
 //! - `systemd-analyze security --offline=true` rates the service at most 2.0 (issue 8's CI gate);
 //! - the unit's system call filter still allows every syscall the per-call sandbox makes
-//!   (PLATFORM.md gotcha 11) and still denies the dangerous groups;
+//!   (systemd's `@system-service` set lacks `landlock_*` and `seccomp`, so the unit must add
+//!   them) and still denies the dangerous groups;
 //! - sysusers.d and tmpfiles.d really apply: `systemd-sysusers --root` and
 //!   `systemd-tmpfiles --root --create` run for real inside a scratch root (no side effects on the
 //!   host), and the resulting users, groups, modes and owners are checked, along with every
@@ -260,7 +261,8 @@ fn unit_syscall_filter_keeps_the_sandbox_syscalls_and_denies_dangerous_ones() {
         return;
     };
     let allowed = allowed_syscalls(&systemd_analyze);
-    // What the per-call sandbox and the daemon use (PLATFORM.md §4): a missing one is EPERM for
+    // What the per-call sandbox and the daemon use (the child's confinement stages, see
+    // `sandbox::child`): a missing one is EPERM for
     // every verb under the unit.
     let needed = [
         "landlock_create_ruleset",

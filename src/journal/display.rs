@@ -1,7 +1,8 @@
 //! One-line human rendering of a record for `verbd audit tail`. Every string that came from an
 //! event (arguments are attacker-controlled) is shown bare only when it is a plain word, otherwise
 //! quoted with `"` and `\` escaped; control characters and invisible/bidirectional formatting
-//! characters are always written as escapes, so a hostile value can neither start a new line,
+//! characters are always written as escapes (the set `terminal::is_hidden` defines for every
+//! view of untrusted text), so a hostile value can neither start a new line,
 //! move the cursor, recolour the terminal nor pass itself off as another field.
 #![forbid(unsafe_code)]
 
@@ -137,13 +138,6 @@ fn is_plain_word(text: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || b"._-/:@+%,".contains(&byte))
 }
 
-/// Characters that are invisible or reorder text on a terminal (zero-width, bidi controls).
-fn is_invisible_format(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
-}
-
 /// Appends `text` bare if it is a plain word, else quoted and escaped.
 fn push_text(out: &mut String, text: &str) {
     if is_plain_word(text) {
@@ -158,7 +152,7 @@ fn push_text(out: &mut String, text: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() || is_invisible_format(c) => {
+            c if crate::terminal::is_hidden(c) => {
                 let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
             }
             c => out.push(c),

@@ -212,18 +212,19 @@ pub struct Caller {
     pub groups: Vec<String>,
 }
 
-/// The outcome of evaluating a call request against the policy.
+/// The outcome of evaluating a call request against the policy. Each variant carries everything
+/// the next step needs, so nothing downstream looks the verb up again.
 #[derive(Debug, Clone)]
 pub enum Verdict {
     /// Run now.
     Run(PreparedCall),
     /// A human must approve first.
-    Propose(PreparedCall),
+    Propose(ProposedCall),
     /// Refused; nothing runs.
     Refuse(Refusal),
 }
 
-/// A fully validated and rendered call.
+/// A fully validated and rendered call: what the executor runs, and the limits it runs under.
 #[derive(Debug, Clone)]
 pub struct PreparedCall {
     pub verb: String,
@@ -232,8 +233,33 @@ pub struct PreparedCall {
     /// Hex sha256 of the canonical `{verb, args}`: what an approval is bound to.
     pub args_hash: String,
     pub action: PreparedAction,
+    pub limits: CallLimits,
 }
 
+/// A call that needs a human, with what the proposal shows and binds.
+#[derive(Debug, Clone)]
+pub struct ProposedCall {
+    pub call: PreparedCall,
+    pub description: String,
+    pub category: &'static str,
+    /// [`Verb::fingerprint`] at proposal time: an approval is refused when it changed.
+    pub verb_fingerprint: String,
+}
+
+/// The verb's settings a run needs, copied from the policy when the call is prepared.
+#[derive(Debug, Clone)]
+pub struct CallLimits {
+    /// The sandbox profile's name.
+    pub sandbox: String,
+    pub cwd: PathBuf,
+    pub timeout: Duration,
+    pub max_output: u64,
+    pub rate: Option<Rate>,
+    pub rate_global: Option<Rate>,
+    pub max_concurrent: Option<usize>,
+}
+
+/// What a prepared call does: run a rendered argv, or one built-in file operation.
 #[derive(Debug, Clone)]
 pub enum PreparedAction {
     Exec {
@@ -241,7 +267,19 @@ pub enum PreparedAction {
         env: Vec<(String, RenderedArg)>,
         dry_run: Option<RenderedArgv>,
     },
-    File,
+    File(FileCall),
+}
+
+/// A built-in file operation with its validated arguments (the daemon resolves the path beneath
+/// the roots itself; see `files`).
+#[derive(Debug, Clone)]
+pub struct FileCall {
+    pub spec: FileVerbSpec,
+    pub path: PathBuf,
+    /// What `file.write`/`file.append` write (empty for read and list).
+    pub content: Vec<u8>,
+    /// `file.write`'s mode, one of the spec's allowed modes.
+    pub mode: Option<u32>,
 }
 
 impl PreparedCall {
@@ -249,7 +287,7 @@ impl PreparedCall {
     pub fn display_argv(&self) -> Vec<String> {
         match &self.action {
             PreparedAction::Exec { argv, .. } => argv.display(),
-            PreparedAction::File => vec![format!("(builtin {})", self.verb)],
+            PreparedAction::File(_) => vec![format!("(builtin {})", self.verb)],
         }
     }
 }
@@ -431,6 +469,15 @@ impl Policy {
             args_hash: args_hash(&verb.name, &args),
             args,
             action,
+            limits: CallLimits {
+                sandbox: verb.sandbox.clone(),
+                cwd: verb.cwd.clone(),
+                timeout: verb.timeout,
+                max_output: verb.max_output,
+                rate: verb.rate,
+                rate_global: verb.rate_global,
+                max_concurrent: verb.max_concurrent,
+            },
         };
         if !verb.needs_approval {
             Verdict::Run(call)
@@ -439,7 +486,12 @@ impl Policy {
                 category: verb.category_label().to_string(),
             })
         } else {
-            Verdict::Propose(call)
+            Verdict::Propose(ProposedCall {
+                call,
+                description: verb.description.clone(),
+                category: verb.category_label(),
+                verb_fingerprint: verb.fingerprint(),
+            })
         }
     }
 
@@ -507,7 +559,21 @@ impl Policy {
                 }
                 Ok(PreparedAction::Exec { argv, env, dry_run })
             }
-            VerbAction::File(_) => Ok(PreparedAction::File),
+            VerbAction::File(spec) => Ok(PreparedAction::File(FileCall {
+                spec: spec.clone(),
+                path: PathBuf::from(args.get("path").map_or("", String::as_str)),
+                content: args
+                    .get("content")
+                    .map(|c| c.as_bytes().to_vec())
+                    .unwrap_or_default(),
+                // The validated value is one of the enum's spellings of the allowed modes.
+                mode: args.get("mode").and_then(|value| {
+                    spec.allowed_modes
+                        .iter()
+                        .copied()
+                        .find(|m| format!("{m:04o}") == *value)
+                }),
+            })),
         }
     }
 }

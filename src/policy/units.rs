@@ -99,6 +99,10 @@ impl std::fmt::Display for Rate {
     }
 }
 
+/// The longest period a rate may have: run history older than this is forgotten.
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(31 * 86_400);
+
+/// Parse `5/h`, `10/30m`, `100/d` (at most [`MAX_RATE_PERIOD`]).
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let (n, period) = text
         .split_once('/')
@@ -113,6 +117,12 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     } else {
         parse_duration(&format!("1{period}"))?
     };
+    if per > MAX_RATE_PERIOD {
+        return Err(format!(
+            "bad rate {text:?}: the period may be at most {} days (the daemon keeps that much run history)",
+            MAX_RATE_PERIOD.as_secs() / 86_400
+        ));
+    }
     if count == 0 || per.is_zero() {
         return Err(format!(
             "bad rate {text:?}: count and period must be positive"

@@ -4,7 +4,7 @@
 //! Invariant: async-signal-safe. Everything was computed in the parent; this code runs raw
 //! syscalls only, never allocates, never panics, never takes a lock. A failure is reported as one
 //! integer ([`StageFailure::code`]) that encodes the stage and the errno, because only an errno
-//! travels from a forked child back to `spawn()`. The order is fixed (PLATFORM.md §4): the
+//! travels from a forked child back to `spawn()`. The order is fixed: the
 //! bounding set is dropped before `setresuid`, `PR_SET_PDEATHSIG` is set after it (a uid change
 //! clears it), and seccomp comes last so its filter could deny any syscall used before.
 
@@ -280,13 +280,14 @@ impl ChildPlan {
                 if present < 0 {
                     return Err(fail(Stage::CapBounding));
                 }
-                // SAFETY: prctl without pointers.
-                if present == 1
-                    && unsafe {
+                if present == 1 {
+                    // SAFETY: prctl without pointers.
+                    let dropped = unsafe {
                         libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0)
-                    } != 0
-                {
-                    return Err(fail(Stage::CapBounding));
+                    };
+                    if dropped != 0 {
+                        return Err(fail(Stage::CapBounding));
+                    }
                 }
             }
         }

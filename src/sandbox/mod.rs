@@ -17,7 +17,7 @@
 //! - nothing in the child allocates, locks or panics;
 //! - Landlock is required at a pinned ABI ([`fs_rules::PINNED_ABI`], `HardRequirement`): an older
 //!   kernel makes [`PreparedSandbox::prepare`] fail, never a silently weaker child;
-//! - the test hook [`PreparedSandbox::fail_stage_for_test`] can only make a stage fail, so the
+//! - the test hook `PreparedSandbox::fail_stage_for_test` (feature `test-hooks`) can only make a stage fail, so the
 //!   child dies before exec; it cannot skip or weaken anything.
 //!
 //! Caveats for callers: `RLIMIT_NPROC` is not enforced by the kernel for uid 0, so fork bombs are
@@ -259,6 +259,8 @@ impl PreparedSandbox {
 
     /// Test hook: make `stage` fail in every child of this profile, so spawns fail before exec.
     /// It cannot weaken the sandbox: a failing stage ends the child.
+    /// Compiled only with the `test-hooks` feature (the integration tests' build).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn fail_stage_for_test(mut self, stage: Stage) -> Self {
         self.forced_failure = Some(stage);

@@ -16,7 +16,7 @@
 //! 2. the **argument filter**, built with seccompiler: EPERM for `clone` with any `CLONE_NEW*`
 //!    flag and — with `network = "none"` — `socket` for any family other than `AF_UNIX`.
 //!
-//! Why this shape (measured on the 2-core VM of PLATFORM.md, fork + attach + `_exit`, medians of
+//! Why this shape (measured on a 2-vCPU VM, fork + attach + `_exit`, medians of
 //! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
 //! for every syscall number (`seccomp_cache_prepare`), so the attach cost grows with the *path
 //! length* through the filter — about 4 µs per instruction on the path of an allowed syscall.
@@ -266,7 +266,8 @@ pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(
     if rc == 0 {
         Ok(())
     } else {
-        Err(super::child::errno())
+        // errno, read without allocating (as the child's other stages do).
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }
 

@@ -1,0 +1,239 @@
+//! Client commands: send one request to the daemon, print the answer for a person (or as JSON),
+//! and map it to an exit code. Everything a requester or a verb wrote is printed through
+//! `verbd::terminal`, the one escaping function for untrusted text.
+#![forbid(unsafe_code)]
+
+use super::{
+    EXIT_BUSY, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_UNAVAILABLE, parse_kv,
+};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+use verbd::protocol::{ProposalView, Request, Response, State};
+use verbd::terminal;
+
+/// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
+const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
+    verbd::client::request(socket, req, CALL_DEADLINE).map_err(|e| {
+        eprintln!("verbd: {e}");
+        ExitCode::from(EXIT_UNAVAILABLE)
+    })
+}
+
+/// `verbd call VERB key=value…`
+pub fn call(
+    socket: &Path,
+    verb: String,
+    args: &[String],
+    reason: Option<String>,
+    idempotency_key: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let args = verbd::policy::text_args(&parse_kv(args)?);
+    let req = Request::Call {
+        verb,
+        args,
+        reason,
+        idempotency_key,
+    };
+    send(socket, &req, None, json)
+}
+
+/// Send a request whose answer is a run, a decision or an info line. `wanted` is the state a
+/// `decided` answer must report for the command to have done what it asked.
+pub fn send(
+    socket: &Path,
+    req: &Request,
+    wanted: Option<State>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, req) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    if json {
+        println!("{}", String::from_utf8_lossy(&response.encode()).trim_end());
+    }
+    match &response {
+        Response::Ok { result, .. } => {
+            if !json {
+                let _ = std::io::stdout().write_all(result.stdout.as_bytes());
+                let _ = std::io::stderr().write_all(result.stderr.as_bytes());
+                if result.stdout_truncated || result.stderr_truncated {
+                    eprintln!(
+                        "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
+                        result.stdout_withheld, result.stderr_withheld
+                    );
+                }
+            }
+            if result.exit.timed_out && !json {
+                eprintln!("verbd: the verb timed out; its process group was killed");
+            }
+            Ok(exit_of_run(&result.exit))
+        }
+        Response::Info { info } => {
+            if !json {
+                println!("{}", info["message"].as_str().unwrap_or_default());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Queued { message, .. } => {
+            if !json {
+                println!("{}", terminal::escape(message));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Decided { state, message, .. } => {
+            if !json {
+                println!("{}", terminal::escape(message));
+            }
+            Ok(if wanted == Some(*state) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_DENIED)
+            })
+        }
+        other if json => Ok(exit_code_of(other)),
+        other => Ok(report(other)),
+    }
+}
+
+/// The exit code of a finished run: its own, 128+N for a signal, 124 for a timeout.
+fn exit_of_run(exit: &verbd::protocol::ExitInfo) -> ExitCode {
+    let code = if exit.timed_out {
+        124
+    } else if let Some(sig) = exit.signal {
+        128 + sig
+    } else {
+        exit.code.unwrap_or(EXIT_ERROR as i32)
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Print a non-`ok` response as one line on stderr and map it to its exit code.
+fn report(response: &Response) -> ExitCode {
+    let line = match response {
+        Response::Invalid { message, .. } => format!("invalid: {message}"),
+        Response::Denied { reason } => format!("denied: {reason}"),
+        Response::ConfirmRequired { message, .. } => message.clone(),
+        Response::Busy { message } => format!("busy: {message}"),
+        Response::Error { message } => format!("error: {message}"),
+        other => format!("unexpected answer: {other:?}"),
+    };
+    eprintln!("{}", terminal::escape(&line));
+    exit_code_of(response)
+}
+
+fn exit_code_of(response: &Response) -> ExitCode {
+    ExitCode::from(match response {
+        Response::Invalid { .. } => EXIT_INVALID,
+        Response::Denied { .. } => EXIT_DENIED,
+        Response::ConfirmRequired { .. } => EXIT_CONFIRM,
+        Response::Busy { .. } => EXIT_BUSY,
+        _ => EXIT_ERROR,
+    })
+}
+
+/// `verbd list`
+pub fn list(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, &Request::List {}) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Verbs { verbs } = &response else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(verbs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for verb in verbs {
+        let approval = if verb.needs_approval {
+            ", needs approval"
+        } else {
+            ""
+        };
+        println!("{}  ({}{approval})", verb.name, verb.category);
+        if !verb.description.is_empty() {
+            println!("    {}", verb.description);
+        }
+        for p in &verb.params {
+            let req = if p.required { "required" } else { "optional" };
+            let default = p
+                .default
+                .as_ref()
+                .map(|d| format!(", default {d}"))
+                .unwrap_or_default();
+            println!("    {}=…  {} ({req}{default})", p.name, p.kind);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `verbd pending`
+pub fn pending(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, &Request::Pending {}) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Proposals { proposals } = &response else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(proposals)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if proposals.is_empty() {
+        println!("no pending proposals");
+    }
+    for p in proposals {
+        print!("{}", terminal::proposal_text(p));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `verbd result ID` and `verbd wait ID`: the proposal, its output, and an exit code from its
+/// state (the run's own for a finished run, 75 while open, 77 denied or expired).
+pub fn proposal(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
+    let response = match request(socket, req) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let Response::Proposals { proposals } = &response else {
+        return Ok(report(&response));
+    };
+    let Some(view) = proposals.first() else {
+        return Ok(report(&response));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(view)?);
+    } else {
+        print!("{}", terminal::proposal_text(view));
+        print_output(view);
+    }
+    let p = &view.proposal;
+    Ok(match p.state {
+        State::Succeeded | State::Failed => {
+            let code = p.exit_code.unwrap_or(EXIT_ERROR as i32);
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        State::Pending | State::Approved | State::Executing => ExitCode::from(EXIT_BUSY),
+        State::Denied | State::Expired => ExitCode::from(EXIT_DENIED),
+        State::UnknownOutcome | State::Resolved => ExitCode::from(EXIT_ERROR),
+    })
+}
+
+/// A finished proposal's output, escaped: the approver reads it on their terminal.
+fn print_output(view: &ProposalView) {
+    if let Some(result) = &view.result {
+        println!("  output:");
+        for (stream, text) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            for line in text.lines() {
+                println!("    {stream} | {}", terminal::escape(line));
+            }
+        }
+    }
+}

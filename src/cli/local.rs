@@ -1,0 +1,112 @@
+//! Commands that work without a daemon: `exec` (confine a program), `selftest`, the hidden
+//! sandbox canary, and the Claude Code hook.
+#![forbid(unsafe_code)]
+
+use super::EXIT_CHECK_FAILED;
+use anyhow::{Context, bail};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use verbd::loader::{Loader, PolicySource, Scope};
+
+/// `verbd exec`: replace this process with `program`, confined by a sandbox profile.
+pub fn exec(
+    policy: Option<PathBuf>,
+    profile: &str,
+    print_status: bool,
+    program: &Path,
+    args: &[OsString],
+) -> anyhow::Result<ExitCode> {
+    let policy = Loader::new(PolicySource::from_flag(policy)).compile()?;
+    let Some(spec) = policy.sandboxes.get(profile) else {
+        bail!(
+            "profile `{profile}` is not defined in {} (defined: {})",
+            policy.origin,
+            policy
+                .sandboxes
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())?;
+    let err = match verbd::sandbox::exec_confined(&prepared, program, args, print_status) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    eprintln!("verbd exec: {err}");
+    Ok(ExitCode::from(
+        if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
+            127
+        } else {
+            126
+        },
+    ))
+}
+
+/// `verbd selftest`: the loader's compile and self-test steps, offline. Exit 1 on any FAIL.
+pub fn selftest(
+    policy: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let loader = Loader::new(PolicySource::from_flag(policy));
+    let policy = match loader.compile() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+        }
+    };
+    // Loaded only for their warnings; whether each source is usable is a check itself.
+    let secrets = verbd::secrets::SecretStore::load(&policy.secrets).ok();
+    let report = loader.self_test(
+        &policy,
+        secrets.as_ref(),
+        verbd::privileges::daemon_uid_for(&policy),
+        Scope::Offline {
+            state_dir: state_dir.as_deref(),
+        },
+    );
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CHECK_FAILED)
+    })
+}
+
+/// The sandbox canary the self-test runs inside each profile.
+pub fn canary(
+    outside: &Path,
+    protected: Option<&Path>,
+    network_none: bool,
+    keeps_capabilities: bool,
+) -> ExitCode {
+    let code = verbd::selftest::canary_main(outside, protected, network_none, keeps_capabilities);
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// The Claude Code PreToolUse hook, or its settings snippet.
+pub fn claude_code_hook(
+    socket: &Path,
+    socket_flag: Option<&Path>,
+    print_settings: bool,
+) -> anyhow::Result<ExitCode> {
+    use verbd::adapters::claude_hook;
+    if print_settings {
+        let exe = std::env::current_exe().context("locating the verbd binary")?;
+        println!(
+            "{}",
+            claude_hook::settings_snippet(&exe, socket_flag, claude_hook::DEFAULT_DEADLINE)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let code = claude_hook::run(socket, claude_hook::DEFAULT_DEADLINE);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}

@@ -1,0 +1,41 @@
+//! The command line's work, one module per group of commands; `main.rs` only parses and
+//! dispatches. Adding a subcommand: a variant in `main.rs`'s `Command` (its flags are the
+//! documentation), one arm in `main.rs`'s `run`, and a function here (in the module of its
+//! group, or a new one).
+//!
+//! Exit codes of client commands (stable, documented in docs/protocol.md): the child's own exit
+//! code for a verb that ran (128+N when killed by signal N, 124 on timeout); 65 invalid
+//! arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required; 75 busy; 77
+//! denied; 1 for a failed check (`policy check`, `audit verify`, `selftest`). `serve` has its own
+//! (see `verbd::serve`).
+#![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod client;
+pub mod local;
+pub mod policy_tools;
+
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+
+pub const EXIT_CHECK_FAILED: u8 = 1;
+pub const EXIT_INVALID: u8 = 65;
+pub const EXIT_UNAVAILABLE: u8 = 69;
+pub const EXIT_ERROR: u8 = 70;
+pub const EXIT_CONFIRM: u8 = 73;
+pub const EXIT_BUSY: u8 = 75;
+pub const EXIT_DENIED: u8 = 77;
+
+/// `key=value` arguments; each key once.
+pub fn parse_kv(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for arg in args {
+        let (k, v) = arg
+            .split_once('=')
+            .with_context(|| format!("argument {arg:?} is not key=value"))?;
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            bail!("argument `{k}` given twice");
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,103 @@
+//! `verbd policy check | explain`: the policy, offline.
+#![forbid(unsafe_code)]
+
+use super::{EXIT_CHECK_FAILED, EXIT_INVALID, parse_kv};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use verbd::policy::{self, PreparedAction, ProposedCall, Verdict};
+
+/// Compile a policy file; errors show file:line:col.
+pub fn check(file: &Path) -> anyhow::Result<ExitCode> {
+    match policy::load_file(file) {
+        Ok(p) => {
+            for w in &p.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{}: ok ({} verbs, {} roles, {} sandbox profiles)",
+                file.display(),
+                p.verbs.len(),
+                p.roles.len(),
+                p.sandboxes.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::from(EXIT_CHECK_FAILED))
+        }
+    }
+}
+
+/// The argv a verb would run with these arguments, without running it (as an operator: every
+/// role counts).
+pub fn explain(file: &Path, verb: &str, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let policy = match policy::load_file(file) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+        }
+    };
+    let raw = policy::text_args(&parse_kv(args)?);
+    let roles: Vec<&policy::Role> = policy.roles.values().collect();
+    let (call, decision, category) = match policy.evaluate(&roles, verb, &raw) {
+        Verdict::Run(call) => (call, "runs at once", None),
+        Verdict::Propose(ProposedCall { call, category, .. }) => {
+            (call, "needs human approval", Some(category))
+        }
+        Verdict::Refuse(refusal) => {
+            eprintln!("refused: {}", refusal.message());
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let category = category.unwrap_or_else(|| {
+        policy
+            .verbs
+            .get(verb)
+            .map_or("unspecified", |v| v.category_label())
+    });
+    let env: BTreeMap<String, String> = match &call.action {
+        PreparedAction::Exec { env, .. } => {
+            env.iter().map(|(k, v)| (k.clone(), v.display())).collect()
+        }
+        PreparedAction::File(_) => BTreeMap::new(),
+    };
+    let dry_run = match &call.action {
+        PreparedAction::Exec {
+            dry_run: Some(d), ..
+        } => Some(d.display()),
+        _ => None,
+    };
+    let limits = &call.limits;
+    if json {
+        let out = serde_json::json!({
+            "verb": verb,
+            "category": category,
+            "decision": decision,
+            "args": call.args,
+            "args_hash": call.args_hash,
+            "argv": call.display_argv(),
+            "dry_run": dry_run,
+            "env": env,
+            "sandbox": limits.sandbox,
+            "timeout_ms": limits.timeout.as_millis() as u64,
+            "max_output": limits.max_output,
+            "cwd": limits.cwd,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("verb:     {verb} ({category}, {decision})");
+        println!("argv:     {}", shell_words::join(call.display_argv()));
+        if let Some(d) = dry_run {
+            println!("dry-run:  {}", shell_words::join(d));
+        }
+        for (k, val) in &env {
+            println!("env:      {k}={val}");
+        }
+        println!("sandbox:  {}", limits.sandbox);
+        println!("hash:     {}", call.args_hash);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,292 @@
+//! The one policy loader, used by `serve`, reload (SIGHUP or `verbd reload`) and `verbd selftest`.
+//!
+//! A policy goes through four steps, in this order, and nowhere else:
+//! 1. [`Loader::compile`]: the TOML file (or the embedded demo) into a checked [`Policy`], with
+//!    every error at file:line:col;
+//! 2. [`Loader::prepare`]: the profiles of verbs that take `${secret_file:…}` get read access to
+//!    the per-call secret-file directory; secrets read (before the privilege drop: they may be root-only), the
+//!    scrubber built from them, every sandbox profile prepared once (Landlock rule template and
+//!    seccomp programs; read-only twins for dry runs), per-verb concurrency permits;
+//! 3. [`Loader::self_test`]: the start-up self-test (`selftest`), whose [`Report`] gates service.
+//!
+//! `serve` runs steps 1–2 before binding and dropping privileges and step 3 once it is the daemon
+//! user with its journal open; reload runs all of them ([`Loader::load`]) and swaps in only a
+//! policy that passed; `verbd selftest` runs 1 and 3, loading secrets only for their warnings
+//! (whether each source is usable is one of the self-test's checks).
+//!
+//! Invariant: whatever the daemon serves passed all steps; a failure at any step is a
+//! [`LoadError`] and nothing of the new policy is used.
+#![forbid(unsafe_code)]
+
+use crate::policy::{self, Policy, PolicyError, VerbAction};
+use crate::sandbox::{PreparedSandbox, SandboxError, SandboxSpec};
+use crate::scrub::{ScrubError, Scrubber};
+use crate::secrets::{SecretError, SecretStore};
+use crate::selftest::{self, Report};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// Where the policy comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The demo policy built into the binary (`verbd serve` without `--policy`).
+    Embedded,
+    File(PathBuf),
+}
+
+impl PolicySource {
+    pub fn from_flag(path: Option<PathBuf>) -> PolicySource {
+        path.map_or(PolicySource::Embedded, PolicySource::File)
+    }
+}
+
+/// A policy with everything prepared for serving.
+pub struct Prepared {
+    pub policy: Policy,
+    /// Private directory (0700, or 0711 for `run_as` profiles) for per-call secret-file copies.
+    pub secret_dir: PathBuf,
+    pub sandboxes: Sandboxes,
+    /// The same profiles without write roots, for dry runs (only profiles of verbs with one).
+    pub dry_run_sandboxes: Sandboxes,
+    pub secrets: SecretStore,
+    pub scrubber: Scrubber,
+    /// Verbs with `max_concurrent`: their permits.
+    pub verb_permits: BTreeMap<String, Arc<Semaphore>>,
+}
+
+/// Why a policy cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+    #[error("sandbox profile `{profile}`: {source}")]
+    Sandbox {
+        profile: String,
+        source: SandboxError,
+    },
+    #[error("secrets: {0}")]
+    Secrets(#[from] SecretError),
+    #[error("scrub patterns: {0}")]
+    Scrub(#[from] ScrubError),
+    #[error("the self-test failed: {}", failures(.0))]
+    SelfTest(Box<Report>),
+}
+
+fn failures(report: &Report) -> String {
+    let failed: Vec<String> = report
+        .failures()
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    format!("{}: {}", report.summary(), failed.join("; "))
+}
+
+/// What the self-test checks beyond the policy.
+pub enum Scope<'a> {
+    /// The daemon at start: its socket and state dir too.
+    Serving {
+        state_dir: &'a Path,
+        socket: Option<&'a Path>,
+    },
+    /// A reload: the policy and the host only.
+    Reload,
+    /// `verbd selftest`: the journal's tail too when a state dir is given.
+    Offline { state_dir: Option<&'a Path> },
+}
+
+/// Loads one policy source.
+pub struct Loader {
+    pub source: PolicySource,
+}
+
+impl Loader {
+    pub fn new(source: PolicySource) -> Loader {
+        Loader { source }
+    }
+
+    /// Step 1: compile.
+    pub fn compile(&self) -> Result<Policy, PolicyError> {
+        match &self.source {
+            PolicySource::File(path) => policy::load_file(path),
+            PolicySource::Embedded => {
+                policy::compile(policy::DEMO_POLICY, "<embedded demo policy>")
+            }
+        }
+    }
+
+    /// Step 2: the profiles that need it get read access to `secret_dir`; secrets, scrubber,
+    /// sandboxes, permits. All allocation-heavy work happens here, once.
+    pub fn prepare(&self, mut policy: Policy, secret_dir: &Path) -> Result<Prepared, LoadError> {
+        grant_secret_file_access(&mut policy, secret_dir);
+        let secrets = SecretStore::load(&policy.secrets)?;
+        let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
+        let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy)?;
+        let verb_permits = policy
+            .verbs
+            .values()
+            .filter_map(|v| {
+                v.max_concurrent
+                    .map(|n| (v.name.clone(), Arc::new(Semaphore::new(n))))
+            })
+            .collect();
+        Ok(Prepared {
+            policy,
+            secret_dir: secret_dir.to_path_buf(),
+            sandboxes,
+            dry_run_sandboxes,
+            secrets,
+            scrubber,
+            verb_permits,
+        })
+    }
+
+    /// Step 3: the self-test. `daemon_uid` is the uid the daemon runs (or will run) as.
+    pub fn self_test(
+        &self,
+        policy: &Policy,
+        secrets: Option<&SecretStore>,
+        daemon_uid: u32,
+        scope: Scope<'_>,
+    ) -> Report {
+        let canary_exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                return Report {
+                    checks: vec![selftest::Check {
+                        name: "canary".into(),
+                        passed: false,
+                        detail: format!("cannot locate the verbd binary to run as the canary: {e}"),
+                        fix: Some("run verbd from an installed path".into()),
+                    }],
+                    warnings: Vec::new(),
+                    elapsed_ms: 0.0,
+                };
+            }
+        };
+        let (serving, state_dir) = match scope {
+            Scope::Serving { state_dir, socket } => {
+                (Some(selftest::Serving { state_dir, socket }), None)
+            }
+            Scope::Reload => (None, None),
+            Scope::Offline { state_dir } => (None, state_dir),
+        };
+        selftest::run(&selftest::Context {
+            policy,
+            daemon_uid,
+            canary_exe,
+            serving,
+            state_dir,
+            secrets,
+        })
+    }
+
+    /// All steps (a reload): a prepared policy that passed its self-test.
+    pub fn load(
+        &self,
+        secret_dir: &Path,
+        daemon_uid: u32,
+    ) -> Result<(Prepared, Report), LoadError> {
+        let prepared = self.prepare(self.compile()?, secret_dir)?;
+        let report = self.self_test(
+            &prepared.policy,
+            Some(&prepared.secrets),
+            daemon_uid,
+            Scope::Reload,
+        );
+        if !report.passed() {
+            return Err(LoadError::SelfTest(Box::new(report)));
+        }
+        Ok((prepared, report))
+    }
+}
+
+/// Prepared sandbox profiles by name.
+type Sandboxes = BTreeMap<String, Arc<PreparedSandbox>>;
+
+/// Every profile, and the read-only twins for dry runs.
+fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadError> {
+    // Only profiles of verbs with a dry run need the read-only twin (each prepare walks the
+    // write roots for Landlock).
+    let dry_run_profiles: BTreeSet<&str> = policy
+        .verbs
+        .values()
+        .filter(|v| {
+            matches!(
+                v.action,
+                VerbAction::Command {
+                    dry_run: Some(_),
+                    ..
+                }
+            )
+        })
+        .map(|v| v.sandbox.as_str())
+        .collect();
+    let mut sandboxes = BTreeMap::new();
+    let mut dry_run_sandboxes = BTreeMap::new();
+    for (name, spec) in &policy.sandboxes {
+        let prepare = |spec: SandboxSpec| {
+            PreparedSandbox::prepare(spec)
+                .map(Arc::new)
+                .map_err(|source| LoadError::Sandbox {
+                    profile: name.clone(),
+                    source,
+                })
+        };
+        sandboxes.insert(name.clone(), prepare(spec.clone())?);
+        if dry_run_profiles.contains(name.as_str()) {
+            let read_only = SandboxSpec {
+                write: Vec::new(),
+                ..spec.clone()
+            };
+            dry_run_sandboxes.insert(name.clone(), prepare(read_only)?);
+        }
+    }
+    Ok((sandboxes, dry_run_sandboxes))
+}
+
+/// Verbs that take `${secret_file:…}` read their private copy: the profiles they use get read
+/// access to the secret-file directory. Other profiles never see it.
+fn grant_secret_file_access(policy: &mut Policy, secret_dir: &Path) {
+    let profiles: Vec<String> = policy
+        .verbs
+        .values()
+        .filter(|v| uses_secret_file(v))
+        .map(|v| v.sandbox.clone())
+        .collect();
+    for name in profiles {
+        if let Some(spec) = policy.sandboxes.get_mut(&name)
+            && !spec.read.iter().any(|r| secret_dir.starts_with(r))
+        {
+            spec.read.push(secret_dir.to_path_buf());
+        }
+    }
+}
+
+fn uses_secret_file(verb: &policy::Verb) -> bool {
+    match &verb.action {
+        VerbAction::Command { template, dry_run } => template
+            .elements()
+            .chain(dry_run.iter().flat_map(|d| d.elements()))
+            .map(|(e, _)| e)
+            .chain(verb.env.iter().map(|(_, e)| e))
+            .any(|e| {
+                e.pieces()
+                    .iter()
+                    .any(|p| matches!(p, policy::template::Piece::SecretFile(_)))
+            }),
+        VerbAction::File(_) => false,
+    }
+}
+
+/// Mode of the secret-file directory: private to the daemon, plus search access for others when
+/// a profile that reads secret files runs its children as another uid.
+pub fn secret_dir_mode(policy: &Policy) -> u32 {
+    let other_uid = policy
+        .verbs
+        .values()
+        .filter(|v| uses_secret_file(v))
+        .filter_map(|v| policy.sandboxes.get(&v.sandbox))
+        .any(|s| s.run_as.is_some());
+    if other_uid { 0o711 } else { 0o700 }
+}

@@ -1,0 +1,178 @@
+//! Dropping from root to the daemon user, for good, after the sockets are bound.
+//!
+//! Invariants: a daemon started as root either runs as `[daemon] user` (not root, existing) with
+//! real, effective and saved ids all changed and no way back, or — only with `allow_root = true` —
+//! stays root; every other case is a [`PrivilegeError`] and nothing is served. Capabilities: none,
+//! unless a sandbox profile runs its children as another user (`run_as`), which needs
+//! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets); the drop
+//! is verified by reading the ids and capability sets back.
+#![forbid(unsafe_code)]
+
+use crate::policy::Policy;
+use caps::{CapSet, Capability};
+use nix::unistd::{Gid, Uid, User, chown, getresgid, getresuid, setgroups, setresgid, setresuid};
+use std::path::{Path, PathBuf};
+
+/// Why the daemon cannot take on its identity.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error(
+        "refusing to run as root: set [daemon] user = \"verbd\" (the daemon drops to it after binding its socket), or allow_root = true if you really mean it"
+    )]
+    RootRefused,
+    #[error(
+        "daemon.user {0:?} does not exist (create it: systemd-sysusers systemd/sysusers.d/verbd.conf)"
+    )]
+    NoSuchUser(String),
+    #[error("daemon.user {0:?} is root; choose an unprivileged user")]
+    UserIsRoot(String),
+    #[error("cannot give {path} to the daemon user: {source}")]
+    StateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{what} failed: {source}")]
+    Syscall {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{0} could not be verified; refusing to serve")]
+    NotVerified(String),
+}
+
+impl PrivilegeError {
+    /// A mistake in the configuration (fixed by the operator, not by a restart).
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            PrivilegeError::RootRefused
+                | PrivilegeError::NoSuchUser(_)
+                | PrivilegeError::UserIsRoot(_)
+        )
+    }
+}
+
+fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> PrivilegeError {
+    move |e| PrivilegeError::Syscall {
+        what,
+        source: e.into(),
+    }
+}
+
+fn caps_err(what: &'static str) -> impl FnOnce(caps::errors::CapsError) -> PrivilegeError {
+    move |e| PrivilegeError::Syscall {
+        what,
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// The daemon user's account, if the policy names one that may be used.
+pub fn daemon_user(policy: &Policy) -> Result<Option<User>, PrivilegeError> {
+    let Some(name) = &policy.daemon.user else {
+        return Ok(None);
+    };
+    let user = User::from_name(name)
+        .ok()
+        .flatten()
+        .ok_or_else(|| PrivilegeError::NoSuchUser(name.clone()))?;
+    if user.uid.is_root() {
+        return Err(PrivilegeError::UserIsRoot(name.clone()));
+    }
+    Ok(Some(user))
+}
+
+/// The uid the daemon will run as when started by the current user (for the offline self-test).
+pub fn daemon_uid_for(policy: &Policy) -> u32 {
+    let euid = nix::unistd::geteuid();
+    match daemon_user(policy) {
+        Ok(Some(user)) if euid.is_root() => user.uid.as_raw(),
+        _ => euid.as_raw(),
+    }
+}
+
+/// Started as root: give the state dir to the daemon user, then drop to it for good. A no-op for
+/// a daemon started unprivileged.
+pub fn drop_to_daemon_user(policy: &Policy, state_dir: &Path) -> Result<(), PrivilegeError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let Some(user) = daemon_user(policy)? else {
+        if policy.daemon.allow_root {
+            tracing::warn!("running as root because the policy sets daemon.allow_root = true");
+            return Ok(());
+        }
+        return Err(PrivilegeError::RootRefused);
+    };
+    give_state_dir(state_dir, &user)?;
+    let keep: caps::CapsHashSet = if policy.sandboxes.values().any(|s| s.run_as.is_some()) {
+        [
+            Capability::CAP_SETUID,
+            Capability::CAP_SETGID,
+            Capability::CAP_SETPCAP,
+        ]
+        .into()
+    } else {
+        caps::CapsHashSet::new()
+    };
+    for cap in caps::runtime::thread_all_supported() {
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap)
+                .map_err(caps_err("dropping a capability from the bounding set"))?;
+        }
+    }
+    setgroups(&[user.gid]).map_err(sys("setgroups"))?;
+    setresgid(user.gid, user.gid, user.gid).map_err(sys("setresgid"))?;
+    if !keep.is_empty() {
+        nix::sys::prctl::set_keepcaps(true).map_err(sys("PR_SET_KEEPCAPS"))?;
+    }
+    setresuid(user.uid, user.uid, user.uid).map_err(sys("setresuid"))?;
+    if !keep.is_empty() {
+        nix::sys::prctl::set_keepcaps(false).map_err(sys("PR_SET_KEEPCAPS"))?;
+        caps::set(None, CapSet::Permitted, &keep)
+            .map_err(caps_err("keeping CAP_SETUID/SETGID/SETPCAP"))?;
+        caps::set(None, CapSet::Effective, &keep)
+            .map_err(caps_err("keeping CAP_SETUID/SETGID/SETPCAP"))?;
+    }
+    caps::clear(None, CapSet::Inheritable)
+        .map_err(caps_err("clearing inheritable capabilities"))?;
+    caps::clear(None, CapSet::Ambient).map_err(caps_err("clearing ambient capabilities"))?;
+    let bounding =
+        caps::read(None, CapSet::Bounding).map_err(caps_err("reading the bounding set"))?;
+    let permitted =
+        caps::read(None, CapSet::Permitted).map_err(caps_err("reading the permitted set"))?;
+    if bounding != keep || permitted != keep {
+        return Err(PrivilegeError::NotVerified("the capability drop".into()));
+    }
+    let uids = getresuid().map_err(sys("getresuid"))?;
+    let gids = getresgid().map_err(sys("getresgid"))?;
+    let dropped = [uids.real, uids.effective, uids.saved] == [user.uid; 3]
+        && [gids.real, gids.effective, gids.saved] == [user.gid; 3]
+        && nix::unistd::setuid(Uid::from_raw(0)).is_err()
+        && nix::unistd::setgid(Gid::from_raw(0)).is_err();
+    if !dropped {
+        return Err(PrivilegeError::NotVerified(format!(
+            "the privilege drop to {}",
+            user.name
+        )));
+    }
+    Ok(())
+}
+
+/// The state dir and its direct entries become the daemon user's.
+fn give_state_dir(state_dir: &Path, user: &User) -> Result<(), PrivilegeError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: std::io::Error| PrivilegeError::StateDir { path, source }
+    };
+    let mut paths = vec![state_dir.to_path_buf()];
+    for entry in std::fs::read_dir(state_dir).map_err(err(state_dir))? {
+        paths.push(entry.map_err(err(state_dir))?.path());
+    }
+    for p in &paths {
+        chown(p, Some(user.uid), Some(user.gid)).map_err(|e| PrivilegeError::StateDir {
+            path: p.clone(),
+            source: e.into(),
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,575 @@
+//! `verbd serve`: the start-up pipeline, as named steps, and the run until a signal.
+//!
+//! ```text
+//! activation → logging → load → state dir → prepare → bind → drop privileges
+//!            → journal and replay → self-test gate → start record → listen → run until signal
+//! ```
+//!
+//! Each step returns a typed [`StartError`] on failure; [`StartError::exit_code`] and
+//! [`StartError::status`] are the one place that maps a failure to an exit code and a systemd
+//! STATUS line. A configuration error (policy, daemon user, root, bind, state dir, journal that
+//! does not verify, self-test) exits 78 (`EX_CONFIG`), which the unit's
+//! `RestartPreventExitStatus=78` turns into "stay down until the operator fixes it" instead of a
+//! restart loop; an operating-system failure exits 71 (`EX_OSERR`); a journal that cannot be
+//! written at start exits 75 (`EX_TEMPFAIL`, a restart may help once there is space).
+//!
+//! Invariants: nothing is accepted and READY is not sent before the self-test passed (sockets are
+//! bound but not listening until then, invariant 8); a start that fails after binding removes the
+//! socket files it created; privileges are dropped before the journal is opened and before any
+//! verb can run.
+#![forbid(unsafe_code)]
+
+use crate::approvals::Book;
+use crate::events::{self, Event};
+use crate::journal::{self, Journal, JournalError};
+use crate::loader::{LoadError, Loader, PolicySource, Prepared, Scope};
+use crate::paths;
+use crate::policy::{Policy, PolicyError};
+use crate::privileges::{self, PrivilegeError};
+use crate::sd;
+use crate::selftest::Report;
+use crate::server::socket::{self, BoundSocket, SocketError};
+use crate::server::{Daemon, ServeSettings};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Exit status for a configuration error: systemd does not restart (`RestartPreventExitStatus`).
+pub const EXIT_CONFIG: u8 = 78;
+/// Exit status for an operating-system failure.
+pub const EXIT_OSERR: u8 = 71;
+/// Exit status for a temporary failure (a restart may succeed).
+pub const EXIT_TEMPFAIL: u8 = 75;
+
+/// The flags of `verbd serve`.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The policy file (`None`: the embedded demo policy).
+    pub policy: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Why `serve` did not start (or stopped abnormally).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("socket activation: {0}")]
+    Activation(#[from] sd::SdError),
+    #[error(
+        "systemd passed a socket named {0:?}; verbd serves sockets named `agent` and `approver` (FileDescriptorName=)"
+    )]
+    UnknownSocketName(String),
+    #[error("the policy cannot be used; not serving.\n{0}")]
+    Policy(#[from] PolicyError),
+    #[error("cannot create the state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot prepare the policy; not serving: {0}")]
+    Prepare(#[from] LoadError),
+    #[error("{0}")]
+    Bind(#[from] SocketError),
+    #[error("{0}")]
+    Privileges(#[from] PrivilegeError),
+    #[error(
+        "FAIL journal: {source}\n     fix: run `verbd audit verify --state-dir {state_dir}` to find the damage; never delete records to make this pass\nverbd: the journal does not verify"
+    )]
+    Journal {
+        state_dir: String,
+        source: JournalError,
+    },
+    #[error("{0}")]
+    Replay(#[from] events::DecodeError),
+    #[error("the self-test failed (see above)")]
+    SelfTest(Box<Report>),
+    #[error("cannot write the journal at start: {0}")]
+    JournalWrite(JournalError),
+    #[error("{what}: {source}")]
+    Os {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+impl StartError {
+    /// The exit status of `serve` for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Privileges(e) if !e.is_configuration() => EXIT_OSERR,
+            StartError::Os { .. } => EXIT_OSERR,
+            StartError::JournalWrite(_) => EXIT_TEMPFAIL,
+            StartError::Activation(_)
+            | StartError::UnknownSocketName(_)
+            | StartError::Policy(_)
+            | StartError::StateDir { .. }
+            | StartError::Prepare(_)
+            | StartError::Bind(_)
+            | StartError::Privileges(_)
+            | StartError::Journal { .. }
+            | StartError::Replay(_)
+            | StartError::SelfTest(_) => EXIT_CONFIG,
+        }
+    }
+
+    /// The STATUS= line systemd shows (`systemctl status verbd`).
+    pub fn status(&self) -> String {
+        match self {
+            StartError::Activation(_) | StartError::UnknownSocketName(_) => {
+                "sockets from systemd unusable; not serving".into()
+            }
+            StartError::Policy(_) => "policy invalid; not serving".into(),
+            StartError::StateDir { .. } => "state directory unusable; not serving".into(),
+            StartError::Prepare(_) => "policy cannot be prepared; not serving".into(),
+            StartError::Bind(_) => "cannot bind the socket; not serving".into(),
+            StartError::Privileges(e) if e.is_configuration() => {
+                "daemon user misconfigured; not serving".into()
+            }
+            StartError::Privileges(_) => "privilege drop failed; not serving".into(),
+            StartError::Journal { .. } | StartError::Replay(_) => {
+                "journal does not verify; not serving".into()
+            }
+            StartError::SelfTest(report) => report.summary(),
+            StartError::JournalWrite(_) => "journal cannot be written; not serving".into(),
+            StartError::Os { what, .. } => format!("{what} failed; not serving"),
+        }
+    }
+}
+
+/// Run `verbd serve` and return its exit status: 0 after a clean stop, else the failure's.
+pub fn main(options: ServeOptions) -> u8 {
+    match run(options) {
+        Ok(()) => 0,
+        Err(e) => {
+            if let StartError::SelfTest(report) = &e {
+                eprint!("{}", report.render());
+            }
+            eprintln!("verbd: {e}\nverbd: not serving. Nothing was accepted.");
+            sd::notify_status(&e.status());
+            e.exit_code()
+        }
+    }
+}
+
+/// The pipeline. Returns after a signal stopped the daemon.
+pub fn run(options: ServeOptions) -> Result<(), StartError> {
+    let activated = activation()?;
+    logging();
+    let invoker_uid = nix::unistd::getuid().as_raw();
+    let loader = Loader::new(PolicySource::from_flag(options.policy.clone()));
+    let policy = loader.compile()?;
+    for w in &policy.warnings {
+        tracing::warn!("policy: {w}");
+    }
+    let state_dir = options
+        .state_dir
+        .clone()
+        .or_else(|| policy.daemon.state_dir.clone())
+        .unwrap_or_else(paths::default_state_dir);
+    let secret_dir = create_state_dirs(&state_dir, &policy)?;
+    // Secrets are read here, before the privilege drop (they may be root-owned 0600).
+    let prepared = loader.prepare(policy, &secret_dir)?;
+    for w in prepared.secrets.warnings() {
+        tracing::warn!("secrets: {w}");
+    }
+    let sockets = bind(
+        &prepared.policy,
+        activated,
+        options.socket.as_deref(),
+        &state_dir,
+    )?;
+    privileges::drop_to_daemon_user(&prepared.policy, &state_dir)?;
+    let (journal, book) = open_journal(&state_dir)?;
+    let daemon_uid = nix::unistd::geteuid().as_raw();
+    let report = loader.self_test(
+        &prepared.policy,
+        Some(&prepared.secrets),
+        daemon_uid,
+        Scope::Serving {
+            state_dir: &state_dir,
+            socket: sockets.path(),
+        },
+    );
+    if !report.passed() {
+        return Err(StartError::SelfTest(Box::new(report)));
+    }
+    eprintln!("verbd: {}", report.summary());
+    let settings = ServeSettings {
+        state_dir,
+        invoker_uid,
+        loader,
+    };
+    run_until_signal(prepared, journal, book, settings, sockets, report.summary())
+}
+
+/// Sockets handed over by systemd, taken first: it edits the environment, which is only safe
+/// while the process has one thread.
+fn activation() -> Result<Vec<sd::ActivatedSocket>, StartError> {
+    Ok(sd::activated_sockets()?)
+}
+
+fn logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VERBD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
+/// The state dir (0700) and the secret-file dir inside it; returns the latter.
+fn create_state_dirs(state_dir: &Path, policy: &Policy) -> Result<PathBuf, StartError> {
+    use std::os::unix::fs::PermissionsExt;
+    let secret_dir = state_dir.join(paths::SECRET_FILES_DIR);
+    for (dir, mode) in [
+        (state_dir, 0o700),
+        (secret_dir.as_path(), crate::loader::secret_dir_mode(policy)),
+    ] {
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
+            .map_err(|source| StartError::StateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    Ok(secret_dir)
+}
+
+/// Sockets bound by this process (removed again if the start fails) or adopted from systemd.
+struct Sockets {
+    bound: Vec<BoundSocket>,
+    adopted: Vec<UnixListener>,
+    /// The agent socket's path when bound here.
+    agent_path: Option<PathBuf>,
+}
+
+impl Sockets {
+    fn path(&self) -> Option<&Path> {
+        self.agent_path.as_deref()
+    }
+
+    /// Start accepting: only after the self-test passed.
+    fn listen(mut self) -> Result<Listeners, StartError> {
+        let mut listeners = std::mem::take(&mut self.adopted);
+        let mut paths = Vec::new();
+        for socket in std::mem::take(&mut self.bound) {
+            paths.push(socket.path.clone());
+            match socket.listen() {
+                Ok(listener) => listeners.push(listener),
+                Err(e) => {
+                    remove_sockets(&paths);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Listeners {
+            listeners,
+            owned_paths: paths,
+            agent_path: self.agent_path.take(),
+        })
+    }
+}
+
+impl Drop for Sockets {
+    /// A start that failed after binding leaves no socket file behind.
+    fn drop(&mut self) {
+        let paths: Vec<PathBuf> = self.bound.iter().map(|s| s.path.clone()).collect();
+        remove_sockets(&paths);
+    }
+}
+
+fn remove_sockets(paths: &[PathBuf]) {
+    for path in paths {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Listening sockets; the paths of those bound here are removed when the daemon stops.
+struct Listeners {
+    listeners: Vec<UnixListener>,
+    owned_paths: Vec<PathBuf>,
+    agent_path: Option<PathBuf>,
+}
+
+fn bind(
+    policy: &Policy,
+    activated: Vec<sd::ActivatedSocket>,
+    socket_flag: Option<&Path>,
+    state_dir: &Path,
+) -> Result<Sockets, StartError> {
+    let mut sockets = Sockets {
+        bound: Vec::new(),
+        adopted: Vec::new(),
+        agent_path: None,
+    };
+    if !activated.is_empty() {
+        for socket in activated {
+            match socket.name.as_deref() {
+                None
+                | Some("agent")
+                | Some("approver")
+                | Some("verbd.socket")
+                | Some("verbd-approve.socket") => sockets.adopted.push(socket.listener),
+                Some(other) => return Err(StartError::UnknownSocketName(other.to_string())),
+            }
+        }
+        return Ok(sockets);
+    }
+    let daemon = &policy.daemon;
+    let path = socket_flag
+        .map(Path::to_path_buf)
+        .or_else(|| daemon.socket.clone())
+        .unwrap_or_else(|| paths::socket_path_in(state_dir));
+    sockets.bound.push(socket::bind(
+        &path,
+        daemon.socket_mode,
+        daemon.socket_group.as_deref(),
+    )?);
+    sockets.agent_path = Some(path);
+    if let Some(approver) = &daemon.approver_socket {
+        sockets.bound.push(socket::bind(
+            approver,
+            daemon.socket_mode,
+            daemon.approver_socket_group.as_deref(),
+        )?);
+    }
+    Ok(sockets)
+}
+
+/// Open the journal as the daemon user (who keeps appending to it; opening verifies the chain's
+/// tail) and rebuild the proposal book from it. A journal that does not verify, or holds a record
+/// this version cannot read, stops the start: nothing is served on a broken record.
+pub fn open_journal(state_dir: &Path) -> Result<(Journal, Book), StartError> {
+    let broken = |source| StartError::Journal {
+        state_dir: state_dir.display().to_string(),
+        source,
+    };
+    let journal = Journal::open(state_dir).map_err(broken)?;
+    let records = journal::replay(state_dir).map_err(broken)?;
+    let mut events = Vec::with_capacity(records.len());
+    for record in records {
+        if let Some(event) = events::decode(record.seq, &record.event)? {
+            let time = journal::parse_rfc3339(&record.time).unwrap_or(std::time::UNIX_EPOCH);
+            events.push((record.seq, time, event));
+        }
+    }
+    let (book, conflicts) = Book::replay(events);
+    for conflict in conflicts {
+        tracing::error!(%conflict, "journal replay: an event did not fit the proposal book");
+    }
+    Ok((journal, book))
+}
+
+fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> StartError {
+    move |source| StartError::Os { what, source }
+}
+
+/// Journal the start, listen, and serve until SIGTERM or SIGINT; SIGHUP reloads. Then stop accepting, let running verbs finish
+/// within the grace period, cancel the rest (journaled), and journal the stop.
+fn run_until_signal(
+    prepared: Prepared,
+    journal: Journal,
+    book: Book,
+    settings: ServeSettings,
+    sockets: Sockets,
+    summary: String,
+) -> Result<(), StartError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(os("starting the async runtime"))?;
+    let mut owned_paths = Vec::new();
+    let result = runtime.block_on(serve_async(
+        prepared,
+        journal,
+        book,
+        settings,
+        sockets,
+        summary,
+        &mut owned_paths,
+    ));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    remove_sockets(&owned_paths);
+    result
+}
+
+async fn serve_async(
+    prepared: Prepared,
+    journal: Journal,
+    book: Book,
+    settings: ServeSettings,
+    sockets: Sockets,
+    summary: String,
+    owned_paths: &mut Vec<PathBuf>,
+) -> Result<(), StartError> {
+    let origin = prepared.policy.origin.clone();
+    let grace = prepared.policy.daemon.shutdown_grace;
+    let state_dir = settings.state_dir.clone();
+    let interrupted = book.interrupted();
+    let daemon = Daemon::new(prepared, journal, book, settings);
+    daemon
+        .record_start(interrupted)
+        .await
+        .map_err(StartError::JournalWrite)?;
+    // Listen only now: a daemon that cannot write its start record never accepts anyone.
+    let listeners = sockets.listen()?;
+    owned_paths.clone_from(&listeners.owned_paths);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut serving = Vec::new();
+    for listener in listeners.listeners {
+        let listener =
+            tokio::net::UnixListener::from_std(listener).map_err(os("adopting a listener"))?;
+        let mut rx = stop_rx.clone();
+        serving.push(tokio::spawn(daemon.clone().serve(listener, async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        })));
+    }
+    match &listeners.agent_path {
+        Some(path) => eprintln!(
+            "verbd: serving {origin} on {} (state dir {})",
+            path.display(),
+            state_dir.display()
+        ),
+        None => eprintln!(
+            "verbd: serving {origin} on sockets from systemd (state dir {})",
+            state_dir.display()
+        ),
+    }
+    sd::notify_ready(&format!("serving {origin}; {summary}"));
+    if let Some(interval) = sd::watchdog_interval() {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tick.tick().await;
+                sd::notify_watchdog();
+            }
+        });
+    }
+    let reason = wait_for_stop_signal(&daemon).await?;
+    sd::notify_stopping();
+    let _ = stop_tx.send(true);
+    for task in serving {
+        let _ = task.await;
+    }
+    // Let running verbs finish up to the grace period; then cancel the rest (each kills its
+    // process group and journals the cancellation) and give them a moment to record it.
+    let deadline = tokio::time::Instant::now() + grace;
+    while daemon.executions_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let in_flight = daemon.executions_in_flight();
+    if in_flight > 0 {
+        daemon.cancel_all();
+        let recorded = tokio::time::Instant::now() + Duration::from_secs(5);
+        while daemon.executions_in_flight() > 0 && tokio::time::Instant::now() < recorded {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let _ = daemon
+        .record(Event::Stop {
+            reason: if in_flight > 0 {
+                format!(
+                    "{reason}; killed {in_flight} running verb(s) after the {}s grace period",
+                    grace.as_secs()
+                )
+            } else {
+                reason.to_string()
+            },
+            in_flight,
+        })
+        .await;
+    eprintln!("verbd: stopped ({reason})");
+    Ok(())
+}
+
+async fn wait_for_stop_signal(daemon: &std::sync::Arc<Daemon>) -> Result<&'static str, StartError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(os("installing signal handlers"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(os("installing signal handlers"))?;
+    let mut hup = signal(SignalKind::hangup()).map_err(os("installing signal handlers"))?;
+    Ok(loop {
+        tokio::select! {
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+            _ = hup.recv() => match daemon.clone().reload().await {
+                Ok(message) | Err(message) => tracing::info!("reload: {message}"),
+            },
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_start_failure_maps_to_one_exit_code_and_status() {
+        let io = || std::io::Error::from_raw_os_error(libc::EACCES);
+        let cases: Vec<(StartError, u8, &str)> = vec![
+            (
+                StartError::UnknownSocketName("x".into()),
+                EXIT_CONFIG,
+                "sockets from systemd",
+            ),
+            (
+                StartError::StateDir {
+                    path: "/x".into(),
+                    source: io(),
+                },
+                EXIT_CONFIG,
+                "state directory",
+            ),
+            (
+                StartError::Bind(SocketError::NotASocket("/x".into())),
+                EXIT_CONFIG,
+                "cannot bind",
+            ),
+            (
+                StartError::Privileges(PrivilegeError::NoSuchUser("verbd".into())),
+                EXIT_CONFIG,
+                "daemon user",
+            ),
+            (
+                StartError::Privileges(PrivilegeError::RootRefused),
+                EXIT_CONFIG,
+                "daemon user",
+            ),
+            (
+                StartError::Privileges(PrivilegeError::UserIsRoot("root".into())),
+                EXIT_CONFIG,
+                "daemon user",
+            ),
+            (
+                StartError::Privileges(PrivilegeError::Syscall {
+                    what: "setresuid",
+                    source: io(),
+                }),
+                EXIT_OSERR,
+                "privilege drop",
+            ),
+            (
+                StartError::Os {
+                    what: "starting the async runtime",
+                    source: io(),
+                },
+                EXIT_OSERR,
+                "async runtime",
+            ),
+            (
+                StartError::JournalWrite(JournalError::NotAnObject),
+                EXIT_TEMPFAIL,
+                "journal cannot be written",
+            ),
+        ];
+        for (error, code, status) in cases {
+            assert_eq!(error.exit_code(), code, "{error}");
+            assert!(
+                error.status().contains(status),
+                "{error}: {}",
+                error.status()
+            );
+            assert!(!error.status().contains('\n'));
+        }
+    }
+}

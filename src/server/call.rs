@@ -1,0 +1,738 @@
+//! Calls: from the policy's verdict to a journaled run (or a proposal, or a refusal).
+//!
+//! `call` evaluates the request against the policy once; the [`Verdict`] carries everything the
+//! rest needs (the rendered argv or the prepared file operation, and the verb's limits), so the
+//! verb is never looked up by name again. Then, in order: idempotency key, rate limit, and either
+//! a proposal (`approve.rs`) or `run`.
+//!
+//! `run` is the one way anything executes: take an execution slot, journal `exec` (fsync'd), run,
+//! journal the end (`result`, or `cancelled` when the client hung up or the daemon stopped; a
+//! file write also journals `file_write`), answer. Every run that was journaled as started is
+//! journaled as ended, whether or not its client is still there.
+#![forbid(unsafe_code)]
+
+use super::{
+    Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
+};
+use crate::approvals::{KeyEntry, KeyTarget, MAX_PENDING_PER_REQUESTER, RunEnd};
+use crate::events::{CancelCause, Event, OutputRecord, RefusalKind, RunDecision};
+use crate::exec::{self, Captured, ExecRequest};
+use crate::files::{FileOp, WriteReceipt};
+use crate::loader::Prepared;
+use crate::policy::{FileCall, PreparedAction, PreparedCall, Refusal, Verdict};
+use crate::proposal::State;
+use crate::protocol::{ExitInfo, Response, RunResult};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Longest an approved proposal waits for an execution slot before it ends as not started.
+pub const APPROVED_RUN_SLOT_WAIT: Duration = Duration::from_secs(600);
+
+/// A `call` request's fields.
+pub(super) struct CallRequest {
+    pub verb: String,
+    pub args: BTreeMap<String, serde_json::Value>,
+    pub reason: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+/// How a run ended, before it is journaled.
+enum Ended {
+    /// It ran (or failed to start): the `result` record to write, and the answer.
+    Finished {
+        result: Box<Event>,
+        response: Response,
+    },
+    Cancelled(CancelCause),
+}
+
+impl Daemon {
+    pub(super) async fn call(
+        self: Arc<Self>,
+        ctx: &Context,
+        request: CallRequest,
+        cancel: Cancel,
+    ) -> Response {
+        let verdict = ctx
+            .prepared
+            .policy
+            .evaluate(&ctx.role_refs(), &request.verb, &request.args);
+        let (call, proposed) = match verdict {
+            Verdict::Refuse(refusal) => return self.refuse(ctx, &request, refusal).await,
+            Verdict::Run(call) => (call, None),
+            Verdict::Propose(proposed) => {
+                let facts = (
+                    proposed.description,
+                    proposed.category,
+                    proposed.verb_fingerprint,
+                );
+                (proposed.call, Some(facts))
+            }
+        };
+        let now = SystemTime::now();
+        self.expire_overdue().await;
+        let uid = ctx.record.uid;
+        if let Some(key) = &request.idempotency_key {
+            if key.is_empty() || key.len() > 200 || key.contains(['\n', '\0']) {
+                return Response::Invalid {
+                    param: None,
+                    rule: "idempotency-key".into(),
+                    message: "idempotency_key must be 1..200 characters without NUL or newline"
+                        .into(),
+                    missing: Vec::new(),
+                };
+            }
+            if let Some(entry) = self.ledger.read(|b| b.key(uid, key, now).cloned()) {
+                return self
+                    .idempotent_reply(ctx, &request, &call, key, entry)
+                    .await;
+            }
+            if !self.ledger.reserve_key(uid, key, now) {
+                return Response::Busy {
+                    message: format!(
+                        "another call with idempotency_key {key:?} is starting; ask again shortly"
+                    ),
+                };
+            }
+        }
+        let answer = self
+            .clone()
+            .call_once_per_key(ctx, &request, call, proposed, now, cancel)
+            .await;
+        if let Some(key) = &request.idempotency_key {
+            self.ledger.release_key(uid, key);
+        }
+        answer
+    }
+
+    /// The part of `call` that runs while the idempotency key (if any) is reserved.
+    async fn call_once_per_key(
+        self: Arc<Self>,
+        ctx: &Context,
+        request: &CallRequest,
+        call: PreparedCall,
+        proposed: Option<(String, &'static str, String)>,
+        now: SystemTime,
+        cancel: Cancel,
+    ) -> Response {
+        let uid = ctx.record.uid;
+        if proposed.is_some()
+            && let Some(existing) = self.ledger.read(|b| {
+                b.pending_for(uid, &call.verb, &call.args_hash, now)
+                    .cloned()
+            })
+        {
+            return confirm_required(&existing);
+        }
+        let limited = self.ledger.read(|b| {
+            b.rate_exceeded(
+                &call.verb,
+                uid,
+                call.limits.rate,
+                call.limits.rate_global,
+                now,
+            )
+        });
+        if let Some(reason) = limited {
+            return self.refuse(ctx, request, Refusal::Denied { reason }).await;
+        }
+        match proposed {
+            Some((description, category, verb_fingerprint)) => {
+                let waiting = self.ledger.read(|b| b.pending_count(uid));
+                if waiting >= MAX_PENDING_PER_REQUESTER {
+                    let reason = format!(
+                        "you already have {waiting} proposals waiting for a human; wait for decisions (`verbd wait ID`) before proposing more"
+                    );
+                    return self.refuse(ctx, request, Refusal::Denied { reason }).await;
+                }
+                self.propose(
+                    ctx,
+                    NewProposal {
+                        call,
+                        description,
+                        category,
+                        verb_fingerprint,
+                        reason: request.reason.clone(),
+                        idempotency_key: request.idempotency_key.clone(),
+                    },
+                )
+                .await
+            }
+            None => {
+                let run = Run {
+                    requester: ctx.record.clone(),
+                    call,
+                    proposal: None,
+                    idempotency_key: request.idempotency_key.clone(),
+                };
+                self.run(&ctx.prepared, run, cancel, None).await
+            }
+        }
+    }
+
+    /// A retry with a known idempotency key: the first call's outcome, never a second run.
+    async fn idempotent_reply(
+        &self,
+        ctx: &Context,
+        request: &CallRequest,
+        call: &PreparedCall,
+        key: &str,
+        entry: KeyEntry,
+    ) -> Response {
+        if entry.verb != call.verb || entry.args_hash != call.args_hash {
+            let reason = format!(
+                "idempotency_key {key:?} was already used with different arguments (verb `{}`); use a new key for a different action",
+                entry.verb
+            );
+            return self.refuse(ctx, request, Refusal::Denied { reason }).await;
+        }
+        match entry.target {
+            KeyTarget::Proposal(id) => match self.proposal_view(id) {
+                Some(view) if view.proposal.state == State::Pending => {
+                    confirm_required(&view.proposal)
+                }
+                Some(view) => Response::Proposals {
+                    proposals: vec![view],
+                },
+                None => Response::Error {
+                    message: format!("proposal {id} of idempotency_key {key:?} is unknown"),
+                },
+            },
+            KeyTarget::Run { exec_seq, end } => match end {
+                RunEnd::Running => Response::Busy {
+                    message: format!(
+                        "the first call with idempotency_key {key:?} is still running; ask again later"
+                    ),
+                },
+                RunEnd::Finished { exit, duration_ms } => Response::Ok {
+                    result: self.ledger.output(exec_seq).unwrap_or(RunResult {
+                        exit,
+                        stdout: String::new(),
+                        stderr: "(verbd: the output of the first run is not kept across daemon restarts)\n".into(),
+                        stdout_truncated: false,
+                        stderr_truncated: false,
+                        stdout_withheld: 0,
+                        stderr_withheld: 0,
+                        duration_ms,
+                    }),
+                    proposal: None,
+                },
+                RunEnd::Failed { error } => Response::Error {
+                    message: format!(
+                        "the first call with idempotency_key {key:?} did not run: {error}"
+                    ),
+                },
+                RunEnd::Cancelled => Response::Denied {
+                    reason: format!(
+                        "the first call with idempotency_key {key:?} was cancelled while it ran (its client hung up, or the daemon stopped) and may have partly acted; it never runs twice under one key: check its effect, then use a new key"
+                    ),
+                },
+                RunEnd::Interrupted => Response::Denied {
+                    reason: format!(
+                        "the daemon stopped while the first call with idempotency_key {key:?} ran, so its outcome is unknown; it never runs twice under one key: check its effect, then use a new key"
+                    ),
+                },
+            },
+        }
+    }
+
+    pub(super) async fn refuse(
+        &self,
+        ctx: &Context,
+        request: &CallRequest,
+        refusal: Refusal,
+    ) -> Response {
+        let (decision, response) = refusal_response(&refusal);
+        match self
+            .record(Event::Refused {
+                caller: ctx.record.clone(),
+                verb: request.verb.clone(),
+                args: redact_args(&request.args),
+                decision,
+                reason: refusal.message(),
+            })
+            .await
+        {
+            Ok(_) => response,
+            Err(e) => journal_failure(&e),
+        }
+    }
+
+    /// Run a prepared call to its journaled end. An approved proposal's run waits for a slot
+    /// (and says so once through `queued`); any other run gets `busy` when all slots are taken.
+    pub(super) async fn run(
+        &self,
+        prepared: &Prepared,
+        run: Run,
+        mut cancel: Cancel,
+        queued: Option<tokio::sync::oneshot::Sender<String>>,
+    ) -> Response {
+        let _slots = match self.slots(prepared, &run, &mut cancel, queued).await {
+            Ok(slots) => slots,
+            Err(response) => return response,
+        };
+        let Run {
+            requester,
+            call,
+            proposal,
+            idempotency_key,
+        } = run;
+        let keyed = idempotency_key.is_some();
+        let exec_seq = match self
+            .record(Event::Exec {
+                caller: requester,
+                decision: if proposal.is_some() {
+                    RunDecision::Approved
+                } else {
+                    RunDecision::Run
+                },
+                verb: call.verb.clone(),
+                args: journaled_args(&call),
+                args_hash: call.args_hash.clone(),
+                argv: call.display_argv(),
+                proposal,
+                idempotency_key,
+            })
+            .await
+        {
+            Ok(appended) => appended.seq,
+            Err(e) => return journal_failure(&e),
+        };
+        let started = Instant::now();
+        let ended = match &call.action {
+            PreparedAction::Exec { .. } => tokio::select! {
+                ended = self.execute(prepared, &call, exec_seq, proposal) => ended,
+                // Dropping the execution kills the child's process group.
+                cause = cancel.cancelled() => Ended::Cancelled(cause),
+            },
+            // A file operation cannot be interrupted halfway: it completes and is journaled.
+            PreparedAction::File(file) => {
+                match self
+                    .file_verb(prepared, &call, file, exec_seq, proposal)
+                    .await
+                {
+                    Ok(ended) => ended,
+                    Err(e) => return end_not_journaled(&e),
+                }
+            }
+        };
+        match ended {
+            Ended::Finished { result, response } => {
+                if let Err(e) = self.record(*result).await {
+                    return end_not_journaled(&e);
+                }
+                if let Response::Ok { result, .. } = &response
+                    && (proposal.is_some() || keyed)
+                {
+                    self.ledger.keep_output(exec_seq, result.clone());
+                }
+                response
+            }
+            Ended::Cancelled(cause) => {
+                let event = Event::Cancelled {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    proposal,
+                    cause,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                };
+                if let Err(e) = self.record(event).await {
+                    return end_not_journaled(&e);
+                }
+                tracing::info!(verb = %call.verb, exec_seq, ?cause, "run cancelled");
+                Response::Error {
+                    message: "the run was cancelled; its process group was killed".into(),
+                }
+            }
+        }
+    }
+
+    /// The global execution slot and the verb's own (with `max_concurrent`).
+    async fn slots(
+        &self,
+        prepared: &Prepared,
+        run: &Run,
+        cancel: &mut Cancel,
+        queued: Option<tokio::sync::oneshot::Sender<String>>,
+    ) -> Result<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>), Response> {
+        let verb = &run.call.verb;
+        let verb_sem = prepared.verb_permits.get(verb).cloned();
+        let global = self.exec_permits.clone().try_acquire_owned();
+        let own = match &verb_sem {
+            Some(sem) => sem.clone().try_acquire_owned().map(Some),
+            None => Ok(None),
+        };
+        let busy_reason = match (global, own) {
+            (Ok(global), Ok(own)) => return Ok((global, own)),
+            (Err(_), _) => "verbd is running its maximum number of executions".to_string(),
+            (_, Err(_)) => format!("verb `{verb}` is already running its maximum number of times"),
+        };
+        let Some(id) = run.proposal else {
+            return Err(Response::Busy {
+                message: format!("{busy_reason}; retry shortly"),
+            });
+        };
+        // An approval is never lost to a transient limit: the run waits for a slot.
+        let reason = format!(
+            "{busy_reason}; the approved run waits for a slot (at most {}s)",
+            APPROVED_RUN_SLOT_WAIT.as_secs()
+        );
+        if let Err(e) = self
+            .record(Event::ProposalQueued {
+                id,
+                reason: reason.clone(),
+            })
+            .await
+        {
+            return Err(journal_failure(&e));
+        }
+        if let Some(queued) = queued {
+            let _ = queued.send(reason);
+        }
+        let global_sem = self.exec_permits.clone();
+        let acquire = async move {
+            let own = match verb_sem {
+                Some(sem) => Some(sem.acquire_owned().await.expect("permits are never closed")),
+                None => None,
+            };
+            let global = global_sem
+                .acquire_owned()
+                .await
+                .expect("permits are never closed");
+            (global, own)
+        };
+        let why = tokio::select! {
+            acquired = tokio::time::timeout(APPROVED_RUN_SLOT_WAIT, acquire) => match acquired {
+                Ok(slots) => return Ok(slots),
+                Err(_) => format!(
+                    "not executed: no execution slot freed within {}s of the approval; propose again",
+                    APPROVED_RUN_SLOT_WAIT.as_secs()
+                ),
+            },
+            _ = cancel.cancelled() => {
+                "not executed: the daemon stopped before an execution slot freed; propose again".to_string()
+            }
+        };
+        let response = Response::Error {
+            message: format!("proposal {id}: {why}"),
+        };
+        match self
+            .record(Event::ProposalNotStarted {
+                id,
+                reason: Some(why),
+            })
+            .await
+        {
+            Ok(_) => Err(response),
+            Err(e) => Err(journal_failure(&e)),
+        }
+    }
+
+    /// Run the child of a journaled exec record; the `result` record and answer for its end.
+    async fn execute(
+        &self,
+        prepared: &Prepared,
+        call: &PreparedCall,
+        exec_seq: u64,
+        proposal: Option<u64>,
+    ) -> Ended {
+        let PreparedAction::Exec { argv, env, .. } = &call.action else {
+            unreachable!("execute is only called for argv actions");
+        };
+        let outcome = match prepared.sandboxes.get(&call.limits.sandbox) {
+            Some(sandbox) => {
+                let secret_dir = &prepared.secret_dir;
+                exec::run(ExecRequest {
+                    argv,
+                    env,
+                    cwd: &call.limits.cwd,
+                    timeout: call.limits.timeout,
+                    max_output: call.limits.max_output,
+                    sandbox,
+                    secrets: &prepared.secrets,
+                    secret_dir,
+                    scrubber: &prepared.scrubber,
+                    stdin: None,
+                })
+                .await
+                .map_err(|e| e.to_string())
+            }
+            None => Err(format!("sandbox `{}` is not prepared", call.limits.sandbox)),
+        };
+        let empty = Captured::default();
+        match outcome {
+            Ok(outcome) => {
+                let result = RunResult {
+                    exit: outcome.exit.clone(),
+                    stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+                    stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+                    stdout_truncated: outcome.stdout.truncated,
+                    stderr_truncated: outcome.stderr.truncated,
+                    stdout_withheld: outcome.stdout.withheld,
+                    stderr_withheld: outcome.stderr.withheld,
+                    duration_ms: outcome.duration.as_millis() as u64,
+                };
+                Ended::Finished {
+                    result: Box::new(Event::Result {
+                        verb: call.verb.clone(),
+                        exec_seq,
+                        proposal,
+                        exit_code: outcome.exit.code,
+                        signal: outcome.exit.signal,
+                        timed_out: outcome.exit.timed_out,
+                        duration_ms: result.duration_ms,
+                        stdout: OutputRecord::of(&outcome.stdout),
+                        stderr: OutputRecord::of(&outcome.stderr),
+                        error: None,
+                    }),
+                    response: Response::Ok { result, proposal },
+                }
+            }
+            Err(message) => Ended::Finished {
+                result: Box::new(Event::Result {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    proposal,
+                    exit_code: None,
+                    signal: None,
+                    timed_out: false,
+                    duration_ms: 0,
+                    stdout: OutputRecord::of(&empty),
+                    stderr: OutputRecord::of(&empty),
+                    error: Some(message.clone()),
+                }),
+                response: Response::Error { message },
+            },
+        }
+    }
+
+    /// Run a built-in file operation (no child: the daemon resolves beneath the roots itself).
+    /// A write journals `file_write` before the end record is built.
+    async fn file_verb(
+        &self,
+        prepared: &Prepared,
+        call: &PreparedCall,
+        file: &FileCall,
+        exec_seq: u64,
+        proposal: Option<u64>,
+    ) -> Result<Ended, crate::journal::JournalError> {
+        let started = Instant::now();
+        let op = file.clone();
+        let outcome = tokio::task::spawn_blocking(move || file_operation(&op))
+            .await
+            .expect("file task panicked");
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let (stdout, error) = match outcome {
+            Ok(FileOutcome::Written(receipt)) => {
+                self.record(Event::FileWrite {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    path: receipt.path.display().to_string(),
+                    size: receipt.size,
+                    sha256: receipt.sha256.clone(),
+                    created: receipt.created,
+                })
+                .await?;
+                let text = serde_json::json!({
+                    "path": receipt.path,
+                    "size": receipt.size,
+                    "sha256": receipt.sha256,
+                    "created": receipt.created,
+                })
+                .to_string()
+                    + "\n";
+                (text.into_bytes(), None)
+            }
+            Ok(FileOutcome::Read(bytes)) => (prepared.scrubber.scrub(&bytes), None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        let captured = Captured {
+            total: stdout.len() as u64,
+            bytes: stdout,
+            truncated: false,
+            withheld: 0,
+        };
+        let result = Box::new(Event::Result {
+            verb: call.verb.clone(),
+            exec_seq,
+            proposal,
+            exit_code: Some(if error.is_some() { 1 } else { 0 }),
+            signal: None,
+            timed_out: false,
+            duration_ms,
+            stdout: OutputRecord::of(&captured),
+            stderr: OutputRecord::of(&Captured::default()),
+            error: error.clone(),
+        });
+        let response = match error {
+            // A refused path is the caller's to fix: say why, like any other refusal.
+            Some(reason) => Response::Denied { reason },
+            None => Response::Ok {
+                result: RunResult {
+                    exit: ExitInfo {
+                        code: Some(0),
+                        signal: None,
+                        timed_out: false,
+                    },
+                    stdout: String::from_utf8_lossy(&captured.bytes).into_owned(),
+                    stderr: String::new(),
+                    stdout_truncated: false,
+                    stderr_truncated: false,
+                    stdout_withheld: 0,
+                    stderr_withheld: 0,
+                    duration_ms,
+                },
+                proposal,
+            },
+        };
+        Ok(Ended::Finished { result, response })
+    }
+
+    /// Answer a `check` (the hook adapter): may the caller write `path`? Allowed only beneath
+    /// the roots of file.write/file.append verbs the caller's roles may use, never on a
+    /// protected name. Journaled.
+    pub(super) async fn check(
+        &self,
+        ctx: &Context,
+        path: String,
+        tool: Option<String>,
+    ) -> Response {
+        let policy = &ctx.prepared.policy;
+        let roots: Vec<PathBuf> = policy
+            .verbs_for(&ctx.role_refs())
+            .filter_map(|v| match &v.action {
+                crate::policy::VerbAction::File(spec)
+                    if matches!(spec.op, FileOp::Write | FileOp::Append) =>
+                {
+                    Some(spec.roots.clone())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let verdict = if roots.is_empty() {
+            Err("no file.write or file.append verb is available to your roles, so no direct write is allowed; ask the operator or use a verb".to_string())
+        } else {
+            crate::files::check_write(&roots, &policy.protected, Path::new(&path))
+                .map_err(|e| e.to_string())
+        };
+        let (allowed, reason) = match verdict {
+            Ok(()) => (true, format!("{path} is beneath an allowed root")),
+            Err(reason) => (false, reason),
+        };
+        match self
+            .record(Event::Check {
+                caller: ctx.record.clone(),
+                path,
+                tool,
+                allowed,
+                reason: reason.clone(),
+            })
+            .await
+        {
+            Ok(_) => Response::Check { allowed, reason },
+            Err(e) => journal_failure(&e),
+        }
+    }
+}
+
+enum FileOutcome {
+    Written(WriteReceipt),
+    Read(Vec<u8>),
+}
+
+fn file_operation(file: &FileCall) -> Result<FileOutcome, crate::files::FileError> {
+    let spec = &file.spec;
+    match spec.op {
+        FileOp::Write => crate::files::write_file(spec, &file.path, &file.content, file.mode)
+            .map(FileOutcome::Written),
+        FileOp::Append => {
+            crate::files::append_file(spec, &file.path, &file.content).map(FileOutcome::Written)
+        }
+        FileOp::Read => crate::files::read_file(spec, &file.path).map(FileOutcome::Read),
+        FileOp::List => crate::files::list_dir(spec, &file.path).map(|entries| {
+            let text: String = entries
+                .iter()
+                .map(|e| format!("{:?}\t{}\t{}\n", e.kind, e.size, e.name))
+                .collect();
+            FileOutcome::Read(text.into_bytes())
+        }),
+    }
+}
+
+/// Arguments as journaled: file content is recorded as its size and sha256, never verbatim.
+fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
+    let mut args = call.args.clone();
+    if matches!(call.action, PreparedAction::File(_))
+        && let Some(content) = args.get_mut("content")
+    {
+        *content = format!(
+            "<{} bytes, sha256 {}>",
+            content.len(),
+            crate::digest::sha256_hex(content.as_bytes())
+        );
+    }
+    args
+}
+
+/// Raw (refused) arguments are journaled, but long values are cut so a hostile client cannot
+/// flood the journal with one request.
+fn redact_args(args: &BTreeMap<String, serde_json::Value>) -> BTreeMap<String, serde_json::Value> {
+    const MAX: usize = 512;
+    args.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) if s.len() > MAX => {
+                    let cut = (0..=MAX)
+                        .rev()
+                        .find(|i| s.is_char_boundary(*i))
+                        .unwrap_or(0);
+                    serde_json::Value::String(format!("{}…[{} bytes]", &s[..cut], s.len()))
+                }
+                other => other.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+fn refusal_response(refusal: &Refusal) -> (RefusalKind, Response) {
+    match refusal {
+        Refusal::NotAvailable { .. } | Refusal::Headless { .. } | Refusal::Denied { .. } => (
+            RefusalKind::Denied,
+            Response::Denied {
+                reason: refusal.message(),
+            },
+        ),
+        Refusal::Missing { params } => (
+            RefusalKind::Invalid,
+            Response::Invalid {
+                param: None,
+                rule: "missing".into(),
+                message: refusal.message(),
+                missing: params.clone(),
+            },
+        ),
+        Refusal::UnknownParam { param, .. } => (
+            RefusalKind::Invalid,
+            Response::Invalid {
+                param: Some(param.clone()),
+                rule: "unknown-parameter".into(),
+                message: refusal.message(),
+                missing: Vec::new(),
+            },
+        ),
+        Refusal::Invalid(r) => (
+            RefusalKind::Invalid,
+            Response::Invalid {
+                param: Some(r.param.clone()),
+                rule: r.rule.into(),
+                message: refusal.message(),
+                missing: Vec::new(),
+            },
+        ),
+    }
+}

@@ -1,0 +1,209 @@
+//! The daemon's single path for state changes: journal first, then apply.
+//!
+//! [`Ledger::record`] appends an event to the journal (fsync'd), then applies the very same event
+//! to the proposal book with `Book::apply` — the function replay uses at start — under the
+//! journal's lock, so the book sees events in journal order. Nothing else changes the book. A
+//! change wakes everyone waiting in [`Ledger::changed`] (`wait` requests), so nobody polls.
+//!
+//! Beside the book the ledger keeps what is deliberately *not* journaled state:
+//! - reservations: a decision on a proposal (approve, deny, expire, resolve) is reserved here
+//!   before its record is written, so two decisions never race for one proposal, and proposal ids
+//!   are reserved before their record so two proposals never share one;
+//! - outputs: the scrubbed output of proposal runs and keyed runs, for `result`/`wait` and
+//!   idempotent retries (the journal holds only sizes and hashes; a restart loses them).
+#![forbid(unsafe_code)]
+
+use crate::approvals::Book;
+use crate::events::Event;
+use crate::journal::{Appended, Journal, JournalError};
+use crate::proposal::Proposal;
+use crate::protocol::RunResult;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+use tokio::sync::watch;
+
+/// Most run outputs kept in memory for `result` and retries; the oldest go first.
+pub const MAX_KEPT_OUTPUTS: usize = 256;
+
+/// The book plus the in-memory reservations and outputs.
+struct Live {
+    book: Book,
+    /// Proposals with a decision being journaled right now.
+    reserved: BTreeSet<u64>,
+    /// Idempotency keys (uid, key) of calls being recorded right now.
+    reserved_keys: BTreeSet<(u32, String)>,
+    /// The highest proposal id handed out (journaled or not).
+    last_id: u64,
+    /// exec seq → the run's output.
+    outputs: BTreeMap<u64, RunResult>,
+}
+
+/// Journal + book, changed only together.
+pub struct Ledger {
+    journal: Arc<Mutex<Journal>>,
+    live: Arc<Mutex<Live>>,
+    changes: watch::Sender<u64>,
+}
+
+/// Why a decision on a proposal cannot be reserved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreservable {
+    NotFound,
+    /// Another decision on it is being recorded right now.
+    Busy,
+    /// The check refused it (the reason is the caller's to phrase).
+    Refused(String),
+}
+
+impl Ledger {
+    pub fn new(journal: Journal, book: Book) -> Ledger {
+        let last_id = book.next_id().saturating_sub(1);
+        Ledger {
+            journal: Arc::new(Mutex::new(journal)),
+            live: Arc::new(Mutex::new(Live {
+                book,
+                reserved: BTreeSet::new(),
+                reserved_keys: BTreeSet::new(),
+                last_id,
+                outputs: BTreeMap::new(),
+            })),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    fn live(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().expect("ledger lock")
+    }
+
+    /// Journal `event` (fsync'd, off the async threads), then apply it to the book.
+    pub async fn record(&self, event: Event) -> Result<Appended, JournalError> {
+        let journal = self.journal.clone();
+        let live = self.live.clone();
+        let appended = tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock().expect("journal lock");
+            let appended = journal.append(&event)?;
+            let time =
+                crate::journal::parse_rfc3339(&appended.time).unwrap_or(SystemTime::UNIX_EPOCH);
+            let mut live = live.lock().expect("ledger lock");
+            if let Err(conflict) = live.book.apply(appended.seq, time, &event) {
+                tracing::error!(%conflict, "a journaled event did not fit the proposal book");
+            }
+            Ok(appended)
+        })
+        .await
+        .expect("journal task panicked")?;
+        self.changes.send_modify(|n| *n += 1);
+        Ok(appended)
+    }
+
+    /// Read the book (short critical section; never held across an await).
+    pub fn read<R>(&self, f: impl FnOnce(&Book) -> R) -> R {
+        f(&self.live().book)
+    }
+
+    /// A copy of the book as it is now (tests compare it with a replay of the journal).
+    pub fn snapshot(&self) -> Book {
+        self.live().book.clone()
+    }
+
+    /// A receiver that wakes on every change of the book.
+    pub fn changed(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Hand out the next proposal id (its record may still fail; the id is then skipped).
+    pub fn reserve_id(&self) -> u64 {
+        let mut live = self.live();
+        live.last_id = live.last_id.max(live.book.next_id().saturating_sub(1)) + 1;
+        live.last_id
+    }
+
+    /// Reserve a decision on proposal `id` if `check` accepts it as it stands now. Release with
+    /// [`Ledger::release`] once the decision's record is written (or failed).
+    pub fn reserve(
+        &self,
+        id: u64,
+        check: impl FnOnce(&Proposal) -> Result<(), String>,
+    ) -> Result<Proposal, Unreservable> {
+        let mut live = self.live();
+        let proposal = live.book.get(id).cloned().ok_or(Unreservable::NotFound)?;
+        if live.reserved.contains(&id) {
+            return Err(Unreservable::Busy);
+        }
+        check(&proposal).map_err(Unreservable::Refused)?;
+        live.reserved.insert(id);
+        Ok(proposal)
+    }
+
+    pub fn release(&self, id: u64) {
+        self.live().reserved.remove(&id);
+    }
+
+    /// Reserve an idempotency key the book does not know yet, until the call's first record
+    /// (its `exec` or `proposal_created`) is written; `false` when the book knows it or another
+    /// call holds it. Release with [`Ledger::release_key`].
+    pub fn reserve_key(&self, uid: u32, key: &str, now: SystemTime) -> bool {
+        let mut live = self.live();
+        if live.book.key(uid, key, now).is_some() {
+            return false;
+        }
+        live.reserved_keys.insert((uid, key.to_string()))
+    }
+
+    pub fn release_key(&self, uid: u32, key: &str) {
+        self.live().reserved_keys.remove(&(uid, key.to_string()));
+    }
+
+    /// Pending proposals past their expiry and not being decided right now.
+    pub fn overdue(&self, now: SystemTime) -> Vec<u64> {
+        let live = self.live();
+        let mut ids = live.book.overdue(now);
+        ids.retain(|id| !live.reserved.contains(id));
+        ids
+    }
+
+    /// Keep a run's output (for `result`, `wait` and retries).
+    pub fn keep_output(&self, exec_seq: u64, result: RunResult) {
+        let mut live = self.live();
+        live.outputs.insert(exec_seq, result);
+        while live.outputs.len() > MAX_KEPT_OUTPUTS {
+            live.outputs.pop_first();
+        }
+    }
+
+    /// The kept output of the run with this exec seq.
+    pub fn output(&self, exec_seq: u64) -> Option<RunResult> {
+        self.live().outputs.get(&exec_seq).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_event_wakes_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let ledger = Ledger::new(Journal::open(&state).unwrap(), Book::new());
+        let mut changes = ledger.changed();
+        assert!(!changes.has_changed().unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stop = Event::Stop {
+            reason: "test".into(),
+            in_flight: 0,
+        };
+        let appended = runtime.block_on(ledger.record(stop)).unwrap();
+        assert!(changes.has_changed().unwrap(), "a waiter was not woken");
+        changes.borrow_and_update();
+        // A reserved id is never handed out twice, and never one the book already holds.
+        assert_eq!(ledger.reserve_id(), 1);
+        assert_eq!(ledger.reserve_id(), 2);
+        assert_eq!(ledger.read(Book::open_runs), 0);
+        assert!(appended.seq >= 1);
+    }
+}

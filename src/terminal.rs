@@ -1,0 +1,223 @@
+//! The one escaping function for untrusted text shown to a human on a terminal.
+//!
+//! Responsibility: an agent controls verb arguments, the `reason` of a proposal, a notifier's
+//! stderr and a verb's output. Any of it may reach an approver's screen (`verbd pending`,
+//! `verbd result`, `verbd wait`, the messages of `deny`/`resolve`, `verbd audit tail`). [`escape`]
+//! makes every character that could change what the human *sees* visible as a `\u{…}` escape:
+//! C0/C1 controls (cursor moves, colours, screen clears), bidirectional overrides and isolates
+//! (text that reads differently than it runs), zero-width and other invisible format characters
+//! (a name that looks like another), line and paragraph separators (a fake new line), and
+//! non-ASCII spaces (fake alignment). Everything else passes unchanged, so ordinary non-English
+//! text stays readable.
+//!
+//! Invariant: the output of [`escape`] contains no character for which [`is_hidden`] is true,
+//! and no newline, carriage return or tab.
+#![forbid(unsafe_code)]
+
+use crate::protocol::ProposalView;
+use std::fmt::Write;
+
+/// True for characters that are invisible, reorder text, or act on the terminal: every control
+/// character, every format character (Unicode category Cf), the line and paragraph separators,
+/// variation selectors, fillers that render as nothing, and whitespace other than the ASCII space.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            // Format characters (Cf): soft hyphen, Arabic number signs and letter mark, Syriac
+            // abbreviation mark, Mongolian vowel separator, zero-width space/joiners, LRM/RLM,
+            // bidi embeddings/overrides/isolates, word joiner and invisible operators, BOM,
+            // interlinear annotation, and the ones outside the BMP.
+            '\u{00AD}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}' | '\u{070F}'
+            | '\u{0890}'..='\u{0891}' | '\u{08E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}' | '\u{E0020}'..='\u{E007F}'
+            // Line and paragraph separators: a new line to a terminal that honours them.
+            | '\u{2028}' | '\u{2029}'
+            // Invisible by design: combining grapheme joiner, Mongolian free variation
+            // selectors, Khmer inherent vowels, Hangul fillers, variation selectors.
+            | '\u{034F}' | '\u{180B}'..='\u{180D}' | '\u{180F}' | '\u{17B4}'..='\u{17B5}'
+            | '\u{115F}'..='\u{1160}' | '\u{3164}' | '\u{FFA0}' | '\u{FE00}'..='\u{FE0F}'
+            | '\u{E0100}'..='\u{E01EF}'
+            // Whitespace that is not the ASCII space: looks like a space, is not one.
+            | '\u{00A0}' | '\u{1680}' | '\u{2000}'..='\u{200A}' | '\u{202F}' | '\u{205F}'
+            | '\u{3000}'
+        )
+}
+
+/// `text` with every hidden character written as an escape: `\n`, `\r`, `\t` for those three,
+/// `\u{hex}` for the others (see the module docs). A literal backslash stays as it is, so an
+/// attacker can write text that *looks like* an escape, but never a character that hides.
+///
+/// ```
+/// assert_eq!(verbd::terminal::escape("ok\u{202e}txt.exe\n"), "ok\\u{202e}txt.exe\\n");
+/// assert_eq!(verbd::terminal::escape("zero\u{200b}width"), "zero\\u{200b}width");
+/// assert_eq!(verbd::terminal::escape("naïve café"), "naïve café");
+/// ```
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_hidden(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A copy of `view` with every string a requester (or a verb's output) controls passed through
+/// [`escape`]: what the approval notifier gets on stdin, so a notifier that shows the payload to a
+/// person shows what `verbd pending` shows.
+pub fn escaped_view(view: &ProposalView) -> ProposalView {
+    let mut v = view.clone();
+    let p = &mut v.proposal;
+    p.args = p
+        .args
+        .iter()
+        .map(|(k, val)| (escape(k), escape(val)))
+        .collect();
+    p.argv = p.argv.iter().map(|a| escape(a)).collect();
+    if let Some(argv) = &mut p.dry_run_argv {
+        *argv = argv.iter().map(|a| escape(a)).collect();
+    }
+    for text in [
+        &mut p.dry_run_output,
+        &mut p.reason,
+        &mut p.note,
+        &mut p.idempotency_key,
+        &mut p.requester.user,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *text = escape(text);
+    }
+    if let Some(result) = &mut v.result {
+        result.stdout = escape(&result.stdout);
+        result.stderr = escape(&result.stderr);
+    }
+    v
+}
+
+/// A proposal as a person reads it (`verbd pending`, `verbd result`, `verbd wait`): every value
+/// that is not the daemon's own passes through [`escape`], so a hostile argument or reason cannot
+/// move the cursor, clear the screen, fake lines of this view or hide characters.
+pub fn proposal_text(view: &ProposalView) -> String {
+    let p = &view.proposal;
+    let mut out = String::new();
+    let _ = writeln!(out, "─── proposal {} ({}) ───", p.id, p.state);
+    let _ = writeln!(
+        out,
+        "  verb:        {} ({}) — {}",
+        escape(&p.verb),
+        escape(&p.category),
+        escape(&p.description)
+    );
+    let user = p
+        .requester
+        .user
+        .as_deref()
+        .map_or_else(|| "no user name".to_string(), escape);
+    let _ = writeln!(
+        out,
+        "  requested:   uid {} ({user}) pid {} at {}",
+        p.requester.uid, p.requester.pid, view.created_at
+    );
+    let _ = writeln!(out, "  expires:     {}", view.expires_at);
+    for (k, v) in &p.args {
+        let _ = writeln!(out, "  arg {:<9} {}", escape(k), escape(v));
+    }
+    let _ = writeln!(
+        out,
+        "  will run:    {}",
+        escape(&shell_words::join(&p.argv))
+    );
+    if let Some(reason) = &p.reason {
+        let _ = writeln!(
+            out,
+            "  reason (UNTRUSTED, written by the requester): {}",
+            escape(reason)
+        );
+    }
+    if let Some(output) = &p.dry_run_output {
+        let _ = writeln!(out, "  dry run output:");
+        for line in output.lines() {
+            let _ = writeln!(out, "    | {}", escape(line));
+        }
+    }
+    if let Some(by) = &p.decided_by {
+        let who = by
+            .user
+            .as_deref()
+            .map_or_else(String::new, |u| format!(" ({})", escape(u)));
+        let _ = writeln!(out, "  decided by:  uid {}{who}", by.uid);
+    }
+    if let Some(outcome) = p.outcome {
+        let _ = writeln!(out, "  resolved as: {outcome}");
+    }
+    if let Some(note) = &p.note {
+        let _ = writeln!(out, "  note:        {}", escape(note));
+    }
+    let hash = &p.args_hash;
+    let _ = writeln!(out, "  hash:        {hash}");
+    if p.state == crate::proposal::State::Pending {
+        let _ = writeln!(
+            out,
+            "  approve:     verbd approve {} --hash {}",
+            p.id,
+            &hash[..hash.len().min(16)]
+        );
+        let _ = writeln!(out, "  deny:        verbd deny {} --reason '…'", p.id);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_character_that_hides_is_escaped() {
+        for c in [
+            '\u{1b}',
+            '\u{7f}',
+            '\u{9b}',
+            '\u{200f}',
+            '\u{200b}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{061c}',
+            '\u{00ad}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{feff}',
+            '\u{e0041}',
+            '\u{fe0f}',
+            '\u{3164}',
+            '\u{00a0}',
+            '\u{3000}',
+        ] {
+            let escaped = escape(&format!("a{c}b"));
+            assert_eq!(escaped, format!("a\\u{{{:x}}}b", u32::from(c)), "{c:?}");
+        }
+        assert_eq!(escape("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+    }
+
+    #[test]
+    fn readable_text_passes_unchanged() {
+        for text in [
+            "nginx.service",
+            "scale web to 3",
+            "Grüße, 東京, مرحبا",
+            "a\\u{202e}",
+        ] {
+            assert_eq!(escape(text), text);
+        }
+    }
+}

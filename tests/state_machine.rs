@@ -1,0 +1,487 @@
+//! The proposal book has one state machine (invariants 4 and 9): after every step of any
+//! sequence of proposals, approvals, denials, resolutions, expiries, idempotent retries, client
+//! hang-ups, crashes and restarts, the daemon's live book equals the book replayed from its
+//! journal, and no proposal and no idempotency key ever runs twice.
+//!
+//! The daemon is real (policy, sandboxed children, fsync'd journal, the request handlers) and is
+//! driven in-process with `Daemon::respond`, the same dispatch a connection uses; a restart drops
+//! it and starts a new one on the same state directory; a crash aborts a run mid-flight (no end
+//! record) before the restart. Needs no root.
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use verbd::approvals::Book;
+use verbd::loader::{Loader, PolicySource};
+use verbd::policy::Caller;
+use verbd::protocol::{Outcome, Request, Response, State};
+use verbd::server::{Daemon, ServeSettings};
+
+const AGENT: u32 = 62001;
+const SRE: u32 = 62002;
+
+fn policy(dir: &Path) -> String {
+    format!(
+        r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [{AGENT}]
+[roles.sre]
+kind = "human"
+uids = [{SRE}]
+[approvals]
+approvers = ["sre"]
+expires = "300ms"
+
+[verb.note]
+description = "append a note (needs approval)"
+builtin = "file.append"
+category = "mutating"
+roles = ["agent"]
+roots = ["{out}"]
+
+[verb.slow]
+description = "a slow change (needs approval)"
+category = "mutating"
+roles = ["agent"]
+timeout = "60s"
+command = "/bin/sleep {{secs}}"
+params.secs = {{ type = "string", pattern = "[0-9]+(\\.[0-9]+)?" }}
+
+[verb.tick]
+description = "append a tick at once"
+builtin = "file.append"
+category = "mutating"
+approval = "none"
+roles = ["agent"]
+roots = ["{out}"]
+
+[verb.nap]
+description = "a long read"
+category = "read-only"
+roles = ["agent"]
+timeout = "60s"
+command = "/bin/sleep {{secs}}"
+params.secs = {{ type = "int", min = 1, max = 999 }}
+"#,
+        out = dir.join("out").display()
+    )
+}
+
+fn caller(uid: u32) -> Caller {
+    Caller {
+        uid,
+        gid: uid,
+        pid: 1,
+        user: None,
+        groups: Vec::new(),
+    }
+}
+
+/// One step of a sequence.
+#[derive(Debug, Clone)]
+enum Op {
+    /// The agent proposes `note` (or `slow`, which runs for a while once approved).
+    Propose {
+        slow: bool,
+        content: u8,
+    },
+    Approve {
+        pick: usize,
+    },
+    Deny {
+        pick: usize,
+    },
+    Resolve {
+        pick: usize,
+        outcome: u8,
+    },
+    /// Let pending proposals pass their expiry, then list them (which expires them).
+    Expire,
+    /// A keyed direct call (the first runs, every retry must not).
+    Retry {
+        key: u8,
+    },
+    /// A keyed call whose client hangs up while it runs.
+    HangUp {
+        key: u8,
+    },
+    /// The daemon stops and a new one starts on the same journal.
+    Restart,
+    /// The daemon dies while an approved `slow` proposal (or a keyed nap) runs, then restarts.
+    Crash {
+        pick: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<bool>(), 0u8..4).prop_map(|(slow, content)| Op::Propose { slow, content }),
+        4 => any::<usize>().prop_map(|pick| Op::Approve { pick }),
+        2 => any::<usize>().prop_map(|pick| Op::Deny { pick }),
+        2 => (any::<usize>(), 0u8..3).prop_map(|(pick, outcome)| Op::Resolve { pick, outcome }),
+        1 => Just(Op::Expire),
+        3 => (0u8..3).prop_map(|key| Op::Retry { key }),
+        2 => (0u8..3).prop_map(|key| Op::HangUp { key }),
+        2 => Just(Op::Restart),
+        1 => any::<usize>().prop_map(|pick| Op::Crash { pick }),
+    ]
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    daemon: Option<Arc<Daemon>>,
+    /// (id, hash) of every proposal made.
+    proposals: Vec<(u64, String)>,
+}
+
+impl World {
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    async fn start(&mut self) {
+        let loader = Loader::new(PolicySource::File(self.dir.path().join("policy.toml")));
+        let secret_dir = self.state().join(verbd::paths::SECRET_FILES_DIR);
+        std::fs::create_dir_all(&secret_dir).unwrap();
+        let prepared = loader
+            .prepare(loader.compile().unwrap(), &secret_dir)
+            .unwrap();
+        let (journal, book) = verbd::serve::open_journal(&self.state()).unwrap();
+        let interrupted = book.interrupted();
+        let daemon = Daemon::new(
+            prepared,
+            journal,
+            book,
+            ServeSettings {
+                state_dir: self.state(),
+                invoker_uid: nix::unistd::getuid().as_raw(),
+                loader,
+            },
+        );
+        daemon.record_start(interrupted).await.unwrap();
+        self.daemon = Some(daemon);
+    }
+
+    fn daemon(&self) -> Arc<Daemon> {
+        self.daemon.clone().unwrap()
+    }
+
+    /// Drop the daemon (every request finished or aborted first) and start a new one.
+    async fn restart(&mut self) {
+        let daemon = self.daemon.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&daemon) > 1 {
+            assert!(Instant::now() < deadline, "the daemon is still referenced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(daemon);
+        self.start().await;
+    }
+
+    async fn ask(&self, uid: u32, request: Request) -> Response {
+        let (_client, hung_up) = tokio::sync::watch::channel(false);
+        self.daemon().respond(caller(uid), request, hung_up).await
+    }
+
+    fn pick(&self, pick: usize) -> Option<(u64, String)> {
+        (!self.proposals.is_empty()).then(|| self.proposals[pick % self.proposals.len()].clone())
+    }
+
+    fn state_of(&self, id: u64) -> Option<State> {
+        self.daemon().ledger().read(|b| b.get(id).map(|p| p.state))
+    }
+
+    async fn until_running(&self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.daemon().ledger().read(Book::open_runs) == 0 {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        true
+    }
+
+    async fn step(&mut self, op: &Op) {
+        let out = self.dir.path().join("out");
+        match op {
+            Op::Propose { slow, content } => {
+                let (verb, args) = if *slow {
+                    ("slow", BTreeMap::from([("secs".into(), "0.2".into())]))
+                } else {
+                    (
+                        "note",
+                        BTreeMap::from([
+                            ("path".into(), out.join("notes").display().to_string()),
+                            ("content".into(), format!("note {content}\n")),
+                        ]),
+                    )
+                };
+                let request = Request::Call {
+                    verb: verb.into(),
+                    args: verbd::policy::text_args(&args),
+                    reason: Some("property test".into()),
+                    idempotency_key: None,
+                };
+                if let Response::ConfirmRequired { id, hash, .. } = self.ask(AGENT, request).await
+                    && !self.proposals.iter().any(|(known, _)| *known == id)
+                {
+                    self.proposals.push((id, hash));
+                }
+            }
+            Op::Approve { pick } => {
+                if let Some((id, hash)) = self.pick(*pick) {
+                    self.ask(SRE, Request::Approve { id, hash }).await;
+                }
+            }
+            Op::Deny { pick } => {
+                if let Some((id, _)) = self.pick(*pick) {
+                    let reason = "no".to_string();
+                    self.ask(SRE, Request::Deny { id, reason }).await;
+                }
+            }
+            Op::Resolve { pick, outcome } => {
+                if let Some((id, _)) = self.pick(*pick) {
+                    let outcome = [Outcome::Succeeded, Outcome::Failed, Outcome::NotRun]
+                        [*outcome as usize % 3];
+                    let note = "checked".to_string();
+                    self.ask(SRE, Request::Resolve { id, outcome, note }).await;
+                }
+            }
+            Op::Expire => {
+                tokio::time::sleep(Duration::from_millis(320)).await;
+                self.ask(SRE, Request::Pending {}).await;
+            }
+            Op::Retry { key } => {
+                let args = BTreeMap::from([
+                    (
+                        "path".into(),
+                        out.join(format!("ticks{key}")).display().to_string(),
+                    ),
+                    ("content".into(), "tick\n".into()),
+                ]);
+                let request = Request::Call {
+                    verb: "tick".into(),
+                    args: verbd::policy::text_args(&args),
+                    reason: None,
+                    idempotency_key: Some(format!("tick-{key}")),
+                };
+                self.ask(AGENT, request).await;
+            }
+            Op::HangUp { key } => {
+                let request = Request::Call {
+                    verb: "nap".into(),
+                    args: verbd::policy::text_args(&BTreeMap::from([("secs".into(), "30".into())])),
+                    reason: None,
+                    idempotency_key: Some(format!("nap-{key}")),
+                };
+                let (client, hung_up) = tokio::sync::watch::channel(false);
+                let task = tokio::spawn(self.daemon().respond(caller(AGENT), request, hung_up));
+                // A retry of a key already used answers at once; a first call runs.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if !task.is_finished() {
+                    self.until_running().await;
+                }
+                client.send_replace(true);
+                let _ = task.await;
+            }
+            Op::Restart => self.restart().await,
+            Op::Crash { pick } => {
+                let approvable = self
+                    .pick(*pick)
+                    .filter(|(id, _)| self.state_of(*id) == Some(State::Pending));
+                let request = match approvable {
+                    Some((id, hash)) => (SRE, Request::Approve { id, hash }),
+                    None => (
+                        AGENT,
+                        Request::Call {
+                            verb: "nap".into(),
+                            args: verbd::policy::text_args(&BTreeMap::from([(
+                                "secs".into(),
+                                "30".into(),
+                            )])),
+                            reason: None,
+                            idempotency_key: None,
+                        },
+                    ),
+                };
+                let (client, hung_up) = tokio::sync::watch::channel(false);
+                let task =
+                    tokio::spawn(self.daemon().respond(caller(request.0), request.1, hung_up));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if !task.is_finished() {
+                    self.until_running().await;
+                }
+                // The crash itself: the caller shuts the runtime down with this still running.
+                std::mem::forget(client);
+            }
+        }
+    }
+
+    /// The book replayed from the journal as it is on disk now.
+    fn replayed(&self) -> Book {
+        let records = verbd::journal::replay(&self.state()).unwrap();
+        let events = records.into_iter().filter_map(|r| {
+            let time = verbd::journal::parse_rfc3339(&r.time).unwrap();
+            verbd::events::decode(r.seq, &r.event)
+                .unwrap()
+                .map(|e| (r.seq, time, e))
+        });
+        let (book, conflicts) = Book::replay(events);
+        assert!(conflicts.is_empty(), "conflicts: {conflicts:?}");
+        book
+    }
+
+    /// Exec records per proposal and per (caller, idempotency key): each at most one.
+    fn runs_twice(&self) -> Vec<String> {
+        let mut seen = BTreeMap::<String, usize>::new();
+        for record in verbd::journal::replay(&self.state()).unwrap() {
+            let e = &record.event;
+            if e["kind"] != "exec" {
+                continue;
+            }
+            if let Some(id) = e["proposal"].as_u64() {
+                *seen.entry(format!("proposal {id}")).or_default() += 1;
+            }
+            if let Some(key) = e["idempotency_key"].as_str() {
+                *seen.entry(format!("key {key}")).or_default() += 1;
+            }
+        }
+        seen.into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(what, n)| format!("{what} ran {n} times"))
+            .collect()
+    }
+}
+
+/// Run `ops` on a fresh daemon, checking after every step; the final book.
+fn check_sequence(ops: Vec<Op>) -> Result<Book, TestCaseError> {
+    let runtime = new_runtime();
+    let mut world = runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        std::fs::write(dir.path().join("policy.toml"), policy(dir.path())).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        let mut world = World {
+            dir,
+            daemon: None,
+            proposals: Vec::new(),
+        };
+        world.start().await;
+        Ok::<World, TestCaseError>(world)
+    })?;
+    let mut runtime = runtime;
+    for (step, op) in ops.iter().enumerate() {
+        runtime.block_on(world.step(op));
+        if matches!(op, Op::Crash { .. }) {
+            // The daemon dies: every task is dropped where it stands (a dropped run kills its
+            // process group), nothing more is journaled. Then a new daemon starts.
+            std::mem::replace(&mut runtime, new_runtime()).shutdown_timeout(Duration::from_secs(5));
+            let daemon = world.daemon.take().unwrap();
+            assert_eq!(
+                Arc::strong_count(&daemon),
+                1,
+                "the dead daemon is still referenced"
+            );
+            drop(daemon);
+            runtime.block_on(world.start());
+        }
+        let live = world.daemon().ledger().snapshot();
+        let replayed = world.replayed();
+        prop_assert_eq!(
+            &live,
+            &replayed,
+            "after step {} ({:?}) the live book differs from the replayed one",
+            step,
+            op
+        );
+        let twice = world.runs_twice();
+        prop_assert!(
+            twice.is_empty(),
+            "after step {} ({:?}): {:?}",
+            step,
+            op,
+            twice
+        );
+    }
+    let book = world.daemon().ledger().snapshot();
+    runtime.block_on(async move { drop(world) });
+    Ok(book)
+}
+
+fn new_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_live_book_always_equals_the_replayed_book_and_nothing_runs_twice(
+        ops in proptest::collection::vec(op(), 1..14)
+    ) {
+        check_sequence(ops)?;
+    }
+}
+
+/// The sequence that exercises every divergence the two state machines once had, in one run:
+/// a resolved unknown outcome, a hung-up keyed call, a retry, a denial, restarts between them.
+#[test]
+fn every_former_divergence_in_one_sequence() {
+    let book = check_sequence(vec![
+        Op::Propose {
+            slow: true,
+            content: 0,
+        },
+        Op::Crash { pick: 0 },
+        Op::Resolve {
+            pick: 0,
+            outcome: 0,
+        },
+        Op::Restart,
+        Op::HangUp { key: 1 },
+        Op::HangUp { key: 1 },
+        Op::Restart,
+        Op::HangUp { key: 1 },
+        Op::Retry { key: 2 },
+        Op::Retry { key: 2 },
+        Op::Propose {
+            slow: false,
+            content: 1,
+        },
+        Op::Deny { pick: 1 },
+        Op::Restart,
+        Op::Approve { pick: 1 },
+    ])
+    .unwrap();
+    let resolved = book.get(1).unwrap();
+    assert_eq!(resolved.state, State::Resolved, "{resolved:?}");
+    assert_eq!(resolved.outcome, Some(Outcome::Succeeded));
+    let denied = book.get(2).unwrap();
+    assert_eq!(denied.state, State::Denied, "{denied:?}");
+    let hung_up = book
+        .key(AGENT, "nap-1", std::time::SystemTime::now())
+        .unwrap();
+    assert!(
+        matches!(
+            hung_up.target,
+            verbd::approvals::KeyTarget::Run {
+                end: verbd::approvals::RunEnd::Cancelled,
+                ..
+            }
+        ),
+        "{hung_up:?}"
+    );
+}
