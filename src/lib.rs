@@ -8,12 +8,14 @@
 
 pub mod adapters;
 pub mod approvals;
+pub mod cli_docs;
 pub mod client;
 pub mod digest;
 pub mod exec;
 pub mod files;
 pub mod journal;
 pub mod policy;
+pub mod policy_tools;
 pub mod protected;
 pub mod protocol;
 pub mod sandbox;

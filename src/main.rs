@@ -198,6 +198,10 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (verbd.1 and one per subcommand) into DIR
+    Man { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -245,6 +249,41 @@ enum PolicyCommand {
         args: Vec<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// Replay recorded agent commands (shell lines, JSONL, Claude Code or Codex transcripts)
+    /// against a policy: what is covered, what needs approval, what is not and why. Exit 1 when
+    /// a destructive or credential-reading command would run without approval.
+    Coverage {
+        policy: PathBuf,
+        /// Files, directories or globs (e.g. '~/.claude/projects/*/*.jsonl')
+        #[arg(long, required = true, num_args = 1..)]
+        from: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: verbd::policy_tools::cli::Format,
+        /// Replay as these roles (default: every agent role)
+        #[arg(long)]
+        role: Vec<String>,
+    },
+    /// Draft verbs (TOML to review and paste) for the commands coverage finds uncovered
+    Suggest {
+        policy: PathBuf,
+        #[arg(long, required = true, num_args = 1..)]
+        from: Vec<PathBuf>,
+        #[arg(long)]
+        role: Vec<String>,
+    },
+    /// Check expected verdicts (run, propose, refuse with its rule) for calls and recorded
+    /// commands; exit 1 on any mismatch
+    Test {
+        policy: PathBuf,
+        tests: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: verbd::policy_tools::cli::Format,
+    },
+    /// Print the JSON Schema of the policy format (--pack: of a pack file)
+    Schema {
+        #[arg(long)]
+        pack: bool,
     },
 }
 
@@ -481,7 +520,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args,
                 json,
             } => policy_explain(&file, &verb, &args, json),
+            PolicyCommand::Coverage {
+                policy,
+                from,
+                format,
+                role,
+            } => Ok(ExitCode::from(verbd::policy_tools::cli::coverage(
+                &policy, &from, format, &role,
+            ))),
+            PolicyCommand::Suggest { policy, from, role } => Ok(ExitCode::from(
+                verbd::policy_tools::cli::suggest(&policy, &from, &role),
+            )),
+            PolicyCommand::Test {
+                policy,
+                tests,
+                format,
+            } => Ok(ExitCode::from(verbd::policy_tools::cli::test(
+                &policy, &tests, format,
+            ))),
+            PolicyCommand::Schema { pack } => {
+                Ok(ExitCode::from(verbd::policy_tools::cli::schema(pack)))
+            }
         },
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            use clap::CommandFactory;
+            for page in verbd::cli_docs::man_pages(Cli::command(), &dir)? {
+                println!("{}", page.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

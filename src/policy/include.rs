@@ -281,8 +281,7 @@ fn narrow(pack: &mut RawPack, table: &RawIncludeTable, origin: &str) -> Vec<Stri
     for verb in pack.verb.values_mut() {
         let verb = verb.get_mut();
         for command in [&mut verb.command, &mut verb.dry_run].into_iter().flatten() {
-            if let Some(name) = replace_program(command.get_mut(), &table.programs, &mut problems)
-            {
+            if let Some(name) = replace_program(command.get_mut(), &table.programs, &mut problems) {
                 programs_used.insert(name);
             }
         }
