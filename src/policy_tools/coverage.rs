@@ -187,15 +187,49 @@ pub fn analyze_entry(
             (text, vec![pipeline])
         }
     };
+    // A loop or conditional is one shell program: report it whole, never its pieces.
+    let compound = pipelines
+        .iter()
+        .flat_map(|p| &p.stages)
+        .flat_map(|s| &s.constructs)
+        .find_map(|c| match c {
+            Construct::Compound(_) | Construct::FunctionDefinition => Some(c.describe()),
+            _ => None,
+        });
+    if let Some(what) = compound {
+        return vec![uncovered(
+            entry,
+            text.trim(),
+            format!("{what}: a shell program, not one command"),
+        )];
+    }
     let mut out = Vec::new();
+    let mut cwd: Option<String> = None;
     for pipeline in &pipelines {
+        // `cd DIR` (with a literal absolute DIR) sets where the next commands run.
+        if let [stage] = pipeline.stages.as_slice()
+            && let [cd, dir] = stage.words.as_slice()
+            && cd.text == "cd"
+            && dir.hazards.is_empty()
+            && dir.text.starts_with('/')
+        {
+            cwd = Some(dir.text.clone());
+        }
         let segment = text
             .get(pipeline.span.clone())
             .filter(|_| matches!(entry.command, Recorded::Shell(_)))
             .unwrap_or(&text)
             .trim()
             .to_string();
-        if let Some(report) = analyze_pipeline(policy, roles, entry, &segment, &text, pipeline) {
+        if let Some(report) = analyze_pipeline(
+            policy,
+            roles,
+            entry,
+            &segment,
+            &text,
+            pipeline,
+            cwd.as_deref(),
+        ) {
             out.push(report);
         } else {
             *ignored += 1;
@@ -207,7 +241,10 @@ pub fn analyze_entry(
 /// What peeling wrappers off a stage found.
 struct Peeled {
     argv: Vec<String>,
+    /// What cannot be known offline: substitutions, variables, globs, redirections, constructs.
     hazards: Vec<String>,
+    /// The program hands a string or its input to another program (`sh -c`, `xargs`, `-exec`).
+    wrapper: Option<String>,
     run_as: Option<String>,
 }
 
@@ -335,6 +372,7 @@ fn peel(stage: &Stage) -> Peeled {
         argv.push(word.text.clone());
     }
     // Wrappers and shapes that hand a string or stdin to another program.
+    let mut wrapper = None;
     if let Some(program) = argv.first() {
         let name = program.rsplit('/').next().unwrap_or(program);
         let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
@@ -357,18 +395,19 @@ fn peel(stage: &Stage) -> Peeled {
             } else {
                 format!("`{name}`: a shell, interpreter or exec wrapper")
             };
-            hazards.push(how);
+            wrapper = Some(how);
         }
         if argv
             .iter()
             .any(|a| matches!(a.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))
         {
-            hazards.push("`-exec`: runs a command per file found".into());
+            wrapper = Some("`-exec`: runs a command per file found".into());
         }
     }
     Peeled {
         argv,
         hazards,
+        wrapper,
         run_as,
     }
 }
@@ -380,8 +419,9 @@ fn analyze_pipeline(
     segment: &str,
     full_text: &str,
     pipeline: &Pipeline,
+    cwd: Option<&str>,
 ) -> Option<CommandReport> {
-    let stages: Vec<Peeled> = pipeline.stages.iter().map(peel).collect();
+    let mut stages: Vec<Peeled> = pipeline.stages.iter().map(peel).collect();
     let is_local = |p: &Peeled, stage: &Stage| {
         p.argv.is_empty()
             && stage.constructs.is_empty()
@@ -397,8 +437,24 @@ fn analyze_pipeline(
         .zip(&pipeline.stages)
         .position(|(p, s)| !is_local(p, s));
     let head = head?;
+    let mut notes = Vec::new();
+    // `cd DIR && git …` is `git -C DIR …`: the one program whose working directory is an option
+    // with exactly that meaning.
+    if let Some(dir) = cwd
+        && stages[head]
+            .argv
+            .first()
+            .is_some_and(|p| p == "git" || p.ends_with("/git"))
+        && !stages[head].argv.iter().any(|a| a == "-C")
+    {
+        stages[head]
+            .argv
+            .splice(1..1, ["-C".to_string(), dir.to_string()]);
+        notes.push(format!("ran in {dir} (cd): read as git -C {dir}"));
+    }
     let stage = &stages[head];
     let mut report = uncovered(entry, segment, String::new());
+    report.notes = notes;
     report.program = stage.argv.first().cloned();
     report.effect = danger::classify(&stage.argv).0;
     if let Some(user) = &stage.run_as
@@ -409,6 +465,7 @@ fn analyze_pipeline(
             .push(format!("the agent ran it as `{user}` (sudo -u)"));
     }
     let mut problems: Vec<String> = stage.hazards.clone();
+    problems.extend(stage.wrapper.clone());
     if head > 0 {
         let producer = text_of(full_text, &pipeline.stages[head - 1]);
         problems.push(format!(
@@ -521,8 +578,9 @@ fn best_verb(
                 if miss.depth > 0 {
                     same_program += 1;
                 }
-                if miss.depth > 0 && closest.as_ref().is_none_or(|(d, _, _)| miss.depth > *d) {
-                    closest = Some((miss.depth, verb.name.clone(), miss.detail));
+                let score = miss.depth * 100 + shared_literals(verb, argv);
+                if miss.depth > 0 && closest.as_ref().is_none_or(|(d, _, _)| score > *d) {
+                    closest = Some((score, verb.name.clone(), miss.detail));
                 }
                 continue;
             }
@@ -537,7 +595,7 @@ fn best_verb(
                 found.push((2, candidate.added.len(), verb.name.clone(), candidate))
             }
             Verdict::Refuse(refusal) => {
-                let depth = argv.len() + 1;
+                let depth = (argv.len() + 1) * 100 + shared_literals(verb, argv);
                 if closest.as_ref().is_none_or(|(d, _, _)| depth >= *d) {
                     closest = Some((depth, verb.name.clone(), refusal.message()));
                 }
@@ -566,6 +624,19 @@ fn best_verb(
         }
         None => format!("no verb runs `{program}` this way"),
     })
+}
+
+/// How many words of `argv` are literal elements of the verb's template (ranks near misses).
+fn shared_literals(verb: &crate::policy::Verb, argv: &[String]) -> usize {
+    let VerbAction::Command { template, .. } = &verb.action else {
+        return 0;
+    };
+    let literals: Vec<String> = template
+        .elements()
+        .filter(|(e, _)| e.params().next().is_none() && e.secrets().next().is_none())
+        .map(|(e, _)| matcher::element_text(e))
+        .collect();
+    argv.iter().skip(1).filter(|w| literals.contains(w)).count()
 }
 
 /// Redaction of credentials in recorded command text before it is shown.

@@ -229,7 +229,7 @@ fn match_template(
         bindings: BTreeMap::new(),
         steps: 0,
         best: Miss {
-            depth: 1,
+            depth: 0,
             detail: "nothing matched".into(),
         },
     };
@@ -262,8 +262,16 @@ impl Search<'_> {
             return self.finish(pos);
         }
         let word = &self.words[pos];
+        // A word that is one of the template's literal operands (`get`, `status`) binds to it,
+        // never to a parameter that happens to accept the same text.
+        let literal_operand = (floor..self.slots.len()).any(|i| {
+            !self.used[i]
+                && !self.slots[i].option
+                && self.slots[i].literal_only
+                && element_text(self.slots[i].element) == *word
+        });
         for i in 0..self.slots.len() {
-            if self.used[i] {
+            if self.used[i] || (literal_operand && !self.slots[i].literal_only) {
                 continue;
             }
             let positional = !self.slots[i].option && self.slots[i].flag.is_none();
@@ -274,7 +282,10 @@ impl Search<'_> {
             match self.match_slot(i, word) {
                 Ok(()) => {}
                 Err(reason) => {
-                    if let Some(reason) = reason {
+                    // For an option word, "not in its template" says more than a validator.
+                    if let Some(reason) = reason
+                        && !word.starts_with('-')
+                    {
                         self.miss(pos, reason, true);
                     }
                     self.bindings = saved;
@@ -356,7 +367,14 @@ impl Search<'_> {
                 });
             let value_of_credential =
                 slot.takes_value && self.slots.get(i + 1).is_some_and(|next| next.has_secret);
-            if slot.has_secret || value_of_credential || (slot.option && slot.literal_only) {
+            // `-v ON_ERROR_STOP=1`: a literal value of a literal option the verb adds.
+            let literal_value_of_added_option =
+                slot.literal_only && i > 0 && self.slots[i - 1].takes_value && !self.used[i - 1];
+            if slot.has_secret
+                || value_of_credential
+                || (slot.option && slot.literal_only)
+                || literal_value_of_added_option
+            {
                 added.push(element_text(slot.element));
             } else if defaulted {
                 let rendered: String = slot
@@ -441,9 +459,7 @@ fn match_pieces(
                 }
                 let value = &word[..end];
                 if at_start && value.starts_with('-') && !param.allow_dash {
-                    *rejection = Some(format!(
-                        "`{name}`: {value:?} starts with `-` and would be read as an option"
-                    ));
+                    // An option the template does not have: the caller reports that.
                     continue;
                 }
                 let normalized = match param.validate(value) {
