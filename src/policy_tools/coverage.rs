@@ -21,6 +21,7 @@ use super::filters;
 use super::matcher::{self, Candidate};
 use super::shell::{self, Construct, Pipeline, Stage};
 use super::sources::{Collected, Entry, Recorded};
+use crate::approvals::escape_for_terminal;
 use crate::policy::{Policy, Refusal, Role, VerbAction, Verdict, text_args};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -187,14 +188,17 @@ pub fn analyze_entry(
             (text, vec![pipeline])
         }
     };
-    // A loop or conditional is one shell program: report it whole, never its pieces.
+    // A loop, conditional, subshell or group is one shell program: report it whole, never its
+    // pieces.
     let compound = pipelines
         .iter()
         .flat_map(|p| &p.stages)
         .flat_map(|s| &s.constructs)
         .find_map(|c| match c {
-            Construct::Compound(_) | Construct::FunctionDefinition => Some(c.describe()),
-            _ => None,
+            Construct::Compound(_)
+            | Construct::FunctionDefinition
+            | Construct::Subshell
+            | Construct::BraceGroup => Some(c.describe()),
         });
     if let Some(what) = compound {
         return vec![uncovered(
@@ -423,7 +427,7 @@ fn analyze_pipeline(
 ) -> Option<CommandReport> {
     let mut stages: Vec<Peeled> = pipeline.stages.iter().map(peel).collect();
     let is_local = |p: &Peeled, stage: &Stage| {
-        p.argv.is_empty()
+        stage.words.is_empty()
             && stage.constructs.is_empty()
             && stage.redirects.iter().all(|r| r.is_harmless())
             || p.argv
@@ -677,8 +681,12 @@ impl Redactor {
 
 /// The text report: the percentage, uncovered commands grouped by program with counts, and
 /// every destructive or credential-reading command a verb would run without approval.
+///
+/// Recorded commands come from transcripts an agent wrote: every one passes through
+/// [`escape_for_terminal`], so a hostile line cannot move the cursor or fake lines of the report.
 pub fn render_text(report: &Report) -> String {
     use std::fmt::Write;
+    let esc = |t: &str| escape_for_terminal(t);
     let s = &report.summary;
     let mut out = String::new();
     let percent = if s.commands == 0 {
@@ -706,7 +714,7 @@ pub fn render_text(report: &Report) -> String {
             let _ = writeln!(
                 out,
                 "!!!   {} [{}] via verb `{}` — {}",
-                c.command,
+                esc(&c.command),
                 c.effect.as_str(),
                 c.verb.as_deref().unwrap_or_default(),
                 c.source
@@ -731,13 +739,13 @@ pub fn render_text(report: &Report) -> String {
         groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
         let _ = writeln!(out, "\nuncovered, by program:");
         for (program, commands) in groups {
-            let _ = writeln!(out, "  {program} ({})", commands.len());
+            let _ = writeln!(out, "  {} ({})", esc(&program), commands.len());
             for c in commands.iter().take(5) {
                 let _ = writeln!(
                     out,
                     "    {}\n      {}",
-                    c.command,
-                    c.reason.as_deref().unwrap_or_default()
+                    esc(&c.command),
+                    esc(c.reason.as_deref().unwrap_or_default())
                 );
             }
             if commands.len() > 5 {
@@ -746,7 +754,7 @@ pub fn render_text(report: &Report) -> String {
         }
     }
     for p in &report.problems {
-        let _ = writeln!(out, "warning: {p}");
+        let _ = writeln!(out, "warning: {}", esc(p));
     }
     out
 }

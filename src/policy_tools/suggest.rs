@@ -98,6 +98,11 @@ pub fn suggest(
         .filter(|c| c.status == Status::Uncovered)
     {
         let Some(argv) = &c.matched_argv else {
+            out.skipped.push(format!(
+                "`{}`: {}",
+                c.command,
+                c.reason.as_deref().unwrap_or("not one plain command")
+            ));
             continue;
         };
         let program = argv[0].rsplit('/').next().unwrap_or(&argv[0]).to_string();
@@ -269,6 +274,22 @@ fn param_name(program: &str, option: Option<&str>, kind: &str, taken: &BTreeSet<
     name
 }
 
+/// A parameter name from what the values look like.
+fn hint(program: &str, kind: &'static str, values: &BTreeSet<String>) -> &'static str {
+    let all = |k: ParamKind| values.iter().all(|v| probe(k.clone()).validate(v).is_ok());
+    if kind != "value" {
+        kind
+    } else if matches!(program, "systemctl" | "journalctl") && all(ParamKind::SystemdUnit) {
+        "unit"
+    } else if matches!(program, "kubectl" | "helm") && all(ParamKind::K8sName) {
+        "name"
+    } else if values.iter().all(|v| v.starts_with('/')) {
+        "path"
+    } else {
+        "value"
+    }
+}
+
 fn probe(kind: ParamKind) -> Param {
     Param {
         name: "p".into(),
@@ -346,27 +367,6 @@ fn infer(
             "duration",
         ));
     }
-    if values.len() <= 5 && values.iter().all(|v| !v.starts_with('-')) {
-        let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
-        return Ok((
-            format!("{{ type = \"enum\", values = [{}] }}", list.join(", ")),
-            "value",
-        ));
-    }
-    if matches!(program, "systemctl" | "journalctl") && all(ParamKind::SystemdUnit) {
-        return Ok(("{ type = \"systemd-unit\" }".into(), "unit"));
-    }
-    if matches!(program, "kubectl" | "helm") && all(ParamKind::K8sName) {
-        return Ok(("{ type = \"k8s-name\" }".into(), "name"));
-    }
-    if values.iter().all(|v| v.contains('.'))
-        && all(ParamKind::Hostname)
-        && values
-            .iter()
-            .all(|v| v.parse::<std::net::IpAddr>().is_err())
-    {
-        return Ok(("{ type = \"hostname\" }".into(), "host"));
-    }
     if values.iter().all(|v| v.starts_with('/')) {
         let mut roots: BTreeSet<PathBuf> = values
             .iter()
@@ -390,6 +390,27 @@ fn infer(
             format!("{{ type = \"path\", roots = [{}] }}", list.join(", ")),
             "path",
         ));
+    }
+    if values.len() <= 5 && values.iter().all(|v| !v.starts_with('-')) {
+        let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
+        return Ok((
+            format!("{{ type = \"enum\", values = [{}] }}", list.join(", ")),
+            "value",
+        ));
+    }
+    if matches!(program, "systemctl" | "journalctl") && all(ParamKind::SystemdUnit) {
+        return Ok(("{ type = \"systemd-unit\" }".into(), "unit"));
+    }
+    if matches!(program, "kubectl" | "helm") && all(ParamKind::K8sName) {
+        return Ok(("{ type = \"k8s-name\" }".into(), "name"));
+    }
+    if values.iter().all(|v| v.contains('.'))
+        && all(ParamKind::Hostname)
+        && values
+            .iter()
+            .all(|v| v.parse::<std::net::IpAddr>().is_err())
+    {
+        return Ok(("{ type = \"hostname\" }".into(), "host"));
     }
     const SAFE_PUNCT: &str = "._:@/+=,-";
     if values.iter().all(|v| {
@@ -483,7 +504,7 @@ fn draft(
                 };
                 let (decl, kind) = infer(program, option, &values)
                     .map_err(|why| format!("`{first}` and {} similar: {why}", samples.len() - 1))?;
-                let name = param_name(program, option, kind, &taken);
+                let name = param_name(program, option, hint(program, kind, &values), &taken);
                 taken.insert(name.clone());
                 elements.push(format!("{}{{{name}}}", literal(prefix)));
                 params.push((name.clone(), decl));
