@@ -194,12 +194,8 @@ pub fn analyze_entry(
         .iter()
         .flat_map(|p| &p.stages)
         .flat_map(|s| &s.constructs)
-        .find_map(|c| match c {
-            Construct::Compound(_)
-            | Construct::FunctionDefinition
-            | Construct::Subshell
-            | Construct::BraceGroup => Some(c.describe()),
-        });
+        .map(Construct::describe)
+        .next();
     if let Some(what) = compound {
         return vec![uncovered(
             entry,
@@ -271,8 +267,7 @@ fn peel(stage: &Stage) -> Peeled {
     let mut run_as = None;
     let mut i = 0;
     let words = &stage.words;
-    loop {
-        let Some(word) = words.get(i) else { break };
+    while let Some(word) = words.get(i) {
         let name = word.text.rsplit('/').next().unwrap_or(&word.text);
         match name {
             "sudo" | "doas" => {
@@ -323,9 +318,7 @@ fn peel(stage: &Stage) -> Peeled {
                             hazards.push("`env -S` splits a string into a command".into());
                         }
                         i += 2;
-                    } else if t.starts_with('-') {
-                        i += 1;
-                    } else if t.contains('=') && !t.starts_with('=') {
+                    } else if t.starts_with('-') || (t.contains('=') && !t.starts_with('=')) {
                         i += 1;
                     } else {
                         break;

@@ -56,7 +56,7 @@ pub fn classify(argv: &[String]) -> (Effect, String) {
 /// Paths that hold secrets: private keys, password hashes, kubeconfigs, cloud and database
 /// credentials, process environments.
 pub fn is_credential_path(arg: &str) -> bool {
-    let a = arg.trim_start_matches(|c| c == '-' || c == '=');
+    let a = arg.trim_start_matches(['-', '=']);
     let a = a.rsplit_once('=').map_or(a, |(_, v)| v);
     let lower = a.to_ascii_lowercase();
     const EXACT_OR_PREFIX: &[&str] = &[

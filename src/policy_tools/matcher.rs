@@ -86,7 +86,7 @@ pub fn match_verb(verb: &Verb, argv: &[String]) -> Result<Candidate, Miss> {
             }
             match_template(template, &verb.params, &argv[1..])
         }
-        VerbAction::File(spec) => match_file_verb(spec.op, &argv[..]),
+        VerbAction::File(spec) => match_file_verb(spec.op, argv),
     }
 }
 

@@ -320,14 +320,14 @@ fn infer(
         } else {
             "[\"select\"]"
         };
-        let mut opts = crate::policy::sql::SqlOptions::default();
-        opts.allow = if explain {
-            vec![
-                crate::policy::sql::SqlKind::Select,
-                crate::policy::sql::SqlKind::Explain,
-            ]
-        } else {
-            vec![crate::policy::sql::SqlKind::Select]
+        use crate::policy::sql::{SqlKind, SqlOptions};
+        let opts = SqlOptions {
+            allow: if explain {
+                vec![SqlKind::Select, SqlKind::Explain]
+            } else {
+                vec![SqlKind::Select]
+            },
+            ..SqlOptions::default()
         };
         if let Some(bad) = values
             .iter()
