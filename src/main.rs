@@ -259,7 +259,7 @@ enum PolicyCommand {
         #[arg(long, required = true, num_args = 1..)]
         from: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
-        format: verbd::policy_tools::cli::Format,
+        format: verbd::policy_tools::cli::ReportFormat,
         /// Replay as these roles (default: every agent role)
         #[arg(long)]
         role: Vec<String>,
@@ -278,7 +278,7 @@ enum PolicyCommand {
         policy: PathBuf,
         tests: PathBuf,
         #[arg(long, value_enum, default_value = "text")]
-        format: verbd::policy_tools::cli::Format,
+        format: verbd::policy_tools::cli::TestFormat,
     },
     /// Print the JSON Schema of the policy format (--pack: of a pack file)
     Schema {

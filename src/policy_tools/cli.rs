@@ -14,9 +14,16 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_INPUT: u8 = 65;
 
-/// How a report is printed.
+/// How a coverage report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+/// How `policy test` results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestFormat {
     Text,
     Json,
     Junit,
@@ -77,18 +84,23 @@ fn collect(from: &[PathBuf]) -> Result<sources::Collected, u8> {
 }
 
 /// `verbd policy coverage POLICY --from … [--format text|json] [--role R…]`
-pub fn coverage(policy_path: &Path, from: &[PathBuf], format: Format, role_names: &[String]) -> u8 {
+pub fn coverage(
+    policy_path: &Path,
+    from: &[PathBuf],
+    format: ReportFormat,
+    role_names: &[String],
+) -> u8 {
     let run = || -> Result<u8, u8> {
         let policy = load(policy_path)?;
         let roles = roles(&policy, role_names)?;
         let collected = collect(from)?;
         let report = coverage::run(&policy, &roles, &collected);
         match format {
-            Format::Json => println!(
+            ReportFormat::Json => println!(
                 "{}",
                 serde_json::to_string_pretty(&report).map_err(|_| EXIT_FAILED)?
             ),
-            Format::Text | Format::Junit => print!("{}", coverage::render_text(&report)),
+            ReportFormat::Text => print!("{}", coverage::render_text(&report)),
         }
         Ok(if report.summary.dangerous_without_approval > 0 {
             EXIT_FAILED
@@ -119,7 +131,7 @@ pub fn suggest(policy_path: &Path, from: &[PathBuf], role_names: &[String]) -> u
 }
 
 /// `verbd policy test POLICY TESTS.toml [--format text|json|junit]`
-pub fn test(policy_path: &Path, tests_path: &Path, format: Format) -> u8 {
+pub fn test(policy_path: &Path, tests_path: &Path, format: TestFormat) -> u8 {
     let run = || -> Result<u8, u8> {
         let policy = load(policy_path)?;
         let suite = cases::load(tests_path).map_err(|e| {
@@ -131,12 +143,12 @@ pub fn test(policy_path: &Path, tests_path: &Path, format: Format) -> u8 {
             EXIT_INPUT
         })?;
         match format {
-            Format::Text => print!("{}", results.render_text()),
-            Format::Json => println!(
+            TestFormat::Text => print!("{}", results.render_text()),
+            TestFormat::Json => println!(
                 "{}",
                 serde_json::to_string_pretty(&results).map_err(|_| EXIT_FAILED)?
             ),
-            Format::Junit => print!(
+            TestFormat::Junit => print!(
                 "{}",
                 results.render_junit(&tests_path.display().to_string())
             ),

@@ -213,6 +213,7 @@ struct Search<'a> {
     bindings: BTreeMap<String, String>,
     steps: usize,
     best: Miss,
+    best_is_validation: bool,
 }
 
 fn match_template(
@@ -232,6 +233,7 @@ fn match_template(
             depth: 0,
             detail: "nothing matched".into(),
         },
+        best_is_validation: false,
     };
     match search.walk(0, 0) {
         Some(added) => Ok(Candidate {
@@ -243,10 +245,15 @@ fn match_template(
 }
 
 impl Search<'_> {
+    /// Keep the deepest miss; at equal depth the first validator refusal (the value of the
+    /// option just matched) says more than a later or structural one.
     fn miss(&mut self, pos: usize, detail: String, validation: bool) {
         let depth = pos + 1;
-        if depth > self.best.depth || (depth == self.best.depth && validation) {
+        if depth > self.best.depth
+            || (depth == self.best.depth && validation && !self.best_is_validation)
+        {
             self.best = Miss { depth, detail };
+            self.best_is_validation = validation;
         }
     }
 
@@ -503,5 +510,120 @@ fn ends(word: &str, rest: &[Piece]) -> Vec<usize> {
             out.reverse();
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = r#"
+version = 1
+[roles.a]
+uids = [1]
+[secrets.kubeconfig]
+env = "KUBECONFIG_TEST"
+[verb.logs]
+roles = ["a"]
+category = "read-only"
+command = "/usr/bin/journalctl --no-pager -u {unit} [ -n {lines} ] [ --since {since} ] {reverse}"
+params.unit = { type = "systemd-unit" }
+params.lines = { type = "int", min = 1, max = 100 }
+params.since = { type = "duration", required = false }
+params.reverse = { type = "bool", flag = "-r" }
+[verb.pods]
+roles = ["a"]
+category = "read-only"
+command = "/usr/local/bin/kubectl --kubeconfig ${secret_file:kubeconfig} -n {namespace} get pods [ -l {selector} ]"
+params.namespace = { type = "k8s-name" }
+params.selector = { type = "string", pattern = "[a-z]+=[a-z]+", required = false }
+[verb.query]
+roles = ["a"]
+category = "read-only"
+command = "/usr/bin/psql -X -v ON_ERROR_STOP=1 -d {db} -c {sql}"
+params.db = { type = "string", pattern = "[a-z]+" }
+params.sql = { type = "sql" }
+[verb.tail]
+roles = ["a"]
+category = "read-only"
+command = "/usr/bin/tail -n {lines} {file}"
+params.lines = { type = "int", min = 1, max = 100, default = 20 }
+params.file = { type = "enum", values = ["/var/log/syslog"] }
+"#;
+
+    fn try_match(verb: &str, line: &str) -> Result<Candidate, Miss> {
+        let policy = crate::policy::compile(POLICY, "test").unwrap();
+        match_verb(&policy.verbs[verb], &shell_words::split(line).unwrap())
+    }
+
+    fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn options_in_any_order_operands_in_order() {
+        for line in [
+            "journalctl -u nginx -n 50",
+            "journalctl -n 50 -u nginx",
+            "journalctl --no-pager -n 50 -u nginx",
+            "/bin/journalctl -u nginx --no-pager -n 50",
+        ] {
+            let c = try_match("logs", line).unwrap();
+            assert_eq!(
+                c.args,
+                args(&[("unit", "nginx"), ("lines", "50")]),
+                "{line}"
+            );
+        }
+        let c = try_match("logs", "journalctl -r -u nginx --since 1h").unwrap();
+        assert_eq!(
+            c.args,
+            args(&[("unit", "nginx"), ("since", "1h"), ("reverse", "true")])
+        );
+        assert_eq!(c.added, ["--no-pager"]);
+    }
+
+    #[test]
+    fn validators_and_shape_refuse() {
+        // The real validators: a unit that is no unit, an int out of range.
+        let miss = try_match("logs", "journalctl -u 'a b'").unwrap_err();
+        assert!(miss.detail.contains("`unit`"), "{miss:?}");
+        assert!(try_match("logs", "journalctl -u nginx -n 500").is_err());
+        // An option the template lacks; an optional group half given; another program.
+        let miss = try_match("logs", "journalctl -u nginx -f").unwrap_err();
+        assert_eq!(miss.detail, "`-f` matches no element of its template");
+        assert!(try_match("logs", "journalctl -u nginx -n").is_err());
+        assert!(try_match("logs", "/tmp/journalctl -u nginx").is_err());
+        assert_eq!(
+            try_match("logs", "less -u nginx").unwrap_err().detail,
+            "runs /usr/bin/journalctl"
+        );
+    }
+
+    #[test]
+    fn the_verb_adds_credentials_literal_options_and_defaults() {
+        let c = try_match("pods", "kubectl get pods -n web -l app=api").unwrap();
+        assert_eq!(
+            c.args,
+            args(&[("namespace", "web"), ("selector", "app=api")])
+        );
+        assert_eq!(c.added, ["--kubeconfig", "${secret_file:kubeconfig}"]);
+        // The agent's own kubeconfig is replaced by the verb's.
+        let c = try_match(
+            "pods",
+            "kubectl --kubeconfig /root/.kube/config -n web get pods",
+        )
+        .unwrap();
+        assert!(c.added.is_empty());
+        let c = try_match("query", "psql -d app -c 'SELECT 1'").unwrap();
+        assert_eq!(c.added, ["-X", "-v", "ON_ERROR_STOP=1"]);
+        assert!(try_match("query", "psql -d app -c 'DELETE FROM t'").is_err());
+        let c = try_match("tail", "tail /var/log/syslog").unwrap();
+        assert_eq!(c.added, ["-n", "20"]);
+        let c = try_match("tail", "tail -n 5 /var/log/syslog").unwrap();
+        assert_eq!(c.args["lines"], "5");
     }
 }
