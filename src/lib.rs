@@ -20,6 +20,7 @@ pub mod server;
 
 // What the server stands on: policy loading, the proposal book and its events, privileges.
 pub mod approvals;
+pub mod cli_docs;
 pub mod events;
 pub mod loader;
 pub mod paths;
@@ -32,6 +33,7 @@ pub mod exec;
 pub mod files;
 pub mod journal;
 pub mod policy;
+pub mod policy_tools;
 pub mod protected;
 #[allow(unsafe_code)]
 pub mod sandbox;

@@ -182,8 +182,12 @@ enum Command {
     /// Policy tools (work offline, no daemon needed)
     Policy {
         #[command(subcommand)]
-        command: PolicyCommand,
+        command: cli::policy_tools::PolicyCommand,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (verbd.1 and one per subcommand) into DIR
+    Man { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -217,20 +221,6 @@ enum HookCommand {
         /// Print the settings.json snippet instead
         #[arg(long)]
         print_settings: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum PolicyCommand {
-    /// Check a policy file; errors show file:line:col
-    Check { file: PathBuf },
-    /// Print the argv a verb would run with these arguments, without running it
-    Explain {
-        file: PathBuf,
-        verb: String,
-        args: Vec<String>,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -343,14 +333,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print_settings,
             ),
         },
-        Command::Policy { command } => match command {
-            PolicyCommand::Check { file } => cli::policy_tools::check(&file),
-            PolicyCommand::Explain {
-                file,
-                verb,
-                args,
-                json,
-            } => cli::policy_tools::explain(&file, &verb, &args, json),
-        },
+        Command::Policy { command } => cli::policy_tools::run(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            use clap::CommandFactory;
+            for page in verbd::cli_docs::man_pages(Cli::command(), &dir)? {
+                println!("{}", page.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -1,11 +1,96 @@
-//! `verbd policy check | explain`: the policy, offline.
+//! `verbd policy …`: the policy, offline (check and explain here; coverage, suggest, test and
+//! schema in `verbd::policy_tools`).
 #![forbid(unsafe_code)]
 
 use super::{EXIT_CHECK_FAILED, EXIT_INVALID, parse_kv};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use verbd::policy::{self, PreparedAction, ProposedCall, Verdict};
+
+/// `verbd policy …`
+#[derive(clap::Subcommand)]
+pub enum PolicyCommand {
+    /// Check a policy file; errors show file:line:col
+    Check { file: PathBuf },
+    /// Print the argv a verb would run with these arguments, without running it
+    Explain {
+        file: PathBuf,
+        verb: String,
+        args: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay recorded agent commands (shell lines, JSONL, Claude Code or Codex transcripts)
+    /// against a policy: what is covered, what needs approval, what is not and why. Exit 1 when
+    /// a destructive or credential-reading command would run without approval.
+    Coverage {
+        policy: PathBuf,
+        /// Files, directories or globs (e.g. '~/.claude/projects/*/*.jsonl')
+        #[arg(long, required = true, num_args = 1..)]
+        from: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: verbd::policy_tools::cli::ReportFormat,
+        /// Replay as these roles (default: every agent role)
+        #[arg(long)]
+        role: Vec<String>,
+    },
+    /// Draft verbs (TOML to review and paste) for the commands coverage finds uncovered
+    Suggest {
+        policy: PathBuf,
+        #[arg(long, required = true, num_args = 1..)]
+        from: Vec<PathBuf>,
+        #[arg(long)]
+        role: Vec<String>,
+    },
+    /// Check expected verdicts (run, propose, refuse with its rule) for calls and recorded
+    /// commands; exit 1 on any mismatch
+    Test {
+        policy: PathBuf,
+        tests: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: verbd::policy_tools::cli::TestFormat,
+    },
+    /// Print the JSON Schema of the policy format (--pack: of a pack file)
+    Schema {
+        #[arg(long)]
+        pack: bool,
+    },
+}
+
+/// Runs one `verbd policy` subcommand.
+pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Explain {
+            file,
+            verb,
+            args,
+            json,
+        } => explain(&file, &verb, &args, json),
+        PolicyCommand::Coverage {
+            policy,
+            from,
+            format,
+            role,
+        } => Ok(ExitCode::from(verbd::policy_tools::cli::coverage(
+            &policy, &from, format, &role,
+        ))),
+        PolicyCommand::Suggest { policy, from, role } => Ok(ExitCode::from(
+            verbd::policy_tools::cli::suggest(&policy, &from, &role),
+        )),
+        PolicyCommand::Test {
+            policy,
+            tests,
+            format,
+        } => Ok(ExitCode::from(verbd::policy_tools::cli::test(
+            &policy, &tests, format,
+        ))),
+        PolicyCommand::Schema { pack } => {
+            Ok(ExitCode::from(verbd::policy_tools::cli::schema(pack)))
+        }
+    }
+}
 
 /// Compile a policy file; errors show file:line:col.
 pub fn check(file: &Path) -> anyhow::Result<ExitCode> {

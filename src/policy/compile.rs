@@ -8,6 +8,7 @@
 //! inline; sandbox paths exist; examples are valid TOML values.
 #![forbid(unsafe_code)]
 
+use super::include::{self, Expanded, Region};
 use super::params::{DEFAULT_MAX_LENGTH, Param, ParamKind};
 use super::schema::*;
 use super::sql::{QualifiedName, SqlKind, SqlOptions};
@@ -25,6 +26,8 @@ use std::path::Path;
 /// One problem in a policy, with its location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// The file this is in when it is not the policy itself (an included pack).
+    pub origin: Option<String>,
     pub line: usize,
     pub col: usize,
     pub message: String,
@@ -43,7 +46,8 @@ impl std::fmt::Display for PolicyError {
             if i > 0 {
                 writeln!(f)?;
             }
-            write!(f, "{}:{}:{}: {}", self.origin, d.line, d.col, d.message)?;
+            let origin = d.origin.as_deref().unwrap_or(&self.origin);
+            write!(f, "{origin}:{}:{}: {}", d.line, d.col, d.message)?;
         }
         Ok(())
     }
@@ -117,7 +121,8 @@ const INTERPRETERS: &[&str] = &[
     "emacs",
 ];
 
-fn is_interpreter(program: &Path) -> Option<String> {
+/// The interpreter or shell name when `program` (or what it resolves to) is one.
+pub fn is_interpreter(program: &Path) -> Option<String> {
     let check = |p: &Path| -> Option<String> {
         let name = p.file_name()?.to_str()?;
         let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
@@ -131,18 +136,35 @@ fn is_interpreter(program: &Path) -> Option<String> {
 
 struct Ctx<'a> {
     text: &'a str,
+    /// Where included packs sit in `text`.
+    regions: &'a [Region],
     diagnostics: Vec<Diagnostic>,
     warnings: Vec<String>,
 }
 
 impl Ctx<'_> {
     fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
-        let (line, col) = line_col(self.text, span.start);
-        self.diagnostics.push(Diagnostic {
+        let diagnostic = located(self.text, self.regions, span.start, message.into());
+        self.diagnostics.push(diagnostic);
+    }
+}
+
+/// A diagnostic at a byte offset of the combined text, in the file that offset came from.
+fn located(text: &str, regions: &[Region], offset: usize, message: String) -> Diagnostic {
+    let (line, col) = line_col(text, offset);
+    match regions.iter().rev().find(|r| r.start <= offset) {
+        Some(region) => Diagnostic {
+            origin: Some(region.origin.clone()),
+            line: line + 1 - region.first_line,
+            col,
+            message,
+        },
+        None => Diagnostic {
+            origin: None,
             line,
             col,
-            message: message.into(),
-        });
+            message,
+        },
     }
 }
 
@@ -161,42 +183,75 @@ pub fn load_file(path: &Path) -> Result<Policy, PolicyError> {
     let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
         origin: path.display().to_string(),
         diagnostics: vec![Diagnostic {
+            origin: None,
             line: 0,
             col: 0,
             message: format!("cannot read the policy: {e}"),
         }],
     })?;
-    let mut policy = compile(&text, &path.display().to_string())?;
-    // The policy file itself is always protected from the agents' writes.
+    let mut policy = compile_in(&text, &path.display().to_string(), path.parent())?;
+    // The policy file and the packs it includes are always protected from the agents' writes.
     if let Ok(real) = std::fs::canonicalize(path) {
+        let mut files = vec![real];
+        files.extend(policy.included.iter().cloned());
         policy.protected = policy
             .protected
             .clone()
-            .with_paths(&[real])
+            .with_paths(&files)
             .unwrap_or(policy.protected);
     }
     Ok(policy)
 }
 
-/// Compile policy text. `origin` names it in errors.
+/// Compile policy text. `origin` names it in errors. Relative `include` paths need a file:
+/// use [`load_file`] (or [`compile_in`]) for a policy that includes packs.
 pub fn compile(text: &str, origin: &str) -> Result<Policy, PolicyError> {
-    let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+    compile_in(text, origin, None)
+}
+
+/// Compile policy text whose relative `include` paths resolve against `base`.
+pub fn compile_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Policy, PolicyError> {
+    let parse_error = |e: toml::de::Error| {
         let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
         PolicyError {
             origin: origin.to_string(),
             diagnostics: vec![Diagnostic {
+                origin: None,
                 line,
                 col,
                 message: e.message().trim().to_string(),
             }],
         }
-    })?;
-    let mut ctx = Ctx {
-        text,
-        diagnostics: Vec::new(),
-        warnings: Vec::new(),
     };
-    let mut policy = build(&mut ctx, raw, text, origin);
+    let mut raw: RawPolicy = toml::from_str(text).map_err(parse_error)?;
+    let expanded = if raw.include.is_empty() {
+        Expanded {
+            text: text.to_string(),
+            ..Expanded::default()
+        }
+    } else {
+        let (expanded, errors) = include::expand(&mut raw, text, base);
+        if !errors.is_empty() {
+            return Err(PolicyError {
+                origin: origin.to_string(),
+                diagnostics: errors
+                    .into_iter()
+                    .map(|(span, message)| {
+                        located(&expanded.text, &expanded.regions, span.start, message)
+                    })
+                    .collect(),
+            });
+        }
+        expanded
+    };
+    let mut ctx = Ctx {
+        text: &expanded.text,
+        regions: &expanded.regions,
+        diagnostics: Vec::new(),
+        warnings: expanded.warnings.clone(),
+    };
+    let mut policy = build(&mut ctx, raw, &expanded.text, origin);
+    policy.included = expanded.files.clone();
     if ctx.diagnostics.is_empty() {
         policy.warnings = ctx.warnings;
         Ok(policy)
@@ -300,6 +355,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
             .collect(),
         verbs,
         warnings: Vec::new(),
+        included: Vec::new(),
     }
 }
 

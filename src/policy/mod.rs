@@ -8,13 +8,14 @@
 #![forbid(unsafe_code)]
 
 pub mod compile;
+pub mod include;
 pub mod params;
 pub mod schema;
 pub mod sql;
 pub mod template;
 pub mod units;
 
-pub use compile::{PolicyError, compile, load_file};
+pub use compile::{PolicyError, compile, compile_in, load_file};
 
 use crate::files::FileVerbSpec;
 use crate::sandbox::SandboxSpec;
@@ -51,6 +52,8 @@ pub struct Policy {
     pub verbs: BTreeMap<String, Verb>,
     /// Non-fatal findings (e.g. a short secret), shown by `policy check` and logged at start.
     pub warnings: Vec<String>,
+    /// Canonical paths of the packs this policy includes.
+    pub included: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone)]

@@ -5,54 +5,99 @@
 //! turns it into the checked [`super::Policy`].
 #![forbid(unsafe_code)]
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use toml::Spanned;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
+    #[schemars(with = "u32")]
     pub version: Spanned<u32>,
+    /// Policy packs whose verbs and sandbox profiles join this policy (docs/policy.md, "Packs").
+    #[serde(default)]
+    #[schemars(with = "Vec<RawInclude>")]
+    pub include: Vec<Spanned<RawInclude>>,
     #[serde(default)]
     pub daemon: RawDaemon,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawRole>")]
     pub roles: BTreeMap<String, Spanned<RawRole>>,
     #[serde(default)]
     pub approvals: RawApprovals,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawSecret>")]
     pub secrets: BTreeMap<String, Spanned<RawSecret>>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawSandbox>")]
     pub sandbox: BTreeMap<String, Spanned<RawSandbox>>,
     #[serde(default)]
     pub protected: RawProtected,
     #[serde(default)]
     pub scrub: RawScrub,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawVerb>")]
     pub verb: BTreeMap<String, Spanned<RawVerb>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// One `include` entry: a pack path, or a table that also narrows what the pack brings.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawInclude {
+    Path(String),
+    Table(RawIncludeTable),
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawIncludeTable {
+    /// The pack file; a relative path is resolved against the including policy's directory.
+    pub path: String,
+    /// Replaces the `roles` of every verb the pack brings.
+    pub roles: Option<Vec<String>>,
+    /// Take only these verbs of the pack.
+    pub verbs: Option<Vec<String>>,
+    /// Parameter name → allowed values: every parameter of that name in the pack's verbs becomes
+    /// an enum of exactly these values (e.g. `namespace = ["web"]`, `unit = ["nginx.service"]`).
+    #[serde(default)]
+    pub values: BTreeMap<String, Vec<String>>,
+    /// Program name → absolute path on this host, for verbs whose program has that file name.
+    #[serde(default)]
+    pub programs: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawDaemon {
+    #[schemars(with = "Option<PathBuf>")]
     pub socket: Option<Spanned<PathBuf>>,
+    #[schemars(with = "Option<String>")]
     pub socket_mode: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub socket_group: Option<Spanned<String>>,
     /// Optional second socket for approvers (humans), with its own group.
+    #[schemars(with = "Option<PathBuf>")]
     pub approver_socket: Option<Spanned<PathBuf>>,
+    #[schemars(with = "Option<String>")]
     pub approver_socket_group: Option<Spanned<String>>,
+    #[schemars(with = "Option<PathBuf>")]
     pub state_dir: Option<Spanned<PathBuf>>,
+    #[schemars(with = "Option<String>")]
     pub user: Option<Spanned<String>>,
     #[serde(default)]
     pub allow_root: bool,
     pub max_connections: Option<usize>,
     pub max_executions: Option<usize>,
     pub max_request_bytes: Option<usize>,
+    #[schemars(with = "Option<String>")]
     pub request_timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub shutdown_grace: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawRoleKind {
     /// A process acting for a model. Can never approve anything.
@@ -62,7 +107,7 @@ pub enum RawRoleKind {
     Human,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRole {
     #[serde(default)]
@@ -75,7 +120,7 @@ pub struct RawRole {
     pub uids: Vec<u32>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawApprovalMode {
     #[default]
@@ -83,7 +128,7 @@ pub enum RawApprovalMode {
     Headless,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawApprovals {
     #[serde(default)]
@@ -91,58 +136,66 @@ pub struct RawApprovals {
     /// Roles (of kind `human`) whose members may approve any verb.
     #[serde(default)]
     pub approvers: Vec<String>,
+    #[schemars(with = "Option<String>")]
     pub expires: Option<Spanned<String>>,
+    #[schemars(with = "Option<RawCommand>")]
     pub notify: Option<Spanned<RawCommand>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSecret {
     pub file: Option<PathBuf>,
     pub credential: Option<String>,
     pub env: Option<String>,
     /// Present only so an inline secret gets a clear refusal instead of "unknown field".
+    #[schemars(with = "Option<serde_json::Value>")]
     pub value: Option<toml::Value>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawNetwork {
     None,
     Full,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRlimits {
+    #[schemars(with = "Option<String>")]
     pub cpu: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub address_space: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub file_size: Option<Spanned<String>>,
     pub open_files: Option<u64>,
     pub processes: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSandbox {
+    #[schemars(with = "Option<String>")]
     pub inherit: Option<Spanned<String>>,
     pub read: Option<Vec<PathBuf>>,
     pub write: Option<Vec<PathBuf>>,
     pub network: Option<RawNetwork>,
     pub capabilities: Option<Vec<String>>,
     pub rlimits: Option<RawRlimits>,
+    #[schemars(with = "Option<String>")]
     pub umask: Option<Spanned<String>>,
     pub run_as: Option<RawRunAs>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRunAs {
     pub user: String,
     pub group: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawProtected {
     #[serde(default)]
@@ -151,7 +204,7 @@ pub struct RawProtected {
     pub paths: Vec<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawScrub {
     #[serde(default = "yes")]
@@ -173,7 +226,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawScrubPattern {
     pub name: String,
@@ -181,14 +234,14 @@ pub struct RawScrubPattern {
 }
 
 /// A command template: one string split with shell-words at load time, or an explicit array.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RawCommand {
     Line(String),
     Argv(Vec<String>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawCategory {
     ReadOnly,
@@ -196,7 +249,7 @@ pub enum RawCategory {
     Destructive,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawApprovalRequirement {
     /// Runs at once even though the verb mutates (reversible, with ceilings). Journaled.
@@ -204,16 +257,18 @@ pub enum RawApprovalRequirement {
     Required,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawExamples {
     #[serde(default)]
+    #[schemars(with = "Vec<BTreeMap<String, serde_json::Value>>")]
     pub accept: Vec<BTreeMap<String, toml::Value>>,
     #[serde(default)]
+    #[schemars(with = "Vec<BTreeMap<String, serde_json::Value>>")]
     pub reject: Vec<BTreeMap<String, toml::Value>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawVerb {
     #[serde(default)]
@@ -225,29 +280,39 @@ pub struct RawVerb {
     pub approvers: Vec<String>,
     #[serde(default)]
     pub roles: Vec<String>,
+    #[schemars(with = "Option<RawCommand>")]
     pub command: Option<Spanned<RawCommand>>,
+    #[schemars(with = "Option<RawCommand>")]
     pub dry_run: Option<Spanned<RawCommand>>,
+    #[schemars(with = "Option<String>")]
     pub builtin: Option<Spanned<String>>,
     #[serde(default)]
     pub roots: Vec<PathBuf>,
+    #[schemars(with = "Option<String>")]
     pub max_size: Option<Spanned<String>>,
     #[serde(default)]
     pub create_only: bool,
     #[serde(default)]
     pub modes: Vec<String>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawParam>")]
     pub params: BTreeMap<String, Spanned<RawParam>>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub max_output: Option<Spanned<String>>,
     pub cwd: Option<PathBuf>,
+    #[schemars(with = "Option<String>")]
     pub sandbox: Option<Spanned<String>>,
     #[serde(default)]
     pub allow_interpreter: bool,
     /// Per caller: at most N runs per period (`5/h`).
+    #[schemars(with = "Option<String>")]
     pub rate: Option<Spanned<String>>,
     /// All callers together.
+    #[schemars(with = "Option<String>")]
     pub rate_global: Option<Spanned<String>>,
     pub sha256: Option<String>,
     pub max_concurrent: Option<usize>,
@@ -255,7 +320,7 @@ pub struct RawVerb {
     pub examples: RawExamples,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RawParamType {
     Enum,
@@ -271,7 +336,7 @@ pub enum RawParamType {
 }
 
 /// One parameter. Which fields are meaningful depends on `type`; `compile` refuses the others.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawParam {
     #[serde(rename = "type")]
@@ -279,6 +344,7 @@ pub struct RawParam {
     #[serde(default)]
     pub description: String,
     pub required: Option<bool>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub default: Option<toml::Value>,
     pub values: Option<Vec<String>>,
     pub min: Option<i64>,

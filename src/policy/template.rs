@@ -35,8 +35,9 @@ pub struct ElementTemplate {
     pieces: Vec<Piece>,
 }
 
+/// One top-level part of a template after the program: an element, or an optional group.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Item {
+pub enum Item {
     Element(ElementTemplate),
     Group(Vec<ElementTemplate>),
 }
@@ -197,8 +198,8 @@ impl ElementTemplate {
         })
     }
 
-    /// The bool parameter this element is, when it is exactly `{name}`.
-    fn sole_param(&self) -> Option<&str> {
+    /// The parameter this element is, when it is exactly `{name}`.
+    pub fn sole_param(&self) -> Option<&str> {
         match self.pieces.as_slice() {
             [Piece::Param(n)] => Some(n),
             _ => None,
@@ -335,6 +336,11 @@ impl Template {
 
     pub fn program(&self) -> &Path {
         &self.program
+    }
+
+    /// The parsed structure after the program (what `verbd policy coverage` matches against).
+    pub fn items(&self) -> &[Item] {
+        &self.items
     }
 
     /// The elements as written (after splitting).

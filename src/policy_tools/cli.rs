@@ -1,0 +1,182 @@
+//! The `verbd policy coverage|suggest|test|schema` commands: load, run, print, and the exit
+//! code. `main.rs` only parses arguments and calls these.
+//!
+//! Exit codes: 0 success; 1 a failed check (policy errors, `policy test` mismatches, and
+//! `coverage` finding a destructive or credential-reading command a verb would run without
+//! approval); 65 unusable input (unreadable `--from`, a malformed tests file, an unknown role).
+#![forbid(unsafe_code)]
+
+use super::{cases, coverage, sources, suggest};
+use crate::policy::{self, Policy, Role, RoleKind};
+use std::path::{Path, PathBuf};
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_INPUT: u8 = 65;
+
+/// How a coverage report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+/// How `policy test` results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestFormat {
+    Text,
+    Json,
+    Junit,
+}
+
+fn load(path: &Path) -> Result<Policy, u8> {
+    policy::load_file(path).map_err(|e| {
+        eprintln!("{e}");
+        EXIT_FAILED
+    })
+}
+
+/// The roles to replay as: the named ones, or every agent role of the policy.
+fn roles<'a>(policy: &'a Policy, names: &[String]) -> Result<Vec<&'a Role>, u8> {
+    if names.is_empty() {
+        let agents: Vec<&Role> = policy
+            .roles
+            .values()
+            .filter(|r| r.kind == RoleKind::Agent)
+            .collect();
+        if agents.is_empty() {
+            eprintln!(
+                "{}: defines no agent role; name the roles to replay as with --role",
+                policy.origin
+            );
+            return Err(EXIT_INPUT);
+        }
+        return Ok(agents);
+    }
+    names
+        .iter()
+        .map(|n| {
+            policy.roles.get(n).ok_or_else(|| {
+                eprintln!(
+                    "role `{n}` is not defined in {} (defined: {})",
+                    policy.origin,
+                    policy.roles.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+                EXIT_INPUT
+            })
+        })
+        .collect()
+}
+
+fn collect(from: &[PathBuf]) -> Result<sources::Collected, u8> {
+    let files = sources::expand_inputs(from).map_err(|e| {
+        eprintln!("--from {e}");
+        EXIT_INPUT
+    })?;
+    let collected = sources::read_files(&files);
+    if collected.entries.is_empty() && !collected.problems.is_empty() {
+        for p in &collected.problems {
+            eprintln!("{p}");
+        }
+        return Err(EXIT_INPUT);
+    }
+    Ok(collected)
+}
+
+/// `verbd policy coverage POLICY --from … [--format text|json] [--role R…]`
+pub fn coverage(
+    policy_path: &Path,
+    from: &[PathBuf],
+    format: ReportFormat,
+    role_names: &[String],
+) -> u8 {
+    let run = || -> Result<u8, u8> {
+        let policy = load(policy_path)?;
+        let roles = roles(&policy, role_names)?;
+        let collected = collect(from)?;
+        let report = coverage::run(&policy, &roles, &collected);
+        match format {
+            ReportFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&report).map_err(|_| EXIT_FAILED)?
+            ),
+            ReportFormat::Text => print!("{}", coverage::render_text(&report)),
+        }
+        Ok(if report.summary.dangerous_without_approval > 0 {
+            EXIT_FAILED
+        } else {
+            EXIT_OK
+        })
+    };
+    run().unwrap_or_else(|code| code)
+}
+
+/// `verbd policy suggest POLICY --from … [--role R…]`: TOML to review and paste.
+pub fn suggest(policy_path: &Path, from: &[PathBuf], role_names: &[String]) -> u8 {
+    let run = || -> Result<u8, u8> {
+        let policy = load(policy_path)?;
+        let roles = roles(&policy, role_names)?;
+        let collected = collect(from)?;
+        let report = coverage::run(&policy, &roles, &collected);
+        let role_list: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
+        let text = std::fs::read_to_string(policy_path).map_err(|e| {
+            eprintln!("{}: {e}", policy_path.display());
+            EXIT_INPUT
+        })?;
+        let drafted = suggest::suggest(&policy, &text, policy_path.parent(), &role_list, &report);
+        print!("{}", drafted.render());
+        Ok(EXIT_OK)
+    };
+    run().unwrap_or_else(|code| code)
+}
+
+/// `verbd policy test POLICY TESTS.toml [--format text|json|junit]`
+pub fn test(policy_path: &Path, tests_path: &Path, format: TestFormat) -> u8 {
+    let run = || -> Result<u8, u8> {
+        let policy = load(policy_path)?;
+        let suite = cases::load(tests_path).map_err(|e| {
+            eprintln!("{e}");
+            EXIT_INPUT
+        })?;
+        let results = cases::run(&policy, &suite).map_err(|e| {
+            eprintln!("{e}");
+            EXIT_INPUT
+        })?;
+        match format {
+            TestFormat::Text => print!("{}", results.render_text()),
+            TestFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&results).map_err(|_| EXIT_FAILED)?
+            ),
+            TestFormat::Junit => print!(
+                "{}",
+                results.render_junit(&tests_path.display().to_string())
+            ),
+        }
+        Ok(if results.passed() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        })
+    };
+    run().unwrap_or_else(|code| code)
+}
+
+/// `verbd policy schema [--pack]`: the JSON Schema of the policy (or pack) format.
+pub fn schema(pack: bool) -> u8 {
+    let schema = if pack {
+        schemars::schema_for!(crate::policy::include::RawPack)
+    } else {
+        schemars::schema_for!(crate::policy::schema::RawPolicy)
+    };
+    match serde_json::to_string_pretty(&schema) {
+        Ok(text) => {
+            println!("{text}");
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("cannot print the schema: {e}");
+            EXIT_FAILED
+        }
+    }
+}
