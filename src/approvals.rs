@@ -199,12 +199,12 @@ impl Book {
 
     /// Rebuild from journal events in order. Returns the ids whose outcome is unknown (they were
     /// executing when the daemon stopped) and those approved but never started.
-    pub fn replay<'a>(
-        events: impl IntoIterator<Item = (u64, SystemTime, &'a serde_json::Value)>,
+    pub fn replay(
+        events: impl IntoIterator<Item = (u64, SystemTime, serde_json::Value)>,
     ) -> (Book, Vec<u64>, Vec<u64>) {
         let mut book = Book::new();
         for (seq, time, event) in events {
-            book.apply(seq, time, event);
+            book.apply(seq, time, &event);
         }
         let mut unknown = Vec::new();
         let mut never_started = Vec::new();
@@ -622,7 +622,7 @@ mod tests {
         let exec = serde_json::json!({"kind": "exec", "verb": "scale", "caller": {"uid": 1000}, "proposal": 7});
         let now = SystemTime::now();
         let (book, unknown, _) =
-            Book::replay([(1, now, &created), (2, now, &approved), (3, now, &exec)]);
+            Book::replay([(1, now, created), (2, now, approved), (3, now, exec)]);
         assert_eq!(unknown, vec![7]);
         assert_eq!(book.get(7).unwrap().state, State::UnknownOutcome);
         assert_eq!(book.next_id(), 8);

@@ -8,6 +8,7 @@
 
 pub mod adapters;
 pub mod approvals;
+pub mod audit;
 pub mod client;
 pub mod digest;
 pub mod exec;

@@ -202,13 +202,66 @@ enum Command {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Check every record's HMAC and the hash chain; names each edited, deleted, inserted or
-    /// reordered record. Exit 1 when anything is wrong.
+    /// Check every segment: hash chain, sequence, epochs and seals, the heads published to the
+    /// witness, and (with --verify-key) every sealed epoch's MACs; names each edited, deleted,
+    /// inserted, reordered or cut-off record and says what it could not prove. Exit 1 when
+    /// anything is wrong.
     Verify {
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Check an exported file (`audit export`) instead of the state directory
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The verification key `audit setup-keys` printed (repeat for several generations;
+        /// visible to local users in the process list, see --verify-key-file)
+        #[arg(long)]
+        verify_key: Vec<String>,
+        /// A file holding a verification key (`-` reads standard input)
+        #[arg(long)]
+        verify_key_file: Vec<PathBuf>,
+        /// A witness file to compare with (default: the state directory's)
+        #[arg(long)]
+        witness: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+    },
+    /// Make forward-secure sealing keys: the initial sealing key goes to the state directory
+    /// (taken at the next daemon start) or to a file for a systemd credential; the
+    /// verification key is printed once
+    SetupKeys {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Write the initial sealing key to this new file (for `systemd-creds encrypt`)
+        /// instead of the state directory
+        #[arg(long)]
+        credential: Option<PathBuf>,
+        /// Close an epoch after this many records
+        #[arg(long, default_value_t = verbd::journal::DEFAULT_EPOCH_RECORDS)]
+        epoch_records: u64,
+        /// Close an epoch after this many seconds
+        #[arg(long, default_value_t = verbd::journal::DEFAULT_EPOCH_SECONDS)]
+        epoch_seconds: u64,
+    },
+    /// Write the journal's exact lines (all segments) for offline checking or a SIEM
+    Export {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Start at the first record with this seq or higher
+        #[arg(long, default_value_t = 1)]
+        since: u64,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+        /// A new file to write (default: standard output)
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Acknowledge records missing from the end of the journal so the daemon serves again;
+    /// the acknowledgement (who, why, which records) is journaled at the next start
+    AcknowledgeGap {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        reason: String,
     },
     /// Show the most recent records
     Tail {
@@ -219,6 +272,12 @@ enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    /// One record per line, byte for byte as journaled
+    Jsonl,
 }
 
 #[derive(Subcommand)]
@@ -409,48 +468,57 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             network_none,
             keeps_capabilities,
         ) as u8)),
-        Command::Audit { command } => match command {
-            AuditCommand::Verify { state_dir, json } => {
-                let dir = state_dir.unwrap_or_else(server::default_state_dir);
-                let report = verbd::journal::verify(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else if report.is_intact() {
-                    println!(
-                        "{}: {} records, chain and HMACs intact",
-                        dir.join(verbd::journal::JOURNAL_FILE).display(),
-                        report.records
-                    );
-                } else {
-                    for problem in &report.problems {
-                        eprintln!("{problem}");
-                    }
-                    eprintln!(
-                        "{}: {} problem(s) in {} records",
-                        dir.join(verbd::journal::JOURNAL_FILE).display(),
-                        report.problems.len(),
-                        report.records
-                    );
+        Command::Audit { command } => {
+            let dir =
+                |state_dir: Option<PathBuf>| state_dir.unwrap_or_else(server::default_state_dir);
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            let code = match command {
+                AuditCommand::Verify {
+                    state_dir,
+                    file,
+                    verify_key,
+                    verify_key_file,
+                    witness,
+                    json,
+                } => verbd::audit::verify(
+                    verbd::audit::VerifyArgs {
+                        state_dir: dir(state_dir),
+                        file,
+                        verify_keys: verify_key,
+                        verify_key_files: verify_key_file,
+                        witness,
+                        json,
+                    },
+                    &mut out,
+                    &mut err,
+                ),
+                AuditCommand::Tail { state_dir, n, json } => {
+                    verbd::audit::tail(&dir(state_dir), n, json, &mut out)
                 }
-                Ok(if report.is_intact() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                })
-            }
-            AuditCommand::Tail { state_dir, n, json } => {
-                let dir = state_dir.unwrap_or_else(server::default_state_dir);
-                let records = verbd::journal::tail(&dir, n).map_err(|e| anyhow::anyhow!("{e}"))?;
-                for record in &records {
-                    if json {
-                        println!("{}", serde_json::to_string(record)?);
-                    } else {
-                        println!("{}", verbd::journal::format_record(record));
-                    }
+                AuditCommand::SetupKeys {
+                    state_dir,
+                    credential,
+                    epoch_records,
+                    epoch_seconds,
+                } => verbd::audit::setup_keys(
+                    &dir(state_dir),
+                    credential.as_deref(),
+                    epoch_records,
+                    epoch_seconds,
+                    &mut out,
+                ),
+                AuditCommand::Export {
+                    state_dir,
+                    since,
+                    format: ExportFormat::Jsonl,
+                    output,
+                } => verbd::audit::export(&dir(state_dir), since, output.as_deref(), &mut err),
+                AuditCommand::AcknowledgeGap { state_dir, reason } => {
+                    verbd::audit::acknowledge_gap(&dir(state_dir), &reason, &mut out)
                 }
-                Ok(ExitCode::SUCCESS)
-            }
-        },
+            };
+            Ok(ExitCode::from(code.map_err(|e| anyhow::anyhow!("{e}"))?))
+        }
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {
                 socket,
@@ -875,7 +943,12 @@ fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
     }
     let mut paths = vec![state_dir.to_path_buf()];
     for entry in std::fs::read_dir(state_dir)? {
-        paths.push(entry?.path());
+        let entry = entry?;
+        // The journal witness stays root's: the daemon user may only append through the
+        // descriptor opened before this drop.
+        if entry.file_name() != verbd::journal::WITNESS_FILE {
+            paths.push(entry.path());
+        }
     }
     for p in &paths {
         chown(p, Some(user.uid), Some(user.gid))
@@ -1013,13 +1086,20 @@ fn serve(
         }
         None
     };
+    // The witness of published journal heads is opened before the privilege drop, so a
+    // root-started daemon keeps it root's (the daemon user only holds the descriptor).
+    let witness = verbd::journal::Witness::open(&state_dir)
+        .with_context(|| format!("opening the journal witness in {}", state_dir.display()))?;
     drop_privileges(&runtime.policy, &state_dir)?;
-    // Opened as the daemon user, who keeps appending to it; opening verifies the chain's tail.
-    // The journal is the source of truth for proposals: rebuild them from it. A journal that
-    // does not verify is a failed self-test: nothing is served on a broken record.
-    let opened = verbd::journal::Journal::open(&state_dir)
-        .and_then(|journal| Ok((journal, verbd::journal::replay(&state_dir)?)));
-    let (journal, records) = match opened {
+    // Opened as the daemon user, who keeps appending to it; opening checks the journal against
+    // the last published head and verifies it since the last seal. The journal is the source of
+    // truth for proposals: rebuild them from it (streamed). A journal that does not verify is a
+    // failed self-test: nothing is served on a broken or shortened record.
+    let opened = verbd::journal::Journal::open_with(verbd::journal::JournalConfig::for_daemon(
+        &state_dir, witness,
+    ))
+    .and_then(|journal| Ok((journal.replay_all()?, journal)));
+    let (mut records, journal) = match opened {
         Ok(opened) => opened,
         Err(e) => {
             eprintln!(
@@ -1031,13 +1111,20 @@ fn serve(
         }
     };
     let (book, unknown_outcome, never_started) =
-        verbd::approvals::Book::replay(records.iter().map(|r| {
+        verbd::approvals::Book::replay(records.by_ref().map(|r| {
             (
                 r.seq,
                 verbd::journal::parse_rfc3339(&r.time).unwrap_or(std::time::UNIX_EPOCH),
-                &r.event,
+                r.event,
             )
         }));
+    if let Err(e) = records.finish() {
+        eprintln!(
+            "FAIL journal: {e}\nverbd: not serving: the journal does not verify. Nothing was accepted."
+        );
+        verbd::sd::notify_status("journal does not verify; not serving");
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
     let exe = std::env::current_exe().context("locating the verbd binary for the canaries")?;
     let report = verbd::selftest::run(&verbd::selftest::Context {
         policy: &runtime.policy,
@@ -1120,6 +1207,17 @@ fn serve(
             ),
         }
         verbd::sd::notify_ready(&format!("serving {origin}; {summary}"));
+        // An idle daemon still closes its journal epoch within epoch_seconds.
+        let sealer = daemon.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                if let Err(e) = sealer.seal_journal(false).await {
+                    tracing::error!(error = %e, "journal epoch could not be sealed; calls are denied until it can");
+                }
+            }
+        });
         if let Some(interval) = verbd::sd::watchdog_interval() {
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
@@ -1168,6 +1266,9 @@ fn serve(
                 in_flight,
             })
             .await;
+        if let Err(e) = daemon.seal_journal(true).await {
+            tracing::error!(error = %e, "the journal's last epoch could not be sealed");
+        }
         eprintln!("verbd: stopped ({reason})");
         anyhow::Ok(())
     })?;

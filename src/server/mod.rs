@@ -183,6 +183,22 @@ impl Daemon {
             .expect("journal task panicked")
     }
 
+    /// Close the journal's epoch: now (`stopping`), or when it is due by time (an idle daemon's
+    /// last records are then sealed within the epoch's time limit).
+    pub async fn seal_journal(&self, stopping: bool) -> Result<(), JournalError> {
+        let journal = self.journal.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock().expect("journal lock");
+            if stopping {
+                journal.seal_now("stop")
+            } else {
+                journal.seal_if_due().map(|_| ())
+            }
+        })
+        .await
+        .expect("journal task panicked")
+    }
+
     /// Number of executions running now.
     pub fn executions_in_flight(&self) -> usize {
         let max = self.runtime().policy.daemon.max_executions;
