@@ -161,7 +161,7 @@ fn full_journal_denies_calls_and_recovers() {
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
     let status = Command::new("/bin/mount")
-        .args(["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=128k,mode=0700", "tmpfs"])
         .arg(&state)
         .status()
         .unwrap();
@@ -169,10 +169,11 @@ fn full_journal_denies_calls_and_recovers() {
     let mount = Tmpfs(state.clone());
     let d = Daemon::spawn_in(dir, POLICY, &[]);
     d.wait_ready();
-    // Fill the file system with a ballast file, leaving almost nothing.
+    // Fill the file system with a ballast file, leaving almost nothing (the journal's own
+    // files — segment, witness, sealing key, checkpoint — take a few pages already).
     let ballast = state.join("ballast");
     let mut bytes = Vec::new();
-    bytes.resize(50 * 1024, b'x');
+    bytes.resize(64 * 1024, b'x');
     std::fs::write(&ballast, &bytes).unwrap();
     let mut filler = 0;
     while std::fs::write(state.join(format!("fill{filler}")), [b'y'; 512]).is_ok() {

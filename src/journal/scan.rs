@@ -776,8 +776,8 @@ impl Checker {
             return;
         }
         let event = &parsed.record.event;
-        if parsed.kind() != "journal_segment" || event["segment"].as_u64() != Some(location.segment)
-        {
+        let opens = matches!(parsed.kind(), "journal_segment" | "journal_keys");
+        if !opens || event["segment"].as_u64() != Some(location.segment) {
             self.report(
                 location,
                 Some(parsed.record.seq),
@@ -949,7 +949,10 @@ impl Checker {
         // by the sequence checks, not a second time here.
         let seq = parsed.record.seq;
         match (event["first_seq"].as_u64(), event["records"].as_u64()) {
-            (Some(first), Some(records)) if first <= seq && records == seq - first + 1 => {
+            // At most the span: an acknowledged gap may lie inside the epoch.
+            (Some(first), Some(records))
+                if first <= seq && records >= 1 && records <= seq - first + 1 =>
+            {
                 if let Some(observed) = state.first_seq
                     && first > observed
                 {

@@ -414,7 +414,16 @@ impl Journal {
         if let Some(ack) = ack {
             journal.acknowledge(&ack)?;
         }
-        if segment > 1 && journal.end.line == 0 {
+        // A new segment begins with its header; a new key generation's first record can be it.
+        let needs_header = segment > 1 && journal.end.line == 0;
+        let generation_opens_segment = matches!(
+            plan,
+            KeyPlan::Start {
+                seal_first: None,
+                ..
+            }
+        ) && needs_header;
+        if needs_header && !generation_opens_segment {
             journal.write_event(&header(segment), None)?;
         }
         if journal.key_state_stale {
@@ -434,7 +443,11 @@ impl Journal {
                 if seal_first.is_some() && journal.epoch_records > 0 {
                     journal.seal("rekey")?;
                 }
-                journal.start_generation(&initial, custody)?;
+                journal.start_generation(
+                    &initial,
+                    custody,
+                    generation_opens_segment.then_some(segment),
+                )?;
                 if custody == Custody::SetupKeys {
                     storage::erase_init(&dir)?;
                 }
@@ -728,7 +741,12 @@ impl Journal {
     }
 
     /// `journal_keys` in epoch 0 of the new key, sealed at once so `K0` itself is never stored.
-    fn start_generation(&mut self, initial: &Slot, custody: Custody) -> Result<(), JournalError> {
+    fn start_generation(
+        &mut self,
+        initial: &Slot,
+        custody: Custody,
+        opens_segment: Option<u64>,
+    ) -> Result<(), JournalError> {
         self.key = initial.epoch_key();
         self.limits = initial.limits;
         self.custody = custody;
@@ -740,6 +758,9 @@ impl Journal {
         event.insert("custody".into(), custody.as_str().into());
         event.insert("epoch_records".into(), self.limits.records.into());
         event.insert("epoch_seconds".into(), self.limits.seconds.into());
+        if let Some(segment) = opens_segment {
+            event.insert("segment".into(), segment.into());
+        }
         self.write_event(&event, None)?;
         self.seal("keys")
     }
