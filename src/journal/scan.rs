@@ -798,7 +798,25 @@ impl Checker {
         let seq = parsed.record.seq;
         let kind = parsed.kind();
         let state = self.epochs;
-        if kind == "journal_keys" {
+        if kind == "journal_gap_acknowledged" {
+            // The lost records may have held the open epoch's seal: the epoch goes on from the
+            // key the daemon held, which cannot be earlier.
+            if state.epoch.is_some_and(|open| epoch < open) {
+                self.report(
+                    location,
+                    Some(seq),
+                    ProblemKind::EpochOrder,
+                    format!("the gap acknowledgement claims epoch {epoch}, before the open epoch"),
+                );
+            }
+            if state.epoch != Some(epoch) {
+                self.awaiting_seal = 0;
+                self.epochs.sealed = true;
+                self.open_epoch(state.generation, epoch, Some(seq));
+            } else {
+                self.epochs.records += 1;
+            }
+        } else if kind == "journal_keys" {
             if epoch != 0 {
                 self.report(
                     location,

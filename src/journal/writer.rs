@@ -322,6 +322,7 @@ impl Journal {
         };
         let plan = plan_keys(
             &dir,
+            ack.is_some(),
             &checked.epochs,
             state_slot,
             local_key,
@@ -350,7 +351,17 @@ impl Journal {
                 initial, custody, ..
             } => (initial.epoch_key(), initial.limits, *custody),
         };
-        let open_epoch_records = if checked.epochs.sealed {
+        // The key can be ahead of the journal only across an acknowledged gap (a lost seal):
+        // the records of the old open epoch then stay unsealed, on record as lost.
+        let key_ahead = checked.epochs.epoch.is_some_and(|epoch| {
+            key.epoch()
+                > if checked.epochs.sealed {
+                    epoch + 1
+                } else {
+                    epoch
+                }
+        });
+        let open_epoch_records = if checked.epochs.sealed || key_ahead {
             0
         } else {
             checked.epochs.records
@@ -378,7 +389,7 @@ impl Journal {
             key_state_stale: matches!(plan, KeyPlan::Continue(..)),
             limits,
             custody,
-            epoch_first_seq: checked.epochs.first_seq,
+            epoch_first_seq: checked.epochs.first_seq.filter(|_| !key_ahead),
             epoch_records: open_epoch_records,
             epoch_opened: Instant::now(),
             witness,
@@ -1040,6 +1051,7 @@ fn check_mark_prev(file: &File, path: &Path, mark: &Mark) -> Result<[u8; 32], St
 /// Decides where the key for the next records comes from (see docs/audit.md, "Key custody").
 fn plan_keys(
     dir: &Path,
+    acknowledged_gap: bool,
     epochs: &EpochState,
     state: Option<Slot>,
     local_key: Option<zeroize::Zeroizing<[u8; 32]>>,
@@ -1065,8 +1077,9 @@ fn plan_keys(
                     ),
                 });
             }
+            // Records lost in an acknowledged gap may have held seals: the key is then ahead.
             let expected = expected_epoch(slot.epoch);
-            if slot.epoch > expected {
+            if slot.epoch > expected && !acknowledged_gap {
                 return Err(JournalError::Key {
                     path: state_path,
                     reason: format!(
