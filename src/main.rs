@@ -944,9 +944,13 @@ fn drop_privileges(policy: &Policy, state_dir: &Path) -> anyhow::Result<()> {
     let mut paths = vec![state_dir.to_path_buf()];
     for entry in std::fs::read_dir(state_dir)? {
         let entry = entry?;
-        // The journal witness stays root's: the daemon user may only append through the
-        // descriptor opened before this drop.
-        if entry.file_name() != verbd::journal::WITNESS_FILE {
+        // The journal witness and a gap acknowledgement stay root's: the daemon user may only
+        // append to the witness through the descriptor opened before this drop.
+        let name = entry.file_name();
+        if !verbd::journal::ROOT_OWNED_FILES
+            .iter()
+            .any(|root_owned| name == *root_owned)
+        {
             paths.push(entry.path());
         }
     }

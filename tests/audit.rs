@@ -512,4 +512,55 @@ fn the_witness_stays_roots_after_the_privilege_drop() {
     let (code, out) = verify(&state);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("root-owned"), "{out}");
+    // Cut the tail: the dropped daemon refuses; root acknowledges; the acknowledgement survives
+    // the hand-over of the state directory to the daemon user and is honoured.
+    let path = state.join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&path, lines[..lines.len() - 2].join("\n") + "\n").unwrap();
+    let serve = |socket: &std::path::Path| {
+        Command::new(BIN)
+            .args(["serve", "--socket"])
+            .arg(socket)
+            .arg("--state-dir")
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = serve(&dir.path().join("s2")).wait_with_output().unwrap();
+    assert_eq!(refused.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("missing records"));
+    let (code, out, err) = cli(&[
+        "audit",
+        "acknowledge-gap",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--reason",
+        "test",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let socket = dir.path().join("s3");
+    let mut child = serve(&socket);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("daemon exited {status}: {err}");
+        }
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("journal_gap_acknowledged")
+    );
 }

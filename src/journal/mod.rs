@@ -116,6 +116,10 @@ pub const WITNESS_FILE: &str = "journal.witness";
 pub const CHECKPOINT_FILE: &str = "journal.checkpoint";
 /// An operator's acknowledgement of lost records, consumed at the next start.
 pub const GAP_ACK_FILE: &str = "journal.gap-ack";
+/// Files in the state directory that must stay root's when a root-started daemon hands the
+/// directory to its user: the witness (so the daemon user cannot rewrite it) and an operator's
+/// gap acknowledgement (so the daemon user cannot forge one).
+pub const ROOT_OWNED_FILES: [&str; 2] = [WITNESS_FILE, GAP_ACK_FILE];
 /// The systemd credential holding an initial sealing key.
 pub const CREDENTIAL_NAME: &str = "verbd-seal";
 

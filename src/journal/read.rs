@@ -404,15 +404,11 @@ pub fn verify(options: &VerifyOptions) -> Result<VerifyReport, JournalError> {
         .is_some_and(storage::daemon_holds_lock);
     let segment_count = segments.len() as u64;
     let mut reader = SegmentReader::new(segments, 0, 0);
-    let mut first = true;
     while let Some(line) = reader.next_line()? {
         if let Some(segment) = &line.opens_segment
             && options.file.is_none()
         {
             checker.begin_segment(segment, false);
-        }
-        if first && options.file.is_some() {
-            first = false;
         }
         checker.feed(&line.bytes, line.location, line.start, line.end);
     }

@@ -160,8 +160,9 @@ impl Witness {
         protection_of(&self.file, nix::unistd::geteuid().as_raw())
     }
 
+    /// Appends one head (the descriptor is `O_APPEND`: it lands at the end, whatever the offset).
     pub(super) fn publish(&self, head: &Head) -> io::Result<()> {
-        (&self.file).write_all_at_end(head.to_line().as_bytes())
+        io::Write::write_all(&mut &self.file, head.to_line().as_bytes())
     }
 
     pub(super) fn sync(&self) -> io::Result<()> {
@@ -177,17 +178,6 @@ impl Witness {
         cap: usize,
     ) -> Result<(Vec<WitnessEntry>, u64), JournalError> {
         read_tail_after(&self.file, &self.path, after_seq, cap)
-    }
-}
-
-/// Writing at the end of a file opened `O_APPEND`.
-trait AppendAll {
-    fn write_all_at_end(self, bytes: &[u8]) -> io::Result<()>;
-}
-
-impl AppendAll for &File {
-    fn write_all_at_end(self, bytes: &[u8]) -> io::Result<()> {
-        io::Write::write_all(&mut { self }, bytes)
     }
 }
 

@@ -28,6 +28,10 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes appended after which [`Journal::snapshot_due`] says a state snapshot is due.
 pub const DEFAULT_SNAPSHOT_BYTES: u64 = 8 * 1024 * 1024;
 
+/// Most heads the start-up check reads back from the witness after the last seal (an epoch is
+/// 1000 records by default; more means someone appended to the witness).
+const WITNESS_TAIL_CAP: usize = 200_000;
+
 /// How to open the journal.
 pub struct JournalConfig {
     pub state_dir: PathBuf,
@@ -984,7 +988,7 @@ fn check_tail(
     }
     let witness_feed: Box<dyn Iterator<Item = WitnessLine>> = match origin {
         Origin::After { seq, .. } => {
-            let (entries, garbage) = witness.tail_after(seq, 1_000_000)?;
+            let (entries, garbage) = witness.tail_after(seq, WITNESS_TAIL_CAP)?;
             let lines: Vec<WitnessLine> = (0..garbage)
                 .map(|_| WitnessLine::Garbage(0))
                 .chain(entries.into_iter().map(WitnessLine::Head))
