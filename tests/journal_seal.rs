@@ -573,12 +573,12 @@ fn replay_starts_from_the_latest_snapshot() {
         ..JournalConfig::new(dir.path())
     };
     let mut journal = Journal::open_with(config()).unwrap();
-    let mut seen = 0;
     for index in 1..=40 {
         journal.append(&event(index)).unwrap();
-        seen += 1;
         if journal.snapshot_due() {
-            journal.write_snapshot(&Counter { seen }).unwrap();
+            journal
+                .write_snapshot(&Counter { seen: index as u64 })
+                .unwrap();
         }
     }
     drop(journal);

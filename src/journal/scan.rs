@@ -446,12 +446,13 @@ impl Checker {
     }
 
     fn fault(&mut self, location: Location, seq: Option<u64>, kind: ProblemKind, message: String) {
-        if let Some(seq) = seq {
-            if !self.fill_gap(seq) && seq > self.max_seq {
-                self.claimed_ahead.insert(seq);
-                if self.claimed_ahead.len() > MAX_PENDING {
-                    self.claimed_ahead.pop_first();
-                }
+        if let Some(seq) = seq
+            && !self.fill_gap(seq)
+            && seq > self.max_seq
+        {
+            self.claimed_ahead.insert(seq);
+            if self.claimed_ahead.len() > MAX_PENDING {
+                self.claimed_ahead.pop_first();
             }
         }
         self.report(location, seq, kind, message);
