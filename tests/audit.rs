@@ -272,10 +272,12 @@ fn cut_tail_records_are_named_by_verify_and_the_restart_refuses_until_acknowledg
         eprintln!("cut {cut}: verify said:\n{out}\nrestart said:\n{err}");
         assert_eq!(restart.status.code(), Some(78), "{err}");
         let first = total - cut + 1;
-        assert!(
-            err.contains(&format!("missing records seq {first} to {total}")),
-            "{err}"
-        );
+        let missing = if cut == 1 {
+            format!("missing record seq {total}:")
+        } else {
+            format!("missing records seq {first} to {total}:")
+        };
+        assert!(err.contains(&missing), "{err}");
     }
     let (code, out, err) = cli(&[
         "audit",

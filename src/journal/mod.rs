@@ -155,11 +155,12 @@ pub enum JournalError {
         problems: Vec<Problem>,
     },
     #[error(
-        "journal {path} is missing records seq {from} to {to}: the last head published to the \
-         witness is seq {to} (hash {hash}) but the journal ends at seq {end}. Records were cut \
-         off the end or an older copy of the journal was put back. Not serving. Investigate \
-         (`verbd audit verify`); to serve again with the gap on record, run `verbd audit \
-         acknowledge-gap --state-dir {dir} --reason TEXT` as root"
+        "journal {path} is missing {}: the last head published to the witness is seq {to} (hash \
+         {hash}) but the journal ends at seq {end}. Records were cut off the end or an older copy \
+         of the journal was put back. Not serving. Investigate (`verbd audit verify`); to serve \
+         again with the gap on record, run `verbd audit acknowledge-gap --state-dir {dir} \
+         --reason TEXT` as root",
+        seq_range(*.from, *.to)
     )]
     MissingRecords {
         path: PathBuf,
@@ -232,6 +233,15 @@ impl JournalError {
             | JournalError::Witness { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// "record seq N" or "records seq A to B".
+fn seq_range(from: u64, to: u64) -> String {
+    if from == to {
+        format!("record seq {from}")
+    } else {
+        format!("records seq {from} to {to}")
     }
 }
 
