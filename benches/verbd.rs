@@ -1,6 +1,8 @@
 //! Benchmarks: argument validation + rendering of a 5-parameter verb, and one run that compares,
 //! side by side, spawning `/bin/true` directly, spawning it inside the sandbox, and a `/bin/true`
-//! verb round trip over the daemon socket. Results are written up in docs/PERFORMANCE.md.
+//! verb round trip over the daemon socket; and the same round trip with the journal's
+//! forward-secure sealing at its default (epochs of 1000 records), never sealing during the run,
+//! and sealing after every record. Results are written up in docs/PERFORMANCE.md.
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -72,7 +74,32 @@ impl Drop for BenchDaemon {
 }
 
 fn start_daemon() -> BenchDaemon {
+    start_daemon_sealing(None)
+}
+
+/// A daemon whose journal keys were made with `audit setup-keys --epoch-records N`.
+fn start_daemon_sealing(epoch_records: Option<u64>) -> BenchDaemon {
     let dir = tempfile::tempdir().unwrap();
+    if let Some(records) = epoch_records {
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let made = Command::new(env!("CARGO_BIN_EXE_verbd"))
+            .args([
+                "audit",
+                "setup-keys",
+                "--epoch-seconds",
+                "86400",
+                "--epoch-records",
+            ])
+            .arg(records.to_string())
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+    }
     let policy = dir.path().join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
     let socket = dir.path().join("verbd.sock");
@@ -142,6 +169,56 @@ fn spawn_comparison(c: &mut Criterion) {
     group.finish();
 }
 
+/// The cost of forward-secure sealing on a verb call: three daemons called in turn within every
+/// iteration (so a busy machine slows all alike); each variant counts only its own calls.
+fn sealing_comparison(c: &mut Criterion) {
+    let request = Request::Call {
+        verb: "true".into(),
+        args: BTreeMap::new(),
+        reason: None,
+        idempotency_key: None,
+    };
+    let variants = [
+        ("epochs of 1000 records (default)", 1000),
+        ("no seal during the run", u64::MAX / 2),
+        ("a seal after every record (worst case)", 1),
+    ];
+    let daemons: Vec<BenchDaemon> = variants
+        .iter()
+        .map(|(_, records)| start_daemon_sealing(Some(*records)))
+        .collect();
+    let call = |daemon: &BenchDaemon| match verbd::client::request(
+        &daemon.socket,
+        &request,
+        Duration::from_secs(10),
+    )
+    .unwrap()
+    {
+        Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
+        other => panic!("{other:?}"),
+    };
+    let mut group = c.benchmark_group("verb call: journal sealing, interleaved");
+    group.sample_size(100);
+    for (measured, (name, _)) in variants.iter().enumerate() {
+        group.bench_function(*name, |b| {
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    for (index, daemon) in daemons.iter().enumerate() {
+                        let started = std::time::Instant::now();
+                        call(daemon);
+                        if index == measured {
+                            total += started.elapsed();
+                        }
+                    }
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
 /// The start-up self-test of a 100-verb policy (3 params each, examples, one sandbox canary).
 fn selftest_100_verbs(c: &mut Criterion) {
     let mut text = String::from("version = 1\n[roles.a]\nuids = [1]\n");
@@ -174,6 +251,7 @@ criterion_group!(
     benches,
     validate_and_render,
     spawn_comparison,
+    sealing_comparison,
     selftest_100_verbs
 );
 criterion_main!(benches);

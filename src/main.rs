@@ -172,7 +172,7 @@ enum Command {
     /// The audit journal
     Audit {
         #[command(subcommand)]
-        command: AuditCommand,
+        command: cli::audit::AuditCommand,
     },
     /// Agent runtime adapters
     Hook {
@@ -188,27 +188,6 @@ enum Command {
     Completions { shell: clap_complete::Shell },
     /// Write the man pages (verbd.1 and one per subcommand) into DIR
     Man { dir: PathBuf },
-}
-
-#[derive(Subcommand)]
-enum AuditCommand {
-    /// Check every record's HMAC and the hash chain; names each edited, deleted, inserted or
-    /// reordered record. Exit 1 when anything is wrong.
-    Verify {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Show the most recent records
-    Tail {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        #[arg(short = 'n', default_value_t = 20)]
-        n: usize,
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Subcommand)]
@@ -319,10 +298,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             network_none,
             keeps_capabilities,
         )),
-        Command::Audit { command } => match command {
-            AuditCommand::Verify { state_dir, json } => cli::audit::verify(state_dir, json),
-            AuditCommand::Tail { state_dir, n, json } => cli::audit::tail(state_dir, n, json),
-        },
+        Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {
                 socket,

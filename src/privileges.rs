@@ -166,7 +166,16 @@ fn give_state_dir(state_dir: &Path, user: &User) -> Result<(), PrivilegeError> {
     };
     let mut paths = vec![state_dir.to_path_buf()];
     for entry in std::fs::read_dir(state_dir).map_err(err(state_dir))? {
-        paths.push(entry.map_err(err(state_dir))?.path());
+        let entry = entry.map_err(err(state_dir))?;
+        // The journal witness and a gap acknowledgement stay root's: the daemon user may only
+        // append to the witness through the descriptor opened before this drop.
+        let name = entry.file_name();
+        if !crate::journal::ROOT_OWNED_FILES
+            .iter()
+            .any(|root_owned| name == *root_owned)
+        {
+            paths.push(entry.path());
+        }
     }
     for p in &paths {
         chown(p, Some(user.uid), Some(user.gid)).map_err(|e| PrivilegeError::StateDir {

@@ -829,15 +829,20 @@ fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
             &format!("chown the daemon user {0} && chmod 0700 {0}", dir.display()),
         ),
     );
-    let key = dir.join(crate::journal::KEY_FILE);
-    report.push(
-        "journal-key",
-        private_to(
-            &key,
-            euid.as_raw(),
-            &format!("chmod 0600 {}", key.display()),
-        ),
-    );
+    for name in [crate::journal::SEAL_STATE_FILE, crate::journal::KEY_FILE] {
+        let key = dir.join(name);
+        if name == crate::journal::KEY_FILE && !key.exists() {
+            continue;
+        }
+        report.push(
+            "journal-key",
+            private_to(
+                &key,
+                euid.as_raw(),
+                &format!("chmod 0600 {}", key.display()),
+            ),
+        );
+    }
     check_journal_tail(report, dir);
 }
 

@@ -21,7 +21,7 @@
 
 use crate::approvals::Book;
 use crate::events::{self, Event};
-use crate::journal::{self, Journal, JournalError};
+use crate::journal::{self, Journal, JournalConfig, JournalError, Witness};
 use crate::loader::{LoadError, Loader, PolicySource, Prepared, Scope};
 use crate::paths;
 use crate::policy::{Policy, PolicyError};
@@ -178,8 +178,14 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
         options.socket.as_deref(),
         &state_dir,
     )?;
+    // The witness of published journal heads is opened before the privilege drop, so a
+    // root-started daemon keeps it root's (the daemon user only holds the descriptor).
+    let witness = Witness::open(&state_dir).map_err(|source| StartError::Journal {
+        state_dir: state_dir.display().to_string(),
+        source,
+    })?;
     privileges::drop_to_daemon_user(&prepared.policy, &state_dir)?;
-    let (journal, book) = open_journal(&state_dir)?;
+    let (journal, book) = open_journal(&state_dir, witness)?;
     let daemon_uid = nix::unistd::geteuid().as_raw();
     let report = loader.self_test(
         &prepared.policy,
@@ -337,27 +343,29 @@ fn bind(
     Ok(sockets)
 }
 
-/// Open the journal as the daemon user (who keeps appending to it; opening verifies the chain's
-/// tail) and rebuild the proposal book from it. A journal that does not verify, or holds a record
-/// this version cannot read, stops the start: nothing is served on a broken record.
-pub fn open_journal(state_dir: &Path) -> Result<(Journal, Book), StartError> {
+/// Open the journal as the daemon user (who keeps appending to it; opening compares the journal
+/// with the last head published to the witness and verifies it since the last seal) and rebuild
+/// the proposal book from it, streamed: memory holds the book, never the history. A journal that
+/// does not verify, is missing records the witness saw, or holds a record this version cannot
+/// read stops the start: nothing is served on a broken or shortened record.
+pub fn open_journal(state_dir: &Path, witness: Witness) -> Result<(Journal, Book), StartError> {
     let broken = |source| StartError::Journal {
         state_dir: state_dir.display().to_string(),
         source,
     };
-    let journal = Journal::open(state_dir).map_err(broken)?;
-    let records = journal::replay(state_dir).map_err(broken)?;
-    let mut events = Vec::with_capacity(records.len());
-    for record in records {
+    let journal =
+        Journal::open_with(JournalConfig::for_daemon(state_dir, witness)).map_err(broken)?;
+    let mut records = journal.replay_all().map_err(broken)?;
+    let mut book = Book::new();
+    for record in records.by_ref() {
         if let Some(event) = events::decode(record.seq, &record.event)? {
             let time = journal::parse_rfc3339(&record.time).unwrap_or(std::time::UNIX_EPOCH);
-            events.push((record.seq, time, event));
+            if let Err(conflict) = book.apply(record.seq, time, &event) {
+                tracing::error!(%conflict, "journal replay: an event did not fit the proposal book");
+            }
         }
     }
-    let (book, conflicts) = Book::replay(events);
-    for conflict in conflicts {
-        tracing::error!(%conflict, "journal replay: an event did not fit the proposal book");
-    }
+    records.finish().map_err(broken)?;
     Ok((journal, book))
 }
 
@@ -437,6 +445,17 @@ async fn serve_async(
         ),
     }
     sd::notify_ready(&format!("serving {origin}; {summary}"));
+    // An idle daemon still closes its journal epoch within its time limit.
+    let sealer = daemon.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tick.tick().await;
+            if let Err(e) = sealer.seal_journal(false).await {
+                tracing::error!(error = %e, "journal epoch could not be sealed; calls are denied until it can");
+            }
+        }
+    });
     if let Some(interval) = sd::watchdog_interval() {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -479,6 +498,9 @@ async fn serve_async(
             in_flight,
         })
         .await;
+    if let Err(e) = daemon.seal_journal(true).await {
+        tracing::error!(error = %e, "the journal's last epoch could not be sealed");
+    }
     eprintln!("verbd: stopped ({reason})");
     Ok(())
 }

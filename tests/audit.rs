@@ -3,6 +3,7 @@
 //! written denies every call (fail closed) and the daemon serves again once space is back.
 mod common;
 use common::*;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use verbd::protocol::Response;
 
@@ -161,7 +162,7 @@ fn full_journal_denies_calls_and_recovers() {
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
     let status = Command::new("/bin/mount")
-        .args(["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=128k,mode=0700", "tmpfs"])
         .arg(&state)
         .status()
         .unwrap();
@@ -169,10 +170,11 @@ fn full_journal_denies_calls_and_recovers() {
     let mount = Tmpfs(state.clone());
     let d = Daemon::spawn_in(dir, POLICY, &[]);
     d.wait_ready();
-    // Fill the file system with a ballast file, leaving almost nothing.
+    // Fill the file system with a ballast file, leaving almost nothing (the journal's own
+    // files — segment, witness, sealing key, checkpoint — take a few pages already).
     let ballast = state.join("ballast");
     let mut bytes = Vec::new();
-    bytes.resize(50 * 1024, b'x');
+    bytes.resize(64 * 1024, b'x');
     std::fs::write(&ballast, &bytes).unwrap();
     let mut filler = 0;
     while std::fs::write(state.join(format!("fill{filler}")), [b'y'; 512]).is_ok() {
@@ -207,4 +209,374 @@ fn full_journal_denies_calls_and_recovers() {
     d.stop();
     drop(mount);
     drop(d);
+}
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `audit setup-keys` into `state`, returning the verification key it printed.
+fn setup_keys(state: &std::path::Path, epoch_records: u32) -> String {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state)
+        .unwrap();
+    let (code, out, err) = cli(&[
+        "audit",
+        "setup-keys",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--epoch-records",
+        &epoch_records.to_string(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    out.split_whitespace()
+        .find(|word| word.starts_with("vk1-"))
+        .expect("a verification key is printed")
+        .to_owned()
+}
+
+fn restart_output(d: &Daemon) -> std::process::Output {
+    Command::new(BIN)
+        .args(["serve", "--policy"])
+        .arg(&d.policy)
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cut_tail_records_are_named_by_verify_and_the_restart_refuses_until_acknowledged() {
+    let Some((mut d, state)) = journal_with_calls() else {
+        return;
+    };
+    let path = state.join("journal.jsonl");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let total = original.lines().count();
+    for cut in 1..=3 {
+        let kept: Vec<&str> = original.lines().take(total - cut).collect();
+        std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+        let (code, out) = verify(&state);
+        assert_eq!(code, 1, "cut {cut}: {out}");
+        assert!(out.contains("missing from the end"), "cut {cut}: {out}");
+        let restart = restart_output(&d);
+        let err = String::from_utf8_lossy(&restart.stderr);
+        eprintln!("cut {cut}: verify said:\n{out}\nrestart said:\n{err}");
+        assert_eq!(restart.status.code(), Some(78), "{err}");
+        let first = total - cut + 1;
+        let missing = if cut == 1 {
+            format!("missing record seq {total}:")
+        } else {
+            format!("missing records seq {first} to {total}:")
+        };
+        assert!(err.contains(&missing), "{err}");
+    }
+    let (code, out, err) = cli(&[
+        "audit",
+        "acknowledge-gap",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--reason",
+        "test: three records cut",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    d.respawn();
+    assert_eq!(stdout_of(&d.call("echo", &[("w", "after")])), "after\n");
+    d.stop();
+    let ack = d
+        .journal_events()
+        .into_iter()
+        .find(|e| e["kind"] == "journal_gap_acknowledged")
+        .expect("the acknowledgement is journaled");
+    assert_eq!(ack["reason"], "test: three records cut");
+    let (code, out) = verify(&state);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ACKNOWLEDGED GAP"), "{out}");
+}
+
+#[test]
+fn setup_keys_then_verify_key_proves_every_epoch_and_a_wrong_key_fails() {
+    if !require_root("setup-keys") {
+        return;
+    }
+    let mut vk = String::new();
+    let mut d = Daemon::start_with(POLICY, |dir| vk = setup_keys(&dir.join("state"), 3));
+    for w in ["one", "two", "three", "four"] {
+        assert_eq!(stdout_of(&d.call("echo", &[("w", w)])), format!("{w}\n"));
+    }
+    d.stop();
+    assert!(!d.state.join("journal.sealkey.init").exists());
+    assert!(
+        !d.state.join("journal.key").exists(),
+        "no local key with set-up keys"
+    );
+    let state = d.state.to_str().unwrap().to_owned();
+    let (code, out, err) = cli(&[
+        "audit",
+        "verify",
+        "--state-dir",
+        &state,
+        "--verify-key",
+        &vk,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("proven with the verification key"), "{out}");
+    assert!(
+        !out.contains("not given") && !out.contains("not sealed"),
+        "{out}"
+    );
+    // Without the key: intact, and it says what it cannot prove.
+    let (code, out, _) = cli(&["audit", "verify", "--state-dir", &state]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("NOT PROVEN") && out.contains("--verify-key"),
+        "{out}"
+    );
+    // Another generation's key proves nothing: a failure, never a pass.
+    let other = tempfile::tempdir().unwrap();
+    let wrong = setup_keys(&other.path().join("state"), 3);
+    let (code, out, err) = cli(&[
+        "audit",
+        "verify",
+        "--state-dir",
+        &state,
+        "--verify-key",
+        &wrong,
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("could not be checked"), "{err}");
+    // An exported copy verifies offline with the key.
+    let export = d.path("export.jsonl");
+    let (code, out, err) = cli(&[
+        "audit",
+        "export",
+        "--state-dir",
+        &state,
+        "--format",
+        "jsonl",
+        "--output",
+        export.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cli(&[
+        "audit",
+        "verify",
+        "--file",
+        export.to_str().unwrap(),
+        "--verify-key",
+        &vk,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&export)
+        .unwrap()
+        .replacen("\"one\"", "\"0ne\"", 1);
+    std::fs::write(&export, text).unwrap();
+    let (code, _, err) = cli(&[
+        "audit",
+        "verify",
+        "--file",
+        export.to_str().unwrap(),
+        "--verify-key",
+        &vk,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("MAC does not match"), "{err}");
+}
+
+#[test]
+fn a_full_disk_while_sealing_denies_calls_and_loses_nothing() {
+    if !require_root("journal full while sealing") {
+        return;
+    }
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let status = Command::new("/bin/mount")
+        .args(["-t", "tmpfs", "-o", "size=128k,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount tmpfs");
+    let mount = Tmpfs(state.clone());
+    // Two records per epoch: nearly every call crosses an epoch boundary and seals.
+    let vk = setup_keys(&state, 2);
+    let d = Daemon::spawn_in(dir, POLICY, &[]);
+    d.wait_ready();
+    let ballast = state.join("ballast");
+    std::fs::write(&ballast, vec![b'x'; 64 * 1024]).unwrap();
+    let mut filler = 0;
+    while std::fs::write(state.join(format!("fill{filler}")), [b'y'; 512]).is_ok() {
+        filler += 1;
+        assert!(filler < 1000);
+    }
+    let long = "a".repeat(150);
+    let mut ran = 0;
+    // Runs whose exec record fit but whose result record did not: the caller is told the verb
+    // ran and its result could not be journaled (an unknown outcome), never "nothing ran".
+    let mut unrecorded = 0;
+    let mut denied = None;
+    for _ in 0..200 {
+        match d.call("echo", &[("w", &long)]) {
+            Response::Ok { .. } => ran += 1,
+            Response::Error { message } if message.contains("result could not be journaled") => {
+                unrecorded += 1;
+            }
+            Response::Denied { reason } => {
+                denied = Some(reason);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(unrecorded <= 1, "after one unrecorded result new calls are denied");
+    let reason = denied.expect("calls kept running with a full disk");
+    assert!(reason.contains("journal"), "{reason}");
+    eprintln!("after {ran} calls on a full disk: {reason}");
+    std::fs::remove_file(&ballast).unwrap();
+    assert_eq!(stdout_of(&d.call("echo", &[("w", "back")])), "back\n");
+    let mut d = d;
+    d.stop();
+    let state_arg = state.to_str().unwrap().to_owned();
+    let (code, out, err) = cli(&[
+        "audit",
+        "verify",
+        "--state-dir",
+        &state_arg,
+        "--verify-key",
+        &vk,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let events = d.journal_events();
+    let results = events.iter().filter(|e| e["kind"] == "result").count();
+    let execs = events.iter().filter(|e| e["kind"] == "exec").count();
+    assert_eq!(
+        results,
+        ran + 1,
+        "every call that answered with its output has its result on record"
+    );
+    assert_eq!(
+        execs,
+        ran + 1 + unrecorded,
+        "every run is on record, including one whose caller heard it ran unrecorded"
+    );
+    drop(mount);
+    drop(d);
+}
+
+#[test]
+fn the_witness_stays_roots_after_the_privilege_drop() {
+    if !require_root("privilege drop") {
+        return;
+    }
+    // The embedded demo policy: a root-started daemon drops to `nobody`.
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    let socket = dir.path().join("s");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    use std::os::unix::fs::MetadataExt;
+    let witness = std::fs::metadata(state.join("journal.witness")).unwrap();
+    let journal = std::fs::metadata(state.join("journal.jsonl")).unwrap();
+    assert_eq!(witness.uid(), 0, "the witness is root's");
+    assert_ne!(journal.uid(), 0, "the journal is the daemon user's");
+    // The daemon user cannot open the witness for writing.
+    let nobody = journal.uid();
+    let attempt = Command::new("/usr/bin/truncate")
+        .args(["-s", "0"])
+        .arg(state.join("journal.witness"))
+        .uid(nobody)
+        .gid(journal.gid())
+        .output()
+        .unwrap();
+    assert!(
+        !attempt.status.success(),
+        "the daemon user truncated the witness"
+    );
+    eprintln!(
+        "daemon user truncating the witness: {}",
+        String::from_utf8_lossy(&attempt.stderr).trim()
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    let (code, out) = verify(&state);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("root-owned"), "{out}");
+    // Cut the tail: the dropped daemon refuses; root acknowledges; the acknowledgement survives
+    // the hand-over of the state directory to the daemon user and is honoured.
+    let path = state.join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&path, lines[..lines.len() - 2].join("\n") + "\n").unwrap();
+    let serve = |socket: &std::path::Path| {
+        Command::new(BIN)
+            .args(["serve", "--socket"])
+            .arg(socket)
+            .arg("--state-dir")
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = serve(&dir.path().join("s2")).wait_with_output().unwrap();
+    assert_eq!(refused.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("missing records"));
+    let (code, out, err) = cli(&[
+        "audit",
+        "acknowledge-gap",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--reason",
+        "test",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let socket = dir.path().join("s3");
+    let mut child = serve(&socket);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("daemon exited {status}: {err}");
+        }
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("journal_gap_acknowledged")
+    );
 }

@@ -1,5 +1,7 @@
 //! Journal integration tests on real files: tampering of every kind is detected and named, torn
-//! tails and ENOSPC (a real tiny tmpfs) leave the chain intact, permissions are enforced.
+//! tails and ENOSPC (a real tiny tmpfs) leave the chain intact, permissions are enforced; and the
+//! forward-secure part: an intruder holding the live sealing key cannot rewrite sealed history,
+//! cut the tail, or put an old journal back without `verify` and the next start naming it.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -12,9 +14,13 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 use verbd::journal::{
-    self, CHECKPOINT_FILE, CHECKPOINT_INTERVAL, JOURNAL_FILE, Journal, JournalError, KEY_FILE,
-    Problem, ProblemKind,
+    self, CHECKPOINT_FILE, JOURNAL_FILE, Journal, JournalError, KEY_FILE, Problem, ProblemKind,
+    VerifyOptions,
 };
+
+/// A fresh journal opens with two records of its own: `journal_keys` (seq 1) and the seal of
+/// epoch 0 (seq 2). The caller's records follow.
+const GENESIS: usize = 2;
 
 fn state_dir() -> TempDir {
     tempfile::tempdir().expect("tempdir")
@@ -55,8 +61,17 @@ fn write_lines(dir: &Path, lines: &[String]) {
     fs::write(journal_path(dir), text).expect("write journal");
 }
 
+fn report(dir: &Path) -> journal::VerifyReport {
+    journal::verify(&VerifyOptions::for_state_dir(dir)).expect("verify runs")
+}
+
 fn problems(dir: &Path) -> Vec<Problem> {
-    journal::verify(dir).expect("verify runs").problems
+    report(dir).problems
+}
+
+/// The caller's records, streamed back and verified.
+fn replay(dir: &Path) -> Result<Vec<journal::Record>, JournalError> {
+    journal::replay(dir)?.into_records()
 }
 
 fn only_problem(dir: &Path) -> Problem {
@@ -70,10 +85,25 @@ fn only_problem(dir: &Path) -> Problem {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&mac.finalize().into_bytes());
+    out
+}
+
+fn hmac_hex(key: &[u8], body: &[u8]) -> String {
+    hex(&hmac(key, &[body]))
 }
 
 #[test]
@@ -82,52 +112,63 @@ fn append_then_verify_and_replay() {
     let appended = append_calls(dir.path(), 5);
     assert_eq!(
         appended.iter().map(|a| a.seq).collect::<Vec<_>>(),
-        [1, 2, 3, 4, 5]
+        [3, 4, 5, 6, 7]
     );
 
-    let report = journal::verify(dir.path()).expect("verify");
-    assert_eq!(report.records, 5);
-    assert!(report.is_intact(), "{:#?}", report.problems);
+    let verified = report(dir.path());
+    assert_eq!(verified.records, 7);
+    assert!(verified.is_intact(), "{:#?}", verified.problems);
 
-    let records = journal::replay(dir.path()).expect("replay");
+    let records = replay(dir.path()).expect("replay");
     assert_eq!(records.len(), 5);
     let lines = read_lines(dir.path());
     for (index, record) in records.iter().enumerate() {
-        assert_eq!(record.seq, index as u64 + 1);
-        assert_eq!(record.line, index as u64 + 1);
+        assert_eq!(record.seq, (GENESIS + index) as u64 + 1);
+        assert_eq!(record.line, (GENESIS + index) as u64 + 1);
+        assert_eq!(record.epoch, Some(1));
         assert_eq!(record.event, call_event(index + 1));
         assert_eq!(record.hash, appended[index].hash);
-        assert_eq!(record.hash, sha256_hex(lines[index].as_bytes()));
+        assert_eq!(record.hash, sha256_hex(lines[GENESIS + index].as_bytes()));
         assert_eq!(record.time, appended[index].time);
         assert!(journal::parse_rfc3339(&record.time).is_some());
-        let expected_prev = if index == 0 {
-            "0".repeat(64)
-        } else {
-            appended[index - 1].hash.clone()
-        };
-        assert_eq!(record.prev, expected_prev);
+        assert_eq!(
+            record.prev,
+            sha256_hex(lines[GENESIS + index - 1].as_bytes())
+        );
     }
-    // The documented line format, byte for byte.
+    // The documented line format, byte for byte; seq 1 chains to all zeros.
     assert!(
         lines[0].starts_with("{\"seq\":1,\"time\":\""),
         "{}",
         lines[0]
     );
     assert!(lines[0].contains(&format!(
-        "\"prev\":\"{}\",\"event\":{{\"args\":",
+        "\"prev\":\"{}\",\"epoch\":0,\"event\":{{\"custody\":\"local\",",
         "0".repeat(64)
     )));
+    assert!(
+        lines[2].contains(",\"epoch\":1,\"event\":{\"args\":"),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[2].contains("\"},\"mac\":\""), "{}", lines[2]);
 
-    // Reopening continues the chain.
+    // Reopening seals the epoch the last run left open, then continues the chain.
     let mut journal = Journal::open(dir.path()).expect("reopen");
-    let sixth = journal
+    let next = journal
         .append(&json!({"kind": "shutdown"}))
         .expect("append");
-    assert_eq!(sixth.seq, 6);
+    assert_eq!(next.seq, 9);
     drop(journal);
-    let records = journal::replay(dir.path()).expect("replay");
-    assert_eq!(records[5].prev, appended[4].hash);
-    assert!(journal::verify(dir.path()).unwrap().is_intact());
+    let lines = read_lines(dir.path());
+    assert!(
+        lines[7].contains("\"kind\":\"journal_seal\",\"reason\":\"start\""),
+        "{}",
+        lines[7]
+    );
+    let records = replay(dir.path()).expect("replay");
+    assert_eq!(records[5].prev, sha256_hex(lines[7].as_bytes()));
+    assert!(report(dir.path()).is_intact());
 }
 
 #[test]
@@ -135,22 +176,22 @@ fn edited_args_are_named_as_bad_hmac() {
     let dir = state_dir();
     append_calls(dir.path(), 5);
     let mut lines = read_lines(dir.path());
-    assert!(lines[2].contains("svc3.service"));
-    lines[2] = lines[2].replace("svc3.service", "sshd.service");
+    assert!(lines[4].contains("svc3.service"));
+    lines[4] = lines[4].replace("svc3.service", "sshd.service");
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::BadHmac, 3, Some(3))
+        (ProblemKind::BadHmac, 5, Some(5))
     );
     assert!(
-        problem.to_string().starts_with("line 3 (seq 3):"),
+        problem.to_string().starts_with("line 5 (seq 5):"),
         "{problem}"
     );
 
-    let error = journal::replay(dir.path()).expect_err("replay must refuse");
-    assert!(error.to_string().contains("line 3 (seq 3)"), "{error}");
+    let error = replay(dir.path()).expect_err("replay must refuse");
+    assert!(error.to_string().contains("line 5 (seq 5)"), "{error}");
     let error = Journal::open(dir.path())
         .err()
         .expect("open must refuse a tampered journal");
@@ -162,12 +203,12 @@ fn reformatted_record_is_named_as_not_canonical() {
     let dir = state_dir();
     append_calls(dir.path(), 3);
     let mut lines = read_lines(dir.path());
-    lines[1] = lines[1].replacen("\"verb\":", "\"verb\": ", 1);
+    lines[3] = lines[3].replacen("\"verb\":", "\"verb\": ", 1);
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::NotCanonical, 2, Some(2))
+        (ProblemKind::NotCanonical, 4, Some(4))
     );
 }
 
@@ -176,25 +217,25 @@ fn deleted_record_is_named_as_missing_seq() {
     let dir = state_dir();
     append_calls(dir.path(), 5);
     let mut lines = read_lines(dir.path());
-    lines.remove(2);
+    lines.remove(4);
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::MissingSeq, 3, Some(3))
+        (ProblemKind::MissingSeq, 5, Some(5))
     );
-    assert!(problem.message.contains("seq 3 is missing"), "{problem}");
+    assert!(problem.message.contains("seq 5 is missing"), "{problem}");
 
     // Two consecutive deletions are one gap.
-    lines.remove(1);
+    lines.remove(3);
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::MissingSeq, 2, Some(2))
+        (ProblemKind::MissingSeq, 4, Some(4))
     );
-    assert!(problem.message.contains("seq 2 to 3"), "{problem}");
+    assert!(problem.message.contains("seq 4 to 5"), "{problem}");
 }
 
 #[test]
@@ -202,16 +243,16 @@ fn swapped_records_are_named_as_reordered() {
     let dir = state_dir();
     append_calls(dir.path(), 5);
     let mut lines = read_lines(dir.path());
-    lines.swap(1, 2);
+    lines.swap(3, 4);
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::DuplicateOrOutOfOrder, 3, Some(2))
+        (ProblemKind::DuplicateOrOutOfOrder, 5, Some(4))
     );
     assert!(problem.message.contains("reordered"), "{problem}");
-    assert!(problem.message.contains("seq 3 (line 2)"), "{problem}");
+    assert!(problem.message.contains("seq 5 (line 4)"), "{problem}");
 }
 
 #[test]
@@ -219,15 +260,15 @@ fn duplicated_record_is_named() {
     let dir = state_dir();
     append_calls(dir.path(), 4);
     let mut lines = read_lines(dir.path());
-    let copy = lines[1].clone();
+    let copy = lines[3].clone();
     lines.push(copy);
     write_lines(dir.path(), &lines);
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::DuplicateOrOutOfOrder, 5, Some(2))
+        (ProblemKind::DuplicateOrOutOfOrder, 7, Some(4))
     );
-    assert!(problem.message.contains("line 2"), "{problem}");
+    assert!(problem.message.contains("line 4"), "{problem}");
 }
 
 #[test]
@@ -235,29 +276,25 @@ fn inserted_forged_record_is_named_as_bad_hmac() {
     let dir = state_dir();
     append_calls(dir.path(), 5);
     let mut lines = read_lines(dir.path());
-    // A forger who knows the format but not the key: correct seq, time and chain, HMAC made
-    // with a key of their own.
+    // A forger who knows the format but not the key: correct seq, time, epoch and chain, MAC
+    // made with a key of their own.
     let body = format!(
-        "{{\"seq\":3,\"time\":\"2026-11-30T08:00:00.000Z\",\"prev\":\"{}\",\"event\":{}}}",
-        sha256_hex(lines[1].as_bytes()),
+        "{{\"seq\":5,\"time\":\"2026-11-30T08:00:00.000Z\",\"prev\":\"{}\",\"epoch\":1,\"event\":{}}}",
+        sha256_hex(lines[3].as_bytes()),
         json!({"kind": "call", "verb": "drop_database", "decision": "approved"})
     );
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&[7u8; 32]).unwrap();
-    mac.update(body.as_bytes());
-    let tag: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let forged = format!("{},\"hmac\":\"{tag}\"}}", &body[..body.len() - 1]);
-    lines.insert(2, forged);
+    let forged = format!(
+        "{},\"mac\":\"{}\"}}",
+        &body[..body.len() - 1],
+        hmac_hex(&[7u8; 32], body.as_bytes())
+    );
+    lines.insert(4, forged);
     write_lines(dir.path(), &lines);
 
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::BadHmac, 3, Some(3))
+        (ProblemKind::BadHmac, 5, Some(5))
     );
 }
 
@@ -276,17 +313,17 @@ fn garbage_line_is_named_as_bad_json() {
     // A complete (newline-terminated) but broken last line is not a torn tail: open refuses.
     let mut lines = read_lines(dir.path());
     lines.remove(1);
-    lines.push("{\"seq\":4,".to_owned());
+    lines.push("{\"seq\":6,".to_owned());
     write_lines(dir.path(), &lines);
     let error = Journal::open(dir.path()).err().expect("open must refuse");
-    assert!(error.to_string().contains("line 4"), "{error}");
+    assert!(error.to_string().contains("line 6"), "{error}");
 }
 
 #[test]
 fn torn_tail_is_reported_then_repaired_and_journaled_at_open() {
     let dir = state_dir();
     append_calls(dir.path(), 3);
-    let torn = b"{\"seq\":4,\"time\":\"2026-11-30T08:1";
+    let torn = b"{\"seq\":6,\"time\":\"2026-11-30T08:1";
     let mut bytes = fs::read(journal_path(dir.path())).unwrap();
     let good_length = bytes.len();
     bytes.extend_from_slice(torn);
@@ -295,24 +332,25 @@ fn torn_tail_is_reported_then_repaired_and_journaled_at_open() {
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.line, problem.seq),
-        (ProblemKind::TornTail, 4, None)
+        (ProblemKind::TornTail, 6, None)
     );
-    assert!(journal::replay(dir.path()).is_err());
+    assert!(replay(dir.path()).is_err());
     assert!(journal::tail(dir.path(), 2).is_err());
 
     let mut journal = Journal::open(dir.path()).expect("open repairs a torn tail");
-    let records = journal::replay(dir.path()).expect("replay after repair");
-    assert_eq!(records.len(), 4);
-    let repair = &records[3].event;
+    assert!(fs::read(journal_path(dir.path())).unwrap()[..good_length] == bytes[..good_length]);
+    // The start seals the epoch the crashed run left open (seq 6), then journals the repair.
+    let records = journal::tail(dir.path(), 1).expect("tail after repair");
+    let repair = &records[0].event;
     assert_eq!(repair["kind"], "journal_tail_repaired");
-    assert_eq!(repair["line"], 4);
+    assert_eq!(repair["line"], 6);
     assert_eq!(repair["bytes"], torn.len());
     assert_eq!(repair["sha256"], sha256_hex(torn));
-    assert_eq!(records[3].line, 4);
-    assert!(fs::read(journal_path(dir.path())).unwrap()[..good_length] == bytes[..good_length]);
-    assert_eq!(journal.append(&json!({"kind": "after"})).unwrap().seq, 5);
+    assert_eq!((records[0].seq, records[0].line), (7, 7));
+    assert_eq!(journal.append(&json!({"kind": "after"})).unwrap().seq, 8);
     drop(journal);
-    assert!(journal::verify(dir.path()).unwrap().is_intact());
+    assert!(report(dir.path()).is_intact());
+    assert_eq!(replay(dir.path()).unwrap().len(), 4);
 }
 
 #[test]
@@ -344,7 +382,7 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
         message.contains("mode 644") && message.contains("chmod 600"),
         "{message}"
     );
-    assert!(journal::verify(dir.path()).is_err());
+    assert!(journal::verify(&VerifyOptions::for_state_dir(dir.path())).is_err());
     fs::set_permissions(&key_path, fs::Permissions::from_mode(0o600)).unwrap();
     assert!(Journal::open(dir.path()).is_ok());
 
@@ -357,12 +395,36 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
         std::os::unix::fs::chown(&key_path, Some(0), None).unwrap();
     }
 
-    // Records without their key are not silently re-keyed.
+    // Without journal.key the generation is not re-keyed: the daemon continues it with its
+    // sealing state, and verify says plainly it can no longer prove those records.
     fs::remove_file(&key_path).unwrap();
-    let error = Journal::open(dir.path())
-        .err()
-        .expect("missing key with records refused");
-    assert!(error.to_string().contains("is missing"), "{error}");
+    let mut journal = Journal::open(dir.path()).expect("continues with the sealing state");
+    journal.append(&call_event(3)).unwrap();
+    drop(journal);
+    let lines = read_lines(dir.path());
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"kind\":\"journal_keys\""))
+            .count(),
+        1,
+        "no new key generation"
+    );
+    let verified = report(dir.path());
+    assert!(verified.is_intact(), "{:#?}", verified.problems);
+    assert!(verified.sealing.unproven > 0, "{verified:#?}");
+    assert!(
+        verified
+            .not_proven
+            .iter()
+            .any(|s| s.contains("--verify-key")),
+        "{:#?}",
+        verified.not_proven
+    );
+    // And if the sealing state is gone too, the generation cannot go on: refused, with the fix.
+    fs::remove_file(dir.path().join(journal::SEAL_STATE_FILE)).unwrap();
+    let error = Journal::open(dir.path()).err().expect("refused");
+    assert!(error.to_string().contains("setup-keys"), "{error}");
 }
 
 #[test]
@@ -400,61 +462,77 @@ fn second_writer_is_refused_and_outside_appends_stop_the_daemon() {
 }
 
 #[test]
-fn checkpoints_keep_open_fast_and_catch_truncation() {
+fn open_checks_from_the_last_seal_and_the_witness_catches_truncation() {
     let dir = state_dir();
-    let total = CHECKPOINT_INTERVAL as usize + 20;
+    let total = journal::DEFAULT_EPOCH_RECORDS as usize + 20;
     append_calls(dir.path(), total);
+    // The 1000-record epoch was sealed on the way; the checkpoint names that seal.
     let checkpoint = fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).expect("checkpoint");
+    let sealed_at = GENESIS + journal::DEFAULT_EPOCH_RECORDS as usize + 1;
     assert!(
-        checkpoint.contains(&format!("\"seq\":{}", CHECKPOINT_INTERVAL)),
+        checkpoint.contains(&format!("\"seq\":{sealed_at}")),
         "{checkpoint}"
     );
 
-    // Reopening checkpoints the end; an edit before the checkpoint is then left to `verify`
-    // (open only checks the tail), which names it.
+    // Reopening seals the open epoch and moves the checkpoint there; an edit before it is then
+    // left to `verify` (open only checks since the last seal), which names it.
     drop(Journal::open(dir.path()).unwrap());
+    let end = GENESIS + total + 2;
     let checkpoint = fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).unwrap();
     assert!(
-        checkpoint.contains(&format!("\"seq\":{total}")),
+        checkpoint.contains(&format!("\"seq\":{end}")),
         "{checkpoint}"
     );
     let mut lines = read_lines(dir.path());
-    lines[9] = lines[9].replace("svc10.service", "svc99.service");
+    assert_eq!(lines.len(), end);
+    lines[11] = lines[11].replace("svc10.service", "svc99.service");
     write_lines(dir.path(), &lines);
     assert!(
         Journal::open(dir.path()).is_ok(),
-        "open verifies only since the checkpoint"
+        "open verifies only since the last seal"
     );
     let problem = only_problem(dir.path());
-    assert_eq!((problem.kind, problem.line), (ProblemKind::BadHmac, 10));
+    assert_eq!((problem.kind, problem.line), (ProblemKind::BadHmac, 12));
 
-    // Cutting records off the end is caught by the checkpoint, at open and by verify.
-    lines[9] = lines[9].replace("svc99.service", "svc10.service");
-    lines.truncate(total - 2);
-    write_lines(dir.path(), &lines);
+    // Cutting records off the end is caught through the witness, at open and by verify,
+    // naming the missing records.
+    let lines = read_lines(dir.path());
+    let mut original = lines.clone();
+    original[11] = original[11].replace("svc99.service", "svc10.service");
+    let total_now = original.len();
+    let mut cut = original.clone();
+    cut.truncate(total_now - 2);
+    write_lines(dir.path(), &cut);
     let error = Journal::open(dir.path())
         .err()
         .expect("open refuses a truncated journal");
     assert!(
-        error.to_string().contains("records were removed"),
+        matches!(error, JournalError::MissingRecords { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains(&format!(
+            "missing records seq {} to {}",
+            total_now - 1,
+            total_now
+        )),
         "{error}"
     );
     let problem = only_problem(dir.path());
     assert_eq!(
         (problem.kind, problem.seq),
-        (ProblemKind::Truncated, Some(total as u64))
+        (ProblemKind::Truncated, Some(total_now as u64 - 1))
     );
 
-    // A forged checkpoint is refused.
+    // A checkpoint that no longer matches is only a hint: open checks from the beginning.
+    write_lines(dir.path(), &original);
     fs::write(
         dir.path().join(CHECKPOINT_FILE),
-        checkpoint.replace(&format!("\"seq\":{total}"), "\"seq\":5"),
+        checkpoint.replace(&format!("\"seq\":{end}"), "\"seq\":5"),
     )
     .unwrap();
-    let error = Journal::open(dir.path())
-        .err()
-        .expect("forged checkpoint refused");
-    assert!(error.to_string().contains("HMAC"), "{error}");
+    drop(Journal::open(dir.path()).expect("a forged checkpoint costs a full check, no more"));
+    assert!(report(dir.path()).is_intact());
 }
 
 #[test]
@@ -472,12 +550,12 @@ fn tail_returns_verified_last_records_and_formatting_escapes_control_chars() {
     drop(journal);
 
     let records = journal::tail(dir.path(), 2).expect("tail");
-    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [4, 5]);
-    assert_eq!(journal::tail(dir.path(), 50).unwrap().len(), 5);
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [6, 7]);
+    assert_eq!(journal::tail(dir.path(), 50).unwrap().len(), GENESIS + 5);
 
     let normal = journal::format_record(&records[0]);
     assert!(
-        normal.contains(" #4 call caller=alice(1000)/pid:4242 verb=restart"),
+        normal.contains(" #6 call caller=alice(1000)/pid:4242 verb=restart"),
         "{normal}"
     );
     assert!(
@@ -559,7 +637,7 @@ fn enospc_rolls_back_and_appends_resume_when_space_returns() {
     fs::write(&filler, vec![b'f'; 24 * 1024]).expect("filler");
 
     let padding = "p".repeat(1500);
-    let mut written = 3u64;
+    let mut written = GENESIS as u64 + 3;
     let error = loop {
         match journal.append(&json!({"kind": "call", "args": {"padding": padding}})) {
             Ok(appended) => {
@@ -570,24 +648,34 @@ fn enospc_rolls_back_and_appends_resume_when_space_returns() {
             Err(error) => break error,
         }
     };
-    assert!(matches!(error, JournalError::Write { .. }), "{error}");
+    // The journal's own append or the witness after it: either way ENOSPC, and a failed
+    // journal write was rolled back.
+    assert!(
+        matches!(
+            error,
+            JournalError::Write { .. } | JournalError::Witness { .. }
+        ),
+        "{error}"
+    );
     assert_eq!(
         error.io_error().and_then(|e| e.raw_os_error()),
         Some(libc::ENOSPC),
         "{error}"
     );
-    assert!(error.to_string().contains("rolled back"), "{error}");
+    if matches!(error, JournalError::Write { .. }) {
+        assert!(error.to_string().contains("rolled back"), "{error}");
+    }
 
     // The file holds only complete records and the chain is intact while still full.
-    let report = journal::verify(&dir).unwrap();
-    assert_eq!(report.records, written);
-    assert!(report.is_intact(), "{:#?}", report.problems);
+    let verified = report(&dir);
+    assert_eq!(verified.records, written);
+    assert!(verified.is_intact(), "{:#?}", verified.problems);
     assert!(
         journal
             .append(&json!({"kind": "call", "args": {"padding": padding}}))
             .is_err()
     );
-    assert!(journal::verify(&dir).unwrap().is_intact());
+    assert!(report(&dir).is_intact());
 
     fs::remove_file(&filler).unwrap();
     let resumed = journal
@@ -595,10 +683,14 @@ fn enospc_rolls_back_and_appends_resume_when_space_returns() {
         .unwrap();
     assert_eq!(resumed.seq, written + 1);
     drop(journal);
-    let report = journal::verify(&dir).unwrap();
-    assert_eq!(report.records, written + 1);
-    assert!(report.is_intact(), "{:#?}", report.problems);
-    let records = journal::replay(&dir).unwrap();
+    let verified = report(&dir);
+    assert_eq!(verified.records, written + 1);
+    assert!(verified.is_intact(), "{:#?}", verified.problems);
+    assert_eq!(
+        verified.witness.as_ref().unwrap().last_published_seq,
+        Some(written + 1)
+    );
+    let records = replay(&dir).unwrap();
     assert_eq!(records.last().unwrap().hash, resumed.hash);
     eprintln!(
         "ENOSPC after {written} records; append resumed as seq {}",
@@ -619,13 +711,13 @@ fn append_and_replay_speed_report() {
     let per_append = started.elapsed() / count as u32;
     drop(journal);
     let started = Instant::now();
-    let records = journal::replay(dir.path()).unwrap();
-    let replay = started.elapsed();
+    let records = replay(dir.path()).unwrap();
+    let replayed = started.elapsed();
     assert_eq!(records.len(), count);
     eprintln!(
         "journal speed: append (with fdatasync) {per_append:?} each; full verified replay of \
-         {count} records {replay:?} ({:?} per record)",
-        replay / count as u32
+         {count} records {replayed:?} ({:?} per record)",
+        replayed / count as u32
     );
 }
 
@@ -636,12 +728,12 @@ fn readers_ignore_a_partial_line_while_the_daemon_holds_the_journal() {
     journal.append(&call_event(1)).unwrap();
     // What a reader sees mid-write: the start of a line, no newline yet.
     let mut bytes = fs::read(journal_path(dir.path())).unwrap();
-    bytes.extend_from_slice(b"{\"seq\":2,");
+    bytes.extend_from_slice(b"{\"seq\":4,");
     fs::write(journal_path(dir.path()), &bytes).unwrap();
-    let report = journal::verify(dir.path()).unwrap();
-    assert_eq!(report.records, 1);
-    assert!(report.is_intact(), "{:#?}", report.problems);
-    assert_eq!(journal::tail(dir.path(), 5).unwrap().len(), 1);
+    let verified = report(dir.path());
+    assert_eq!(verified.records, 3);
+    assert!(verified.is_intact(), "{:#?}", verified.problems);
+    assert_eq!(journal::tail(dir.path(), 5).unwrap().len(), 3);
     // Once no daemon holds it, the same bytes are a torn tail.
     drop(journal);
     assert_eq!(only_problem(dir.path()).kind, ProblemKind::TornTail);

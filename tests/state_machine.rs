@@ -150,7 +150,8 @@ impl World {
         let prepared = loader
             .prepare(loader.compile().unwrap(), &secret_dir)
             .unwrap();
-        let (journal, book) = verbd::serve::open_journal(&self.state()).unwrap();
+        let witness = verbd::journal::Witness::open(&self.state()).unwrap();
+        let (journal, book) = verbd::serve::open_journal(&self.state(), witness).unwrap();
         let interrupted = book.interrupted();
         let daemon = Daemon::new(
             prepared,

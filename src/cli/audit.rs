@@ -1,50 +1,142 @@
-//! `verbd audit verify | tail`: the journal, offline.
+//! `verbd audit …`: the journal, offline. The work (verify, seal keys, export, gap
+//! acknowledgement, tail) lives in `verbd::audit`; this module holds the clap types and maps
+//! the result to an exit code.
 #![forbid(unsafe_code)]
 
-use super::EXIT_CHECK_FAILED;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Check every record's HMAC and the chain; exit 1 when anything is wrong.
-pub fn verify(state_dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let dir = state_dir.unwrap_or_else(verbd::paths::default_state_dir);
-    let report = verbd::journal::verify(&dir)?;
-    let file = dir.join(verbd::journal::JOURNAL_FILE);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if report.is_intact() {
-        println!(
-            "{}: {} records, chain and HMACs intact",
-            file.display(),
-            report.records
-        );
-    } else {
-        for problem in &report.problems {
-            eprintln!("{problem}");
-        }
-        eprintln!(
-            "{}: {} problem(s) in {} records",
-            file.display(),
-            report.problems.len(),
-            report.records
-        );
-    }
-    Ok(if report.is_intact() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_CHECK_FAILED)
-    })
+/// `verbd audit …`
+#[derive(clap::Subcommand)]
+pub enum AuditCommand {
+    /// Check every segment: hash chain, sequence, epochs and seals, the heads published to the
+    /// witness, and (with --verify-key) every sealed epoch's MACs; names each edited, deleted,
+    /// inserted, reordered or cut-off record and says what it could not prove. Exit 1 when
+    /// anything is wrong.
+    Verify {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Check an exported file (`audit export`) instead of the state directory
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The verification key `audit setup-keys` printed (repeat for several generations;
+        /// visible to local users in the process list, see --verify-key-file)
+        #[arg(long)]
+        verify_key: Vec<String>,
+        /// A file holding a verification key (`-` reads standard input)
+        #[arg(long)]
+        verify_key_file: Vec<PathBuf>,
+        /// A witness file to compare with (default: the state directory's)
+        #[arg(long)]
+        witness: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make forward-secure sealing keys: the initial sealing key goes to the state directory
+    /// (taken at the next daemon start) or to a file for a systemd credential; the
+    /// verification key is printed once
+    SetupKeys {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Write the initial sealing key to this new file (for `systemd-creds encrypt`)
+        /// instead of the state directory
+        #[arg(long)]
+        credential: Option<PathBuf>,
+        /// Close an epoch after this many records
+        #[arg(long, default_value_t = verbd::journal::DEFAULT_EPOCH_RECORDS)]
+        epoch_records: u64,
+        /// Close an epoch after this many seconds
+        #[arg(long, default_value_t = verbd::journal::DEFAULT_EPOCH_SECONDS)]
+        epoch_seconds: u64,
+    },
+    /// Write the journal's exact lines (all segments) for offline checking or a SIEM
+    Export {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Start at the first record with this seq or higher
+        #[arg(long, default_value_t = 1)]
+        since: u64,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+        /// A new file to write (default: standard output)
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Acknowledge records missing from the end of the journal so the daemon serves again;
+    /// the acknowledgement (who, why, which records) is journaled at the next start
+    AcknowledgeGap {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Show the most recent records
+    Tail {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
-/// The last `n` records, verified, one line each (or JSON).
-pub fn tail(state_dir: Option<PathBuf>, n: usize, json: bool) -> anyhow::Result<ExitCode> {
-    let dir = state_dir.unwrap_or_else(verbd::paths::default_state_dir);
-    for record in &verbd::journal::tail(&dir, n)? {
-        if json {
-            println!("{}", serde_json::to_string(record)?);
-        } else {
-            println!("{}", verbd::journal::format_record(record));
+/// Formats of `audit export`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// One record per line, byte for byte as journaled
+    Jsonl,
+}
+
+/// Runs one `verbd audit` subcommand.
+pub fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
+    let dir =
+        |state_dir: Option<PathBuf>| state_dir.unwrap_or_else(verbd::paths::default_state_dir);
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    let code = match command {
+        AuditCommand::Verify {
+            state_dir,
+            file,
+            verify_key,
+            verify_key_file,
+            witness,
+            json,
+        } => verbd::audit::verify(
+            verbd::audit::VerifyArgs {
+                state_dir: dir(state_dir),
+                file,
+                verify_keys: verify_key,
+                verify_key_files: verify_key_file,
+                witness,
+                json,
+            },
+            &mut out,
+            &mut err,
+        ),
+        AuditCommand::Tail { state_dir, n, json } => {
+            verbd::audit::tail(&dir(state_dir), n, json, &mut out)
         }
-    }
-    Ok(ExitCode::SUCCESS)
+        AuditCommand::SetupKeys {
+            state_dir,
+            credential,
+            epoch_records,
+            epoch_seconds,
+        } => verbd::audit::setup_keys(
+            &dir(state_dir),
+            credential.as_deref(),
+            epoch_records,
+            epoch_seconds,
+            &mut out,
+        ),
+        AuditCommand::Export {
+            state_dir,
+            since,
+            format: ExportFormat::Jsonl,
+            output,
+        } => verbd::audit::export(&dir(state_dir), since, output.as_deref(), &mut err),
+        AuditCommand::AcknowledgeGap { state_dir, reason } => {
+            verbd::audit::acknowledge_gap(&dir(state_dir), &reason, &mut out)
+        }
+    };
+    Ok(ExitCode::from(code?))
 }

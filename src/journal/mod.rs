@@ -1,96 +1,127 @@
-//! The tamper-evident, append-only journal: every decision and result of the daemon, fsync'd
-//! before the caller sees it, and the source of truth replayed at start (proposals, idempotency
-//! keys). Nothing secret passes through here (callers guarantee it) and event contents are never
-//! logged.
+//! The tamper-evident, append-only, forward-secure journal: every decision and result of the
+//! daemon, fsync'd before the caller sees it, and the source of truth replayed at start
+//! (proposals, idempotency keys). Nothing secret passes through here (callers guarantee it) and
+//! event contents are never logged. The full design and its reasons are in docs/audit.md.
 //!
 //! # Files (all in the state directory, which must not be group/other writable)
 //!
-//! - `journal.jsonl` ([`JOURNAL_FILE`]): one record per line, mode 0600, opened `O_APPEND`.
-//! - `journal.key` ([`KEY_FILE`]): 32 random bytes from `/dev/urandom`, mode 0600, created once
-//!   (O_EXCL temporary file hard-linked into place, so it is complete or absent and never
-//!   replaced). A key readable by group/other, or any file owned by another uid, is refused.
-//! - `journal.checkpoint` ([`CHECKPOINT_FILE`]): the last verified position (see Checkpoints).
+//! - `journal.jsonl` ([`JOURNAL_FILE`]): the live segment, mode 0600, opened `O_APPEND`.
+//!   Closed segments are `journal-NNNNNN.jsonl`, numbered from 1. A segment closes when it
+//!   reaches [`JournalConfig::segment_bytes`]; the chain, the sequence numbers and the epochs run
+//!   on across segments, and every segment after the first begins with a `journal_segment`
+//!   header record.
+//! - `journal.sealkey` ([`SEAL_STATE_FILE`]): the current epoch key `K(e)`, two 128-byte slots
+//!   overwritten in place (see `storage::SealStateFile`); the previous key is zeroed on disk and in
+//!   memory when an epoch is sealed.
+//! - `journal.sealkey.init` ([`SEAL_INIT_FILE`]): an initial key `K0` from `verbd audit
+//!   setup-keys`, consumed (zeroed and removed) at the next start. The systemd credential
+//!   `verbd-seal` ([`CREDENTIAL_NAME`]) is the alternative source.
+//! - `journal.key` ([`KEY_FILE`]): only for journals without set-up keys: their `K0`, kept so
+//!   `audit verify` can check every MAC on this host (which proves nothing against whoever can
+//!   read the state directory; `verify` says so). It is also the static HMAC key of v1 journals.
+//! - `journal.witness` ([`WITNESS_FILE`]): the published heads (see `witness`).
+//! - `journal.checkpoint` ([`CHECKPOINT_FILE`]): where the last seal and the last state snapshot
+//!   are, so a start reads one epoch, not the history. A hint: checked against the segment.
+//! - `journal.gap-ack` ([`GAP_ACK_FILE`]): an operator's acknowledgement of lost records.
 //!
 //! # Record format
 //!
 //! Each line is exactly (no whitespace, `\n`-terminated):
 //!
 //! ```text
-//! {"seq":N,"time":"T","prev":"P","event":E,"hmac":"H"}
+//! {"seq":N,"time":"T","prev":"P","epoch":K,"event":E,"mac":"H"}
 //! ```
 //!
-//! - `seq`: 1 for the first record, +1 per record.
+//! - `seq`: 1 for the first record, +1 per record, across segments.
 //! - `time`: RFC 3339 UTC with milliseconds, e.g. `2026-11-30T08:17:43.123Z`.
 //! - `prev`: lowercase hex sha256 of the previous line's bytes without its newline; 64 zeros for
 //!   seq 1.
+//! - `epoch`: the key epoch the record was written in (0, 1, 2, … within a key generation).
 //! - `event`: the caller's event, a JSON object (by convention with a `"kind"` field), written in
 //!   canonical form: no whitespace, object keys sorted by UTF-8 bytes at every depth, strings and
-//!   numbers as serde_json writes them.
-//! - `hmac`: lowercase hex HMAC-SHA256, keyed with `journal.key`, over the *body*: the same line
-//!   without `,"hmac":"H"`, i.e. `{"seq":N,"time":"T","prev":"P","event":E}`.
+//!   numbers as serde_json writes them. Kinds starting with `journal_` are the journal's own.
+//! - `mac`: lowercase hex HMAC-SHA256 under `M(K)`, the MAC key of epoch `K` (see `keys`), over
+//!   the *body*: the same line without `,"mac":"H"`.
 //!
-//! A reader re-serializes every parsed line and requires the exact bytes back, so an edit is
-//! caught even when it keeps the JSON meaning (`NotCanonical`) and every edit of content is caught
-//! by the HMAC (`BadHmac`). [`Appended::hash`] and [`Record::hash`] are the sha256 of the line
-//! (what the next record's `prev` holds), usable as a stable reference to a record.
+//! Journals written before forward-secure sealing (v1: `"hmac"` under the static `journal.key`,
+//! no `epoch`) are migrated at the first start: the file is verified, closed as segment 1, and
+//! the chain continues in segment 2.
 //!
-//! # Checkpoints
+//! # Epochs and seals
 //!
-//! `journal.checkpoint` holds one line `{"checkpoint":{"hash":..,"line":..,"offset":..,"seq":..,
-//! "start":..},"hmac":..}`: record `seq` occupies bytes `start..offset` on line `line` and hashes
-//! to `hash`; the HMAC (same key) covers `{"checkpoint":{..}}`. It is rewritten atomically at
-//! [`Journal::open`] and every [`CHECKPOINT_INTERVAL`] appends. `open` (and [`tail`]) check that
-//! the named line is still intact and the file still reaches it, then verify only the lines after
-//! it, so start-up cost does not grow with the journal. [`verify`] and [`replay`] always check
-//! every line and also report a checkpoint that the journal no longer matches (a truncated
-//! journal). A missing checkpoint only means a full check at the next start; a checkpoint that
-//! fails its HMAC or no longer matches is an error.
+//! An epoch closes after `epoch_records` records or `epoch_seconds` seconds (defaults 1000 and
+//! 900, chosen at `setup-keys`), at a segment rotation, at every start and at a clean stop: the
+//! daemon appends `{"kind":"journal_seal","epoch":K,"first_seq":F,"records":R,"reason":…}`
+//! (MAC'd with `M(K)`), then evolves the key. A verifier holding `K0` proves every sealed epoch;
+//! without it, `verify` checks the chain, the epochs' order and the witness, and says what it
+//! cannot prove.
 //!
 //! # Crashes and I/O errors
 //!
 //! [`Journal::append`] writes the whole line with one `O_APPEND` write and `fdatasync`s before
-//! returning. On any error it truncates the file back to the last complete record, so the chain
-//! stays intact and a later append works once the cause (e.g. ENOSPC) is gone; if even that
-//! truncation fails, appends are refused until it succeeds. A crash mid-write can leave an
-//! incomplete last line (no newline). Such a line was never acknowledged to anyone, so
-//! [`Journal::open`] truncates it and, as its first act, appends a
+//! returning; then it publishes the new head. On any error it truncates the file back to the last
+//! complete record, so the chain stays intact and a later append works once the cause (e.g.
+//! ENOSPC) is gone; if even that truncation fails, appends are refused until it succeeds. A head
+//! that could not be published is retried before the next append, which is refused while it
+//! fails. A crash mid-write can leave an incomplete last line (no newline). Such a line was never
+//! acknowledged to anyone, so [`Journal::open`] truncates it and appends a
 //! `{"kind":"journal_tail_repaired","line":L,"bytes":B,"sha256":S}` record naming what was cut
-//! (its size and hash, never its content). Until then [`verify`] reports it as `TornTail` and
-//! [`replay`]/[`tail`] refuse; call `open` before `replay` at start. While a daemon holds the
-//! journal (an exclusive `flock` for the life of [`Journal`]), readers ignore an incomplete last
-//! line: it is a write in progress. Every other damage is an error naming the line and seq;
-//! nothing is skipped silently.
+//! (its size and hash, never its content). While a daemon holds the journal (an exclusive
+//! `flock` on the state directory for the life of [`Journal`]), readers ignore an incomplete last
+//! line: it is a write in progress. Every other damage is an error naming the segment, line and
+//! seq; nothing is skipped silently.
 #![forbid(unsafe_code)]
 
 mod display;
+mod keys;
+mod read;
 mod record;
 mod scan;
 mod storage;
 mod time;
+mod witness;
+mod writer;
 
-use std::fs::File;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::io;
+use std::path::PathBuf;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use display::format_record;
+pub use keys::{DEFAULT_EPOCH_RECORDS, DEFAULT_EPOCH_SECONDS, VerifyKey};
+pub use read::{
+    ExportSummary, Replay, SealingSummary, SetupKeys, Snapshot, VerifyOptions, VerifyReport,
+    WitnessSummary, acknowledge_gap, export, replay, setup_keys, tail, verify,
+};
 pub use time::{format_rfc3339, parse_rfc3339};
+pub use witness::{JOURNALD_SOCKET, Witness, WitnessProtection, message_id};
+pub use writer::{Journal, JournalConfig, JournalStats};
 
-use record::{JournalKey, MAX_LINE_BYTES, hex, record_body, seal, sha256};
-use scan::{Keep, Position, Scan, anchor, scan};
-use storage::{Access, read_checkpoint, read_key, write_checkpoint};
+use record::MAX_LINE_BYTES;
 
-/// The journal file's name in the state directory.
+/// The live segment's name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
-/// The HMAC key file's name in the state directory.
+/// Closed segments are named this, then six or more digits, then `.jsonl`.
+pub const ARCHIVE_PREFIX: &str = "journal-";
+/// The local key (journals without set-up keys; v1 journals).
 pub const KEY_FILE: &str = "journal.key";
-/// The checkpoint side file's name in the state directory.
+/// The current sealing key state.
+pub const SEAL_STATE_FILE: &str = "journal.sealkey";
+/// An initial sealing key from `setup-keys`, waiting for the next start.
+pub const SEAL_INIT_FILE: &str = "journal.sealkey.init";
+/// The published heads.
+pub const WITNESS_FILE: &str = "journal.witness";
+/// Where the last seal and snapshot are.
 pub const CHECKPOINT_FILE: &str = "journal.checkpoint";
-/// Appends between two checkpoints.
-pub const CHECKPOINT_INTERVAL: u64 = 1000;
+/// An operator's acknowledgement of lost records, consumed at the next start.
+pub const GAP_ACK_FILE: &str = "journal.gap-ack";
+/// Files in the state directory that must stay root's when a root-started daemon hands the
+/// directory to its user: the witness (so the daemon user cannot rewrite it) and an operator's
+/// gap acknowledgement (so the daemon user cannot forge one).
+pub const ROOT_OWNED_FILES: [&str; 2] = [WITNESS_FILE, GAP_ACK_FILE];
+/// The systemd credential holding an initial sealing key.
+pub const CREDENTIAL_NAME: &str = "verbd-seal";
 
 /// Everything that can go wrong. Each message names the file and, where one exists, the fix.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +155,22 @@ pub enum JournalError {
         problems: Vec<Problem>,
     },
     #[error(
+        "journal {path} is missing {}: the last head published to the witness is seq {to} (hash \
+         {hash}) but the journal ends at seq {end}. Records were cut off the end or an older copy \
+         of the journal was put back. Not serving. Investigate (`verbd audit verify`); to serve \
+         again with the gap on record, run `verbd audit acknowledge-gap --state-dir {dir} \
+         --reason TEXT` as root",
+        seq_range(*.from, *.to)
+    )]
+    MissingRecords {
+        path: PathBuf,
+        dir: PathBuf,
+        from: u64,
+        to: u64,
+        end: u64,
+        hash: String,
+    },
+    #[error(
         "journal {path} changed behind the daemon's back (expected {expected} bytes, found \
          {actual}); refusing to append: run `verbd audit verify` and restart the daemon"
     )]
@@ -151,12 +198,29 @@ pub enum JournalError {
         source: io::Error,
         rollback: io::Error,
     },
+    #[error(
+        "cannot publish the journal head to the witness {path}: {source}; appends are refused \
+         until it can be written (the last record is durable)"
+    )]
+    Witness {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("journal event must serialize to a JSON object")]
     NotAnObject,
     #[error("journal event could not be serialized: {0}")]
     Serialize(#[source] serde_json::Error),
     #[error("journal record of {size} bytes exceeds the limit of {MAX_LINE_BYTES} bytes")]
     TooLarge { size: usize },
+    #[error("journal snapshot at seq {seq} cannot be read back: {reason}")]
+    Snapshot { seq: u64, reason: String },
+    #[error("journal export to {path}: {source}")]
+    Export {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl JournalError {
@@ -165,9 +229,19 @@ impl JournalError {
         match self {
             JournalError::Io { source, .. }
             | JournalError::Write { source, .. }
-            | JournalError::RollbackFailed { source, .. } => Some(source),
+            | JournalError::RollbackFailed { source, .. }
+            | JournalError::Witness { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// "record seq N" or "records seq A to B".
+fn seq_range(from: u64, to: u64) -> String {
+    if from == to {
+        format!("record seq {from}")
+    } else {
+        format!("records seq {from} to {to}")
     }
 }
 
@@ -190,7 +264,8 @@ pub enum ProblemKind {
     BadJson,
     /// Same content as an authentic record but re-formatted (whitespace, key order, escapes).
     NotCanonical,
-    /// The HMAC does not match: the record was edited, or forged without the key.
+    /// The MAC does not match under the key of the record's own epoch: the record was edited,
+    /// forged without the key, or re-made with another epoch's key.
     BadHmac,
     /// An authentic record whose `prev` is not the hash of the record before it.
     BrokenChain,
@@ -200,16 +275,32 @@ pub enum ProblemKind {
     DuplicateOrOutOfOrder,
     /// An incomplete last line (no newline): a write interrupted by a crash.
     TornTail,
-    /// The checkpoint side file fails its HMAC or names a line that changed.
+    /// The checkpoint file names a position the journal no longer matches.
     BadCheckpoint,
-    /// The journal ends before a record the checkpoint saw: records were cut off the end.
+    /// Records published to the witness are missing from the end of the journal.
     Truncated,
+    /// A record's published head differs from the record: rewritten after it was written.
+    WitnessMismatch,
+    /// The witness holds lines that are not heads, or goes backwards.
+    WitnessDamaged,
+    /// A segment file is missing, or does not begin with its header.
+    MissingSegment,
+    /// A record's epoch does not fit where it stands (epochs skipped, went backwards, or a
+    /// record moved between epochs).
+    EpochOrder,
+    /// An epoch that ended without its seal, or (with a verification key) the open last epoch.
+    Unsealed,
+    /// A seal that does not describe its epoch.
+    BadSeal,
+    /// Records of a key generation no given key can check, when a key was required.
+    NotProven,
 }
 
-/// One finding of [`verify`]. `line` is 1-based; 0 means the finding is about the checkpoint
-/// file rather than a line.
+/// One finding of [`verify`]. `line` is 1-based within segment `segment`; line 0 means the
+/// finding is about the segment, the checkpoint or the witness rather than a line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Problem {
+    pub segment: u64,
     pub line: u64,
     pub seq: Option<u64>,
     pub kind: ProblemKind,
@@ -218,24 +309,16 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.line, self.seq) {
-            (0, _) => write!(f, "checkpoint: {}", self.message),
-            (line, Some(seq)) => write!(f, "line {line} (seq {seq}): {}", self.message),
-            (line, None) => write!(f, "line {line}: {}", self.message),
+        let place = match (self.segment, self.line) {
+            (_, 0) => String::new(),
+            (0 | 1, line) => format!("line {line}"),
+            (segment, line) => format!("segment {segment} line {line}"),
+        };
+        match (place.is_empty(), self.seq) {
+            (true, _) => write!(f, "{}", self.message),
+            (false, Some(seq)) => write!(f, "{place} (seq {seq}): {}", self.message),
+            (false, None) => write!(f, "{place}: {}", self.message),
         }
-    }
-}
-
-/// The outcome of [`verify`]: how many lines were read and everything wrong with them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct VerifyReport {
-    pub records: u64,
-    pub problems: Vec<Problem>,
-}
-
-impl VerifyReport {
-    pub fn is_intact(&self) -> bool {
-        self.problems.is_empty()
     }
 }
 
@@ -245,9 +328,13 @@ pub struct Record {
     pub seq: u64,
     pub time: String,
     pub prev: String,
+    /// The key epoch (`None` for a v1 record).
+    pub epoch: Option<u64>,
     pub event: Value,
-    pub hmac: String,
-    /// 1-based line number in the journal file.
+    pub mac: String,
+    /// The segment the record is in.
+    pub segment: u64,
+    /// 1-based line number in its segment file.
     pub line: u64,
     /// sha256 of the line (the next record's `prev`).
     pub hash: String,
@@ -261,349 +348,4 @@ pub struct Appended {
     pub hash: String,
     /// The record's `time` field.
     pub time: String,
-}
-
-/// The daemon's handle on the journal: the only writer (enforced with an exclusive `flock`).
-/// Not shared by itself; the daemon wraps it in a `Mutex`.
-pub struct Journal {
-    dir: PathBuf,
-    path: PathBuf,
-    file: File,
-    key: JournalKey,
-    /// Last complete record: its seq, line, hash and byte range.
-    end: Position,
-    appends_since_checkpoint: u64,
-    /// A failed append could not be rolled back; the file may hold a partial line past `end`.
-    rollback_pending: bool,
-}
-
-impl Journal {
-    /// Opens (creating on first start) the journal in `state_dir`, verifies it from the last
-    /// checkpoint to the end, repairs an incomplete last line (see the module docs) and writes a
-    /// fresh checkpoint.
-    pub fn open(state_dir: &Path) -> Result<Journal, JournalError> {
-        storage::prepare_state_dir(state_dir, Access::Writer)?;
-        let path = state_dir.join(JOURNAL_FILE);
-        let file = storage::open_for_append(&path)?;
-        storage::lock_exclusive(&file, &path)?;
-        let length = file
-            .metadata()
-            .map_err(|source| JournalError::Io {
-                what: "journal file",
-                path: path.clone(),
-                action: "stat",
-                source,
-            })?
-            .len();
-        let key = match read_key(state_dir, Access::Writer)? {
-            Some(key) => key,
-            None if length == 0 => storage::create_key(state_dir)?,
-            None => {
-                return Err(JournalError::Key {
-                    path: state_dir.join(KEY_FILE),
-                    reason: format!(
-                        "is missing but {} holds records that only it can verify; restore the key \
-                         from backup (or move the journal aside to start a new one)",
-                        path.display()
-                    ),
-                });
-            }
-        };
-        let checkpoint_path = state_dir.join(CHECKPOINT_FILE);
-        let start = match read_checkpoint(state_dir, &key)? {
-            Some(checkpoint) => anchor(&file, &path, &checkpoint_path, &checkpoint)?,
-            None => Position::ORIGIN,
-        };
-        let scanned = scan(&file, &path, start, &key, Keep::Last(0))?;
-        if !scanned.problems.is_empty() {
-            return Err(JournalError::Integrity {
-                path,
-                problems: scanned.problems,
-            });
-        }
-        let mut journal = Journal {
-            dir: state_dir.to_owned(),
-            path,
-            file,
-            key,
-            end: scanned.end,
-            appends_since_checkpoint: 0,
-            rollback_pending: false,
-        };
-        if let Some(torn) = scanned.torn {
-            journal.roll_back().map_err(|source| JournalError::Io {
-                what: "journal file",
-                path: journal.path.clone(),
-                action: "truncate the incomplete last line",
-                source,
-            })?;
-            journal.append(&json!({
-                "kind": "journal_tail_repaired",
-                "line": torn.line,
-                "bytes": torn.bytes,
-                "sha256": hex(&torn.sha256),
-            }))?;
-        }
-        if journal.end.seq > 0 && journal.end.offset != start.offset {
-            journal.write_checkpoint();
-        }
-        Ok(journal)
-    }
-
-    /// Appends one record (see the module docs for its format) and fdatasyncs before returning.
-    /// On any I/O error the file is truncated back to the last complete record, seq and prev stay
-    /// unchanged, and the error is returned; a later append works once the cause is gone.
-    pub fn append<E: Serialize>(&mut self, event: &E) -> Result<Appended, JournalError> {
-        if self.rollback_pending {
-            self.roll_back().map_err(|source| JournalError::Io {
-                what: "journal file",
-                path: self.path.clone(),
-                action: "roll back an earlier partial record",
-                source,
-            })?;
-        }
-        let actual = self
-            .file
-            .metadata()
-            .map_err(|source| JournalError::Io {
-                what: "journal file",
-                path: self.path.clone(),
-                action: "stat",
-                source,
-            })?
-            .len();
-        if actual != self.end.offset {
-            return Err(JournalError::ModifiedExternally {
-                path: self.path.clone(),
-                expected: self.end.offset,
-                actual,
-            });
-        }
-        let Value::Object(event) = serde_json::to_value(event).map_err(JournalError::Serialize)?
-        else {
-            return Err(JournalError::NotAnObject);
-        };
-
-        let seq = self.end.seq + 1;
-        let time = format_rfc3339(SystemTime::now());
-        let body = record_body(seq, &time, &hex(&self.end.hash), &event);
-        let line = seal(&body, &self.key.tag(body.as_bytes()));
-        if line.len() + 1 > MAX_LINE_BYTES {
-            return Err(JournalError::TooLarge {
-                size: line.len() + 1,
-            });
-        }
-        let mut bytes = line.into_bytes();
-        let hash = sha256(&bytes);
-        bytes.push(b'\n');
-
-        let written = (&self.file)
-            .write_all(&bytes)
-            .and_then(|()| self.file.sync_data());
-        if let Err(source) = written {
-            return Err(match self.roll_back() {
-                Ok(()) => JournalError::Write {
-                    path: self.path.clone(),
-                    source,
-                },
-                Err(rollback) => {
-                    self.rollback_pending = true;
-                    JournalError::RollbackFailed {
-                        path: self.path.clone(),
-                        source,
-                        rollback,
-                    }
-                }
-            });
-        }
-        self.end = Position {
-            offset: self.end.offset + bytes.len() as u64,
-            line: self.end.line + 1,
-            seq,
-            hash,
-            last_start: self.end.offset,
-        };
-        self.appends_since_checkpoint += 1;
-        if self.appends_since_checkpoint >= CHECKPOINT_INTERVAL {
-            self.write_checkpoint();
-        }
-        Ok(Appended {
-            seq,
-            hash: hex(&hash),
-            time,
-        })
-    }
-
-    /// The journal file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Truncates the file to the end of the last complete record and makes that durable.
-    fn roll_back(&mut self) -> io::Result<()> {
-        self.file.set_len(self.end.offset)?;
-        self.file.sync_data()?;
-        self.rollback_pending = false;
-        Ok(())
-    }
-
-    /// Records the current end as the checkpoint. A failure costs only start-up time (the next
-    /// start verifies more), never a record, so it is logged and retried at the next append.
-    fn write_checkpoint(&mut self) {
-        match write_checkpoint(&self.dir, &self.key, &self.end.checkpoint()) {
-            Ok(()) => self.appends_since_checkpoint = 0,
-            Err(error) => tracing::warn!(%error, "journal checkpoint not written; will retry"),
-        }
-    }
-}
-
-/// An opened journal for reading: state directory checked, key loaded.
-struct Reader {
-    dir: PathBuf,
-    path: PathBuf,
-    file: File,
-    key: JournalKey,
-}
-
-impl Reader {
-    fn open(state_dir: &Path) -> Result<Reader, JournalError> {
-        storage::prepare_state_dir(state_dir, Access::Reader)?;
-        let path = state_dir.join(JOURNAL_FILE);
-        let file = storage::open_for_reading(&path)?
-            .ok_or_else(|| JournalError::Missing { path: path.clone() })?;
-        let key = read_key(state_dir, Access::Reader)?.ok_or_else(|| JournalError::Key {
-            path: state_dir.join(KEY_FILE),
-            reason: "is missing, so the journal cannot be verified; restore it from backup"
-                .to_owned(),
-        })?;
-        Ok(Reader {
-            dir: state_dir.to_owned(),
-            path,
-            file,
-            key,
-        })
-    }
-
-    /// Checks every line, plus the checkpoint and the tail, and returns the scan with all
-    /// problems (an incomplete last line counts unless a daemon is writing it right now).
-    fn full_scan(&self, keep: Keep) -> Result<Scan, JournalError> {
-        let mut scanned = scan(&self.file, &self.path, Position::ORIGIN, &self.key, keep)?;
-        if let Some(torn) = scanned.torn
-            && !storage::daemon_holds_lock(&self.file)
-        {
-            scanned.problems.push(Problem {
-                line: torn.line,
-                seq: None,
-                kind: ProblemKind::TornTail,
-                message: format!(
-                    "incomplete last line of {} bytes (a write interrupted by a crash); the next \
-                     `verbd serve` start truncates it and journals the repair",
-                    torn.bytes
-                ),
-            });
-        }
-        if let Some(problem) = self.check_checkpoint(&scanned) {
-            scanned.problems.push(problem);
-        }
-        Ok(scanned)
-    }
-
-    fn check_checkpoint(&self, scanned: &Scan) -> Option<Problem> {
-        let checkpoint = match read_checkpoint(&self.dir, &self.key) {
-            Ok(Some(checkpoint)) => checkpoint,
-            Ok(None) => return None,
-            Err(error) => {
-                return Some(Problem {
-                    line: 0,
-                    seq: None,
-                    kind: ProblemKind::BadCheckpoint,
-                    message: error.to_string(),
-                });
-            }
-        };
-        match scanned.authentic.get(&checkpoint.seq) {
-            Some(&(line, hash)) if line == checkpoint.line && hash == checkpoint.hash => None,
-            Some(&(line, _)) => Some(Problem {
-                line,
-                seq: Some(checkpoint.seq),
-                kind: ProblemKind::BadCheckpoint,
-                message: format!(
-                    "the checkpoint recorded seq {} at line {} with hash {}, which this line no \
-                     longer matches: the journal was rewritten",
-                    checkpoint.seq,
-                    checkpoint.line,
-                    hex(&checkpoint.hash)
-                ),
-            }),
-            None if scanned.highest_seq() < checkpoint.seq => Some(Problem {
-                line: scanned.end.line + 1,
-                seq: Some(checkpoint.seq),
-                kind: ProblemKind::Truncated,
-                message: format!(
-                    "the journal ends at seq {} but the checkpoint saw seq {} at line {}: records \
-                     were cut off the end",
-                    scanned.highest_seq(),
-                    checkpoint.seq,
-                    checkpoint.line
-                ),
-            }),
-            // The checkpointed record is absent in the middle: already reported as missing.
-            None => None,
-        }
-    }
-}
-
-/// Full verified replay, for rebuilding state at start (after [`Journal::open`], which repairs an
-/// incomplete last line): every record in order. Any problem is an error naming line and seq.
-pub fn replay(state_dir: &Path) -> Result<Vec<Record>, JournalError> {
-    let reader = Reader::open(state_dir)?;
-    let scanned = reader.full_scan(Keep::All)?;
-    if !scanned.problems.is_empty() {
-        return Err(JournalError::Integrity {
-            path: reader.path,
-            problems: scanned.problems,
-        });
-    }
-    Ok(scanned.records.into())
-}
-
-/// Checks every record and reports each edited, deleted, inserted, reordered or re-formatted
-/// record by line and seq (see `scan` for how findings are classified). `Err` only when the
-/// journal cannot be read at all (missing, unreadable, bad permissions).
-pub fn verify(state_dir: &Path) -> Result<VerifyReport, JournalError> {
-    let reader = Reader::open(state_dir)?;
-    let scanned = reader.full_scan(Keep::Last(0))?;
-    Ok(VerifyReport {
-        records: scanned.lines,
-        problems: scanned.problems,
-    })
-}
-
-/// The last `n` records, verified: the lines since the checkpoint are checked as at start-up;
-/// when they are fewer than `n`, the whole journal is. Any problem is an error.
-pub fn tail(state_dir: &Path, n: usize) -> Result<Vec<Record>, JournalError> {
-    let reader = Reader::open(state_dir)?;
-    let checkpoint_path = state_dir.join(CHECKPOINT_FILE);
-    if let Some(checkpoint) = read_checkpoint(state_dir, &reader.key)? {
-        let start = anchor(&reader.file, &reader.path, &checkpoint_path, &checkpoint)?;
-        let scanned = scan(
-            &reader.file,
-            &reader.path,
-            start,
-            &reader.key,
-            Keep::Last(n),
-        )?;
-        let torn_is_crash = scanned.torn.is_some() && !storage::daemon_holds_lock(&reader.file);
-        if scanned.problems.is_empty() && !torn_is_crash && scanned.records.len() >= n {
-            return Ok(scanned.records.into());
-        }
-    }
-    let scanned = reader.full_scan(Keep::Last(n))?;
-    if !scanned.problems.is_empty() {
-        return Err(JournalError::Integrity {
-            path: reader.path,
-            problems: scanned.problems,
-        });
-    }
-    Ok(scanned.records.into())
 }

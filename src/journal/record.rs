@@ -1,48 +1,25 @@
-//! The byte format of one journal line: canonical JSON, the HMAC key, building a line at append
-//! time and checking a line at read time. Everything that decides "is this line authentic" lives
-//! here so the writer and the readers cannot drift apart.
+//! The byte format of one journal line: canonical JSON, building a line at append time and
+//! parsing one at read time. Everything that decides "is this line well-formed and canonical"
+//! lives here so the writer and the readers cannot drift apart; which key authenticates a line is
+//! decided by the caller (see `keys`).
+//!
+//! Two formats exist. The daemon writes only the second:
+//!
+//! - v1 (journals written before forward-secure sealing):
+//!   `{"seq":N,"time":"T","prev":"P","event":E,"hmac":"H"}`, HMAC under the static `journal.key`.
+//! - v2: `{"seq":N,"time":"T","prev":"P","epoch":K,"event":E,"mac":"H"}`, MAC under the key of
+//!   epoch `K` (see `keys`).
+//!
+//! In both, the MAC covers the *body*: the line without its last field, closed with `}`.
 #![forbid(unsafe_code)]
 
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::{ProblemKind, Record, parse_rfc3339};
 
-/// Length of the HMAC key in bytes.
-pub(super) const KEY_BYTES: usize = 32;
-/// Hash of "no previous line", the `prev` of seq 1.
-pub(super) const ZERO_HASH: [u8; 32] = [0; 32];
 /// Longest line the journal writes or reads (a proposal may carry dry-run output).
 pub(super) const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
-
-/// The journal's HMAC-SHA256 key, kept only as the keyed MAC state.
-pub(super) struct JournalKey {
-    mac: Hmac<Sha256>,
-}
-
-impl JournalKey {
-    pub(super) fn new(key: &[u8; KEY_BYTES]) -> JournalKey {
-        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-            .expect("HMAC-SHA256 accepts keys of any length");
-        JournalKey { mac }
-    }
-
-    pub(super) fn tag(&self, body: &[u8]) -> [u8; 32] {
-        let mut mac = self.mac.clone();
-        mac.update(body);
-        let mut tag = [0u8; 32];
-        tag.copy_from_slice(&mac.finalize().into_bytes());
-        tag
-    }
-
-    /// Constant-time comparison of `tag` with the HMAC of `body`.
-    pub(super) fn verify(&self, body: &[u8], tag: &[u8; 32]) -> bool {
-        let mut mac = self.mac.clone();
-        mac.update(body);
-        mac.verify_slice(tag).is_ok()
-    }
-}
 
 pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut hash = [0u8; 32];
@@ -54,20 +31,28 @@ pub(super) use crate::digest::hex;
 
 /// Parses exactly 64 lowercase hex digits (the only form the journal writes).
 pub(super) fn parse_hash(text: &str) -> Option<[u8; 32]> {
+    let mut hash = [0u8; 32];
+    parse_hex_into(text, &mut hash).then_some(hash)
+}
+
+/// Parses exactly `2 * out.len()` lowercase hex digits into `out`.
+pub(super) fn parse_hex_into(text: &str, out: &mut [u8]) -> bool {
     let bytes = text.as_bytes();
-    if bytes.len() != 64 {
-        return None;
+    if bytes.len() != out.len() * 2 {
+        return false;
     }
     let nibble = |c: u8| match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
         _ => None,
     };
-    let mut hash = [0u8; 32];
     for (index, pair) in bytes.chunks_exact(2).enumerate() {
-        hash[index] = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(high), Some(low)) => out[index] = high << 4 | low,
+            _ => return false,
+        }
     }
-    Some(hash)
+    true
 }
 
 /// Writes `value` as canonical JSON: no whitespace, object keys sorted by their UTF-8 bytes at
@@ -90,21 +75,6 @@ pub(super) fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// The HMAC input of a record: `{"seq":N,"time":"T","prev":"P","event":E}` with `E` canonical.
-pub(super) fn record_body(seq: u64, time: &str, prev: &str, event: &Map<String, Value>) -> String {
-    let mut body = String::with_capacity(128);
-    body.push_str("{\"seq\":");
-    body.push_str(&seq.to_string());
-    body.push_str(",\"time\":");
-    body.push_str(&Value::String(time.to_owned()).to_string());
-    body.push_str(",\"prev\":\"");
-    body.push_str(prev);
-    body.push_str("\",\"event\":");
-    write_canonical_object(event, &mut body);
-    body.push('}');
-    body
-}
-
 fn write_canonical_object(map: &Map<String, Value>, out: &mut String) {
     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
@@ -120,36 +90,79 @@ fn write_canonical_object(map: &Map<String, Value>, out: &mut String) {
     out.push('}');
 }
 
-/// The full line (without its newline): the body with `,"hmac":"H"` before the closing brace.
-pub(super) fn seal(body: &str, tag: &[u8; 32]) -> String {
+/// The MAC input of a record. `epoch` is `None` for v1 (no epoch field).
+pub(super) fn record_body(
+    seq: u64,
+    time: &str,
+    prev: &str,
+    epoch: Option<u64>,
+    event: &Map<String, Value>,
+) -> String {
+    let mut body = String::with_capacity(160);
+    body.push_str("{\"seq\":");
+    body.push_str(&seq.to_string());
+    body.push_str(",\"time\":");
+    body.push_str(&Value::String(time.to_owned()).to_string());
+    body.push_str(",\"prev\":\"");
+    body.push_str(prev);
+    if let Some(epoch) = epoch {
+        body.push_str("\",\"epoch\":");
+        body.push_str(&epoch.to_string());
+        body.push_str(",\"event\":");
+    } else {
+        body.push_str("\",\"event\":");
+    }
+    write_canonical_object(event, &mut body);
+    body.push('}');
+    body
+}
+
+/// The full line (without its newline): the body with `,"mac":"H"` (v2) or `,"hmac":"H"` (v1)
+/// before the closing brace.
+pub(super) fn seal_line(body: &str, field: &str, tag: &[u8; 32]) -> String {
     let mut line = String::with_capacity(body.len() + 80);
     line.push_str(&body[..body.len() - 1]);
-    line.push_str(",\"hmac\":\"");
+    line.push_str(",\"");
+    line.push_str(field);
+    line.push_str("\":\"");
     line.push_str(&hex(tag));
     line.push_str("\"}");
     line
 }
 
-/// Why one line is not an authentic record.
+/// Why one line is not a well-formed record.
 pub(super) struct LineFault {
     pub(super) kind: ProblemKind,
     pub(super) seq: Option<u64>,
     pub(super) message: String,
 }
 
-/// What a line claims, before its HMAC is trusted.
-pub(super) struct CheckedLine {
+/// A well-formed line whose MAC has not been checked yet.
+pub(super) struct ParsedLine {
     pub(super) record: Record,
     pub(super) prev: [u8; 32],
+    /// The MAC input.
+    pub(super) body: String,
+    pub(super) tag: [u8; 32],
+    /// The line's bytes are exactly what the journal writes for this content.
+    pub(super) canonical: bool,
 }
 
-/// Parses one line (without its newline) and checks its shape, canonical form and HMAC.
-/// `line` is the 1-based line number stored in the returned record.
-pub(super) fn check_line(
-    bytes: &[u8],
-    line: u64,
-    key: &JournalKey,
-) -> Result<CheckedLine, LineFault> {
+impl ParsedLine {
+    /// `None` for a v1 line.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        self.record.epoch
+    }
+
+    /// The event's `kind`, when it has one.
+    pub(super) fn kind(&self) -> &str {
+        self.record.event["kind"].as_str().unwrap_or_default()
+    }
+}
+
+/// Parses one line (without its newline) and checks its shape. `segment` and `line` are stored in
+/// the returned record.
+pub(super) fn parse_line(bytes: &[u8], segment: u64, line: u64) -> Result<ParsedLine, LineFault> {
     let bad_json = |seq: Option<u64>, message: String| LineFault {
         kind: ProblemKind::BadJson,
         seq,
@@ -167,12 +180,16 @@ pub(super) fn check_line(
             "no \"seq\" field holding an integer ≥ 1".to_owned(),
         ));
     };
-    if fields.len() != 5 {
-        return Err(bad_json(
-            Some(seq),
-            "expected exactly the fields seq, time, prev, event and hmac".to_owned(),
-        ));
-    }
+    let (version, mac_field) = match (fields.len(), fields.contains_key("mac")) {
+        (6, true) => (2, "mac"),
+        (5, false) => (1, "hmac"),
+        _ => {
+            return Err(bad_json(
+                Some(seq),
+                "expected exactly the fields seq, time, prev, epoch, event and mac".to_owned(),
+            ));
+        }
+    };
     let take_string = |fields: &mut Map<String, Value>, name: &str| match fields.remove(name) {
         Some(Value::String(text)) => Ok(text),
         _ => Err(bad_json(
@@ -182,7 +199,20 @@ pub(super) fn check_line(
     };
     let time = take_string(&mut fields, "time")?;
     let prev_text = take_string(&mut fields, "prev")?;
-    let hmac_text = take_string(&mut fields, "hmac")?;
+    let tag_text = take_string(&mut fields, mac_field)?;
+    let epoch = if version == 2 {
+        match fields.remove("epoch").as_ref().and_then(Value::as_u64) {
+            Some(epoch) => Some(epoch),
+            None => {
+                return Err(bad_json(
+                    Some(seq),
+                    "\"epoch\" is missing or not an integer".to_owned(),
+                ));
+            }
+        }
+    } else {
+        None
+    };
     let Some(Value::Object(event)) = fields.remove("event") else {
         return Err(bad_json(
             Some(seq),
@@ -201,41 +231,36 @@ pub(super) fn check_line(
             "\"prev\" is not 64 lowercase hex digits".to_owned(),
         ));
     };
-    let Some(tag) = parse_hash(&hmac_text) else {
+    let Some(tag) = parse_hash(&tag_text) else {
         return Err(bad_json(
             Some(seq),
-            "\"hmac\" is not 64 lowercase hex digits".to_owned(),
+            format!("\"{mac_field}\" is not 64 lowercase hex digits"),
         ));
     };
-
-    let body = record_body(seq, &time, &prev_text, &event);
-    if !key.verify(body.as_bytes(), &tag) {
-        return Err(LineFault {
-            kind: ProblemKind::BadHmac,
-            seq: Some(seq),
-            message: format!("record seq {seq} was altered or forged: its HMAC does not match"),
-        });
-    }
-    if seal(&body, &tag).as_bytes() != bytes {
-        return Err(LineFault {
-            kind: ProblemKind::NotCanonical,
-            seq: Some(seq),
-            message: format!(
-                "record seq {seq} was re-formatted (its bytes are not the canonical form the \
-                 journal writes; the content still matches its HMAC)"
-            ),
-        });
-    }
-    Ok(CheckedLine {
+    let body = record_body(seq, &time, &prev_text, epoch, &event);
+    let canonical = seal_line(&body, mac_field, &tag).as_bytes() == bytes;
+    Ok(ParsedLine {
         record: Record {
             seq,
             time,
             prev: prev_text,
+            epoch,
             event: Value::Object(event),
-            hmac: hmac_text,
+            mac: tag_text,
+            segment,
             line,
             hash: hex(&sha256(bytes)),
         },
         prev,
+        body,
+        tag,
+        canonical,
     })
+}
+
+/// The `seq` of a line, read cheaply (for export and seeking); `None` if the line has none.
+pub(super) fn peek_seq(bytes: &[u8]) -> Option<u64> {
+    let rest = bytes.strip_prefix(b"{\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
 }

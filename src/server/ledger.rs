@@ -102,6 +102,22 @@ impl Ledger {
         f(&self.live().book)
     }
 
+    /// Close the journal's epoch: now (`stopping`), or when it is due by time. Seal records are
+    /// journal-internal (`journal_seal`): they change nothing in the book.
+    pub async fn seal_journal(&self, stopping: bool) -> Result<(), JournalError> {
+        let journal = self.journal.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock().expect("journal lock");
+            if stopping {
+                journal.seal_now("stop")
+            } else {
+                journal.seal_if_due().map(|_| ())
+            }
+        })
+        .await
+        .expect("journal task panicked")
+    }
+
     /// A copy of the book as it is now (tests compare it with a replay of the journal).
     pub fn snapshot(&self) -> Book {
         self.live().book.clone()

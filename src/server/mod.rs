@@ -133,6 +133,12 @@ impl Daemon {
         self.ledger.record(event).await
     }
 
+    /// Close the journal's epoch: now (`stopping`), or when it is due by time (an idle daemon's
+    /// last records are then sealed within the epoch's time limit).
+    pub async fn seal_journal(&self, stopping: bool) -> Result<(), JournalError> {
+        self.ledger.seal_journal(stopping).await
+    }
+
     /// Number of executions running now.
     pub fn executions_in_flight(&self) -> usize {
         let max = self.prepared().policy.daemon.max_executions;
