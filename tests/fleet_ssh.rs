@@ -322,9 +322,14 @@ fn an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid() {
         "sshd refused the agent's forward: {sshd_log}"
     );
 
-    // The approver, from their laptop, through the forward.
-    let (approver_ssh, _) =
+    // The approver, from their laptop, through the forward: ssh made the local end private.
+    let (approver_ssh, local) =
         approver_laptop.forward(&sshd, server.path(), "approver", &approve_socket);
+    let mode = std::fs::metadata(&local).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode, 0o600,
+        "the laptop's socket is the approver: ssh keeps it private"
+    );
     let out = approver_laptop.verbd(&["pending"]);
     assert!(out.status.success(), "{out:?}\nsshd: {}", sshd.log());
     assert!(
@@ -332,7 +337,46 @@ fn an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid() {
             .contains(&format!("approve:     verbd approve {id} --hash {hash}")),
         "{out:?}"
     );
-    let out = approver_laptop.verbd(&["approve", &id, "--hash", &hash]);
+    // The notification for it, as `verbd notify … --approve-socket ./verbd-approve.sock` words
+    // it; its approve line is run word for word on the laptop.
+    let out = approver_laptop.verbd(&["pending", "--json"]);
+    let pending: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut print = Command::new(BIN)
+        .args([
+            "notify",
+            "print",
+            "--approve-socket",
+            "./verbd-approve.sock",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut print.stdin.take().unwrap(),
+        pending[0].to_string().as_bytes(),
+    )
+    .unwrap();
+    let printed = print.wait_with_output().unwrap();
+    assert!(printed.status.success(), "{printed:?} for {pending}");
+    let message = String::from_utf8(printed.stdout).unwrap();
+    let approve_line = message
+        .lines()
+        .find_map(|l| l.strip_prefix("approve:"))
+        .expect("an approve line")
+        .trim();
+    assert_eq!(
+        approve_line,
+        format!("verbd approve {id} --hash {hash} --socket ./verbd-approve.sock")
+    );
+    let words = shell_words::split(approve_line).unwrap();
+    let out = Command::new(BIN)
+        .current_dir(approver_laptop.dir.path())
+        .args(&words[1..])
+        .env_remove("VERBD_SOCKET")
+        .output()
+        .unwrap();
     println!(
         "approver through the forward: {:?} {}{}",
         out.status,

@@ -29,7 +29,7 @@ use verbd::terminal::escape;
 #[derive(clap::Subcommand)]
 pub enum NotifyCommand {
     /// Print the message for the proposal on stdin (to check a recipe, or to preview one:
-    /// `verbd pending --json | jq '.proposals[0]' | verbd notify print`)
+    /// `verbd pending --json | jq '.[0]' | verbd notify print`)
     Print {
         #[command(flatten)]
         message: MessageArgs,
@@ -253,7 +253,7 @@ fn read_proposal() -> anyhow::Result<ProposalView> {
         bail!("the proposal on stdin is larger than {MAX_INPUT} bytes");
     }
     serde_json::from_slice(&input).context(
-        "stdin is not a proposal (the JSON the daemon gives its notifier, or one element of `verbd pending --json`'s proposals)",
+        "stdin is not a proposal (the JSON the daemon gives its notifier, or one element of `verbd pending --json`)",
     )
 }
 
