@@ -93,11 +93,17 @@ impl RealJournald {
             missing("systemd-journald (package systemd)");
             return None;
         }
-        // unshare execs sh, sh execs journald: the child's pid is journald's.
+        // unshare execs sh, sh execs journald: the child's pid is journald's. A drop-in in the
+        // private /run (read after /etc's journald.conf) keeps it volatile, so it never writes
+        // to a persistent /var/log/journal of the host, and off the kernel log.
         let child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
             .arg(format!(
-                "mount -t tmpfs -o mode=0755 tmpfs /run && exec {JOURNALD}"
+                "mount -t tmpfs -o mode=0755 tmpfs /run \
+                 && mkdir -p /run/systemd/journald.conf.d \
+                 && printf '[Journal]\\nStorage=volatile\\nReadKMsg=no\\nForwardToSyslog=no\\nForwardToWall=no\\n' \
+                    > /run/systemd/journald.conf.d/zz-verbd-test.conf \
+                 && exec {JOURNALD}"
             ))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
