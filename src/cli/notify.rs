@@ -129,6 +129,17 @@ const HASH_PREFIX: usize = 16;
 const CURL_MAX_TIME: &str = "20";
 
 pub fn run(command: NotifyCommand) -> anyhow::Result<ExitCode> {
+    if let NotifyCommand::Email {
+        sendmail: None,
+        sendmail_args,
+        ..
+    } = &command
+        && !sendmail_args.is_empty()
+    {
+        bail!(
+            "--sendmail-arg is for --sendmail; with --smtp-config, curl's options go in that file"
+        );
+    }
     let view = read_proposal()?;
     match command {
         NotifyCommand::Print { message } => {
@@ -180,6 +191,11 @@ pub fn run(command: NotifyCommand) -> anyhow::Result<ExitCode> {
             sendmail_args,
             message,
         } => {
+            if sendmail.is_none() && !sendmail_args.is_empty() {
+                bail!(
+                    "--sendmail-arg is for --sendmail; with --smtp-config, put curl options in that file"
+                );
+            }
             let message = Message::of(&view, &message)?;
             for address in to.iter().chain(&from) {
                 check_address(address)?;
