@@ -75,7 +75,7 @@ fn make_home(server: &Path, name: &str, uid: u32, public_key: &str) -> PathBuf {
     home
 }
 
-/// A real sshd on 127.0.0.1, in a private mount namespace where the test accounts exist.
+/// A real sshd on 127.0.0.1, in private mount and PID namespaces where the test accounts exist.
 struct Sshd {
     child: Child,
     port: u16,
@@ -135,7 +135,10 @@ impl Sshd {
             group = server.join("group").display(),
             config = config.display()
         );
+        // A PID namespace too: killing `unshare` kills its child (--kill-child), the namespace's
+        // init, and with it every sshd session process, so none outlives the test.
         let child = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
             .args([
                 "--mount",
                 "--propagation",
