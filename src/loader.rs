@@ -245,15 +245,18 @@ fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadErro
     Ok((sandboxes, dry_run_sandboxes))
 }
 
-/// Verbs that take `${secret_file:…}` read their private copy: the profiles they use get read
-/// access to the secret-file directory. Other profiles never see it.
+/// Verbs (and a notifier) that take `${secret_file:…}` read their private copy: the profiles
+/// they use get read access to the secret-file directory. Other profiles never see it.
 fn grant_secret_file_access(policy: &mut Policy, secret_dir: &Path) {
-    let profiles: Vec<String> = policy
+    let mut profiles: Vec<String> = policy
         .verbs
         .values()
         .filter(|v| uses_secret_file(v))
         .map(|v| v.sandbox.clone())
         .collect();
+    if notifier_uses_secret_file(policy) {
+        profiles.push(policy.approvals.notify_sandbox.clone());
+    }
     for name in profiles {
         if let Some(spec) = policy.sandboxes.get_mut(&name)
             && !spec.read.iter().any(|r| secret_dir.starts_with(r))
@@ -279,14 +282,27 @@ fn uses_secret_file(verb: &policy::Verb) -> bool {
     }
 }
 
+fn notifier_uses_secret_file(policy: &Policy) -> bool {
+    policy.approvals.notify.as_ref().is_some_and(|template| {
+        template.elements().any(|(e, _)| {
+            e.pieces()
+                .iter()
+                .any(|p| matches!(p, policy::template::Piece::SecretFile(_)))
+        })
+    })
+}
+
 /// Mode of the secret-file directory: private to the daemon, plus search access for others when
 /// a profile that reads secret files runs its children as another uid.
 pub fn secret_dir_mode(policy: &Policy) -> u32 {
+    let notifier = notifier_uses_secret_file(policy).then_some(&policy.approvals.notify_sandbox);
     let other_uid = policy
         .verbs
         .values()
         .filter(|v| uses_secret_file(v))
-        .filter_map(|v| policy.sandboxes.get(&v.sandbox))
+        .map(|v| &v.sandbox)
+        .chain(notifier)
+        .filter_map(|name| policy.sandboxes.get(name))
         .any(|s| s.run_as.is_some());
     if other_uid { 0o711 } else { 0o700 }
 }

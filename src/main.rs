@@ -184,6 +184,12 @@ enum Command {
         #[command(subcommand)]
         command: cli::policy_tools::PolicyCommand,
     },
+    /// Approval notifiers: `[approvals] notify` runs one with the proposal on stdin
+    /// (ntfy, Slack-compatible webhooks, email, desktop; docs/fleet.md)
+    Notify {
+        #[command(subcommand)]
+        command: cli::notify::NotifyCommand,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions { shell: clap_complete::Shell },
     /// Write the man pages (verbd.1 and one per subcommand) into DIR
@@ -310,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ),
         },
         Command::Policy { command } => cli::policy_tools::run(command),
+        Command::Notify { command } => cli::notify::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout());

@@ -440,7 +440,10 @@ fn a_full_disk_while_sealing_denies_calls_and_loses_nothing() {
             other => panic!("{other:?}"),
         }
     }
-    assert!(unrecorded <= 1, "after one unrecorded result new calls are denied");
+    assert!(
+        unrecorded <= 1,
+        "after one unrecorded result new calls are denied"
+    );
     let reason = denied.expect("calls kept running with a full disk");
     assert!(reason.contains("journal"), "{reason}");
     eprintln!("after {ran} calls on a full disk: {reason}");

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const UNITS: [&str; 3] = ["verbd.service", "verbd.socket", "verbd-approve.socket"];
-const SHIPPED_EXEC_START: &str = "ExecStart=/usr/local/bin/verbd serve ";
+const SHIPPED_EXEC_START: &str = "ExecStart=/usr/bin/verbd serve ";
 const EXPOSURE_LIMIT: f64 = 2.0;
 
 fn ci() -> bool {

@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod client;
 pub mod local;
+pub mod notify;
 pub mod policy_tools;
 
 use anyhow::{Context, bail};

@@ -81,7 +81,7 @@ fn render_caller(caller: &Map<String, Value>) -> String {
         return render_value(&Value::Object(caller.clone()));
     };
     let mut out = String::new();
-    if let Some(user) = user {
+    if let Some(user) = user.filter(|user| !user.is_null()) {
         out.push_str(&render_value(user));
     }
     let _ = write!(out, "({})", render_value(uid));

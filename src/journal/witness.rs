@@ -405,12 +405,153 @@ fn scalar(value: &Value) -> Option<String> {
     }
 }
 
-/// The native-protocol datagram for one record.
-pub(super) fn entry_for(record: &Record) -> Vec<u8> {
-    let event = &record.event;
-    let kind = event["kind"].as_str().unwrap_or("unknown");
-    let mut out = Vec::with_capacity(512);
-    let mut message = super::format_record(record);
+/// Top-level event fields a journald `MESSAGE` may show, in the journal's own rendering. An
+/// allowlist: a field added to an event later stays out of journald until it is judged here.
+/// Left out on purpose: `argv`/`dry_run_argv` (rendered from the args, a content-carrying
+/// parameter included), `dry_run_output` (program output), `state` (a snapshot of every
+/// proposal, content included) and `env`.
+const MESSAGE_FIELDS: &[&str] = &[
+    "caller",
+    "verb",
+    "args",
+    "args_hash",
+    "decision",
+    "reason",
+    "proposal",
+    "id",
+    "by",
+    "hash",
+    "status",
+    "exit_code",
+    "signal",
+    "timed_out",
+    "duration_ms",
+    "cause",
+    "error",
+    "exec_seq",
+    "path",
+    "size",
+    "sha256",
+    "created",
+    "tool",
+    "allowed",
+    "outcome",
+    "note",
+    "ok",
+    "policy_hash",
+    "message",
+    "version",
+    "policy",
+    "pid",
+    "uid",
+    "in_flight",
+    "epoch",
+    "first_seq",
+    "records",
+];
+
+/// Fields of a `proposal_created` record's proposal that its `MESSAGE` shows (in place of the
+/// proposal object): `requester` as its uid.
+const PROPOSAL_FIELDS: &[&str] = &["verb", "category", "requester", "args", "args_hash"];
+
+/// Hash-valued fields, shown in a `MESSAGE` by their first 16 hex digits (the whole value is in
+/// `VERBD_ARGS_HASH`, or in the journal).
+const HASH_FIELDS: &[&str] = &["args_hash", "hash", "policy_hash", "sha256"];
+
+/// Argument values longer than this are shown in a `MESSAGE` as their size and hash only.
+const MAX_ARG_BYTES: usize = 128;
+
+/// An argument as a journald `MESSAGE` shows it: `content` (what a file verb writes) and any
+/// long or structured value only as `<N bytes, sha256 PREFIX>`, the rest as it is (escaped by
+/// the rendering). A `content` the daemon already journaled as its size and hash stays so.
+fn summarized_arg(name: &str, value: &Value) -> Value {
+    let summary = |bytes: &[u8]| {
+        Value::String(format!(
+            "<{} bytes, sha256 {}>",
+            bytes.len(),
+            &hex(&Sha256::digest(bytes))[..16]
+        ))
+    };
+    match value {
+        Value::String(text) if name == "content" => match size_and_hash(text) {
+            Some((size, hash)) => Value::String(format!("<{size} bytes, sha256 {}>", &hash[..16])),
+            None => summary(text.as_bytes()),
+        },
+        Value::String(text) if text.len() > MAX_ARG_BYTES => summary(text.as_bytes()),
+        Value::String(_) | Value::Number(_) | Value::Bool(_) | Value::Null => value.clone(),
+        structured => summary(structured.to_string().as_bytes()),
+    }
+}
+
+/// `<N bytes, sha256 HEX>` as the daemon journals a file verb's content: (N, HEX).
+fn size_and_hash(text: &str) -> Option<(&str, &str)> {
+    let inner = text.strip_prefix('<')?.strip_suffix('>')?;
+    let (size, hash) = inner.split_once(" bytes, sha256 ")?;
+    let is_size = !size.is_empty() && size.bytes().all(|b| b.is_ascii_digit());
+    let is_hash = hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    (is_size && is_hash).then_some((size, hash))
+}
+
+fn summarized_args(args: &Value) -> Value {
+    match args {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(name, value)| (name.clone(), summarized_arg(name, value)))
+                .collect(),
+        ),
+        other => summarized_arg("", other),
+    }
+}
+
+/// The event as a journald `MESSAGE` may show it: [`MESSAGE_FIELDS`] only, arguments
+/// summarized, hashes shortened, a proposal replaced by its [`PROPOSAL_FIELDS`].
+fn message_event(event: &Value) -> Value {
+    let Value::Object(fields) = event else {
+        return Value::Null;
+    };
+    let mut shown = serde_json::Map::new();
+    if let Some(kind) = fields.get("kind") {
+        shown.insert("kind".into(), kind.clone());
+    }
+    let mut show = |name: &str, value: &Value| {
+        let value = match (name, value) {
+            ("args", args) => summarized_args(args),
+            (name, Value::String(hash)) if HASH_FIELDS.contains(&name) && hash.len() > 16 => {
+                Value::String(hash.chars().take(16).collect())
+            }
+            (_, value) => value.clone(),
+        };
+        shown.insert(name.to_string(), value);
+    };
+    for name in MESSAGE_FIELDS {
+        match (*name, fields.get(*name)) {
+            (_, None) => {}
+            ("proposal", Some(Value::Object(proposal))) => {
+                for field in PROPOSAL_FIELDS {
+                    match (*field, proposal.get(*field)) {
+                        (_, None) => {}
+                        ("requester", Some(requester)) => {
+                            show("requester_uid", &requester["uid"]);
+                        }
+                        (field, Some(value)) => show(field, value),
+                    }
+                }
+            }
+            (name, Some(value)) => show(name, value),
+        }
+    }
+    Value::Object(shown)
+}
+
+/// The human `MESSAGE` of a record's journald entry: the journal's one-line rendering (every
+/// requester-written string escaped) of [`message_event`], cut at [`MAX_FIELD_BYTES`].
+pub(super) fn journald_message(record: &Record) -> String {
+    let shown = Record {
+        event: message_event(&record.event),
+        ..record.clone()
+    };
+    let mut message = super::format_record(&shown);
     if message.len() > MAX_FIELD_BYTES {
         let mut cut = MAX_FIELD_BYTES;
         while !message.is_char_boundary(cut) {
@@ -419,11 +560,20 @@ pub(super) fn entry_for(record: &Record) -> Vec<u8> {
         message.truncate(cut);
         message.push('…');
     }
-    push_field(&mut out, "MESSAGE", &message);
+    message
+}
+
+/// The native-protocol datagram for one record.
+pub(super) fn entry_for(record: &Record) -> Vec<u8> {
+    let event = &record.event;
+    let kind = event["kind"].as_str().unwrap_or("unknown");
+    let proposal = &event["proposal"];
+    let mut out = Vec::with_capacity(512);
+    push_field(&mut out, "MESSAGE", &journald_message(record));
     push_field(&mut out, "MESSAGE_ID", &message_id(kind));
     let priority = match kind {
         "journal_gap_acknowledged" | "journal_tail_repaired" => "4",
-        "refused" | "connect_refused" | "approval_refused" => "5",
+        "refused" | "connect_refused" | "approval_refused" | "notify_failed" => "5",
         _ => "6",
     };
     push_field(&mut out, "PRIORITY", priority);
@@ -435,25 +585,149 @@ pub(super) fn entry_for(record: &Record) -> Vec<u8> {
     push_field(&mut out, "VERBD_SEGMENT", &record.segment.to_string());
     push_field(&mut out, "VERBD_EVENT", kind);
     push_field(&mut out, "VERBD_CHAIN", &record.hash);
+    let first = |candidates: &[&Value]| -> Option<String> {
+        candidates.iter().find_map(|value| scalar(value))
+    };
+    let proposal_id = if proposal.is_u64() {
+        Some(proposal.to_string())
+    } else if kind.starts_with("proposal_") || kind == "approval_refused" || kind == "notify_failed"
+    {
+        scalar(&event["id"])
+    } else {
+        None
+    };
     let optional = [
-        ("VERBD_VERB", &event["verb"]),
-        ("VERBD_CALLER_UID", &event["caller"]["uid"]),
-        ("VERBD_DECISION", &event["decision"]),
+        ("VERBD_VERB", first(&[&event["verb"], &proposal["verb"]])),
         (
-            "VERBD_PROPOSAL",
-            if event["proposal"].is_u64() {
-                &event["proposal"]
-            } else if kind.starts_with("proposal_") || kind == "approval_refused" {
-                &event["id"]
-            } else {
-                &Value::Null
-            },
+            "VERBD_CALLER_UID",
+            first(&[&event["caller"]["uid"], &proposal["requester"]["uid"]]),
         ),
+        ("VERBD_DECISION", first(&[&event["decision"]])),
+        ("VERBD_PROPOSAL", proposal_id),
+        (
+            "VERBD_ARGS_HASH",
+            first(&[&event["args_hash"], &proposal["args_hash"], &event["hash"]]),
+        ),
+        ("VERBD_BY_UID", first(&[&event["by"]["uid"]])),
     ];
     for (name, value) in optional {
-        if let Some(text) = scalar(value) {
+        if let Some(text) = value {
             push_field(&mut out, name, &text);
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(event: Value) -> Record {
+        Record {
+            seq: 9,
+            time: "2026-12-01T00:00:00.000Z".into(),
+            prev: String::new(),
+            epoch: Some(1),
+            event,
+            mac: String::new(),
+            segment: 1,
+            line: 9,
+            hash: "ab".repeat(32),
+        }
+    }
+
+    #[test]
+    fn a_message_shows_allowlisted_fields_and_summarizes_what_carries_data() {
+        let long = "x".repeat(MAX_ARG_BYTES + 1);
+        let message = journald_message(&record(json!({
+            "kind": "exec",
+            "verb": "tee",
+            "caller": {"uid": 61000, "user": null, "pid": 7, "roles": ["agent"]},
+            "args": {"content": "SECRET-FILE-BODY", "line": long, "list": ["a"], "n": 3},
+            "argv": ["/usr/bin/tee", "SECRET-FILE-BODY"],
+            "env": {"TOKEN": "${secret:tok}"},
+            "future_field": "UNJUDGED",
+            "args_hash": "cd".repeat(32),
+        })));
+        for absent in [
+            "SECRET-FILE-BODY",
+            "UNJUDGED",
+            "argv",
+            "env",
+            "xxxx",
+            &"cd".repeat(9),
+        ] {
+            assert!(!message.contains(absent), "{absent:?} in {message}");
+        }
+        let content = format!(
+            "<16 bytes, sha256 {}>",
+            &hex(&Sha256::digest(b"SECRET-FILE-BODY"))[..16]
+        );
+        assert!(message.contains(&content), "{message}");
+        assert!(message.contains(&format!("line=\"<{} bytes, sha256 ", MAX_ARG_BYTES + 1)));
+        assert!(message.contains("list=\"<5 bytes, sha256 "), "{message}");
+        assert!(message.contains("n=3"), "{message}");
+        assert!(
+            message.contains(&format!("args_hash={}", "cd".repeat(8))),
+            "{message}"
+        );
+        assert!(
+            message.starts_with("2026-12-01T00:00:00.000Z #9 exec caller=(61000)/pid:7 verb=tee")
+        );
+    }
+
+    #[test]
+    fn snapshots_proposals_and_dry_runs_stay_in_the_journal() {
+        let snapshot = journald_message(&record(json!({
+            "kind": "journal_snapshot",
+            "state": {"proposals": [{"args": {"content": "SNAPSHOT-BODY"}}]},
+        })));
+        assert_eq!(snapshot, "2026-12-01T00:00:00.000Z #9 journal_snapshot");
+        let created = journald_message(&record(json!({
+            "kind": "proposal_created",
+            "id": 4,
+            "proposal": {
+                "verb": "drop",
+                "category": "destructive",
+                "args": {"name": "web"},
+                "argv": ["/bin/drop", "web"],
+                "dry_run_output": "DRY-RUN-BODY",
+                "reason": "please",
+                "requester": {"uid": 61000, "gid": 61000, "pid": 1},
+                "args_hash": "ef".repeat(32),
+            },
+        })));
+        assert!(
+            !created.contains("DRY-RUN-BODY") && !created.contains("/bin/drop"),
+            "{created}"
+        );
+        assert!(created.contains("verb=drop args={name=web}"), "{created}");
+        assert!(created.contains("requester_uid=61000"), "{created}");
+    }
+
+    #[test]
+    fn an_entry_names_the_verb_requester_and_approver_of_proposals() {
+        let entry = String::from_utf8(entry_for(&record(json!({
+            "kind": "proposal_created",
+            "id": 4,
+            "proposal": {"verb": "drop", "requester": {"uid": 61000}, "args_hash": "ef".repeat(32)},
+        }))))
+        .unwrap();
+        for field in [
+            "VERBD_VERB=drop\n",
+            "VERBD_CALLER_UID=61000\n",
+            "VERBD_PROPOSAL=4\n",
+            &format!("VERBD_ARGS_HASH={}\n", "ef".repeat(32)),
+            &format!("MESSAGE_ID={}\n", message_id("proposal_created")),
+        ] {
+            assert!(entry.contains(field), "{field:?} missing from {entry:?}");
+        }
+        let approved = String::from_utf8(entry_for(&record(json!({
+            "kind": "proposal_approved", "id": 4, "by": {"uid": 61001, "user": null}, "hash": "ef".repeat(32),
+        }))))
+        .unwrap();
+        assert!(approved.contains("VERBD_BY_UID=61001\n"), "{approved}");
+        assert!(approved.contains("VERBD_PROPOSAL=4\n"), "{approved}");
+    }
 }

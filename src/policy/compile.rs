@@ -311,6 +311,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
         }
     };
     let sandboxes = build_sandboxes(ctx, &raw.sandbox, &protected);
+    check_notify(ctx, &raw.approvals, &approvals, &secrets, &sandboxes);
     let mut scrub_names = BTreeSet::new();
     for pattern in &raw.scrub.patterns {
         if let Err(e) = Regex::new(&pattern.regex) {
@@ -461,6 +462,51 @@ fn build_approvals(
         approvers: raw.approvers.clone(),
         expires: duration_or(ctx, &raw.expires, Duration::from_secs(30 * 60)),
         notify,
+        notify_sandbox: raw
+            .notify_sandbox
+            .as_ref()
+            .map_or_else(|| DEFAULT_SANDBOX.to_string(), |s| s.get_ref().clone()),
+    }
+}
+
+/// The notifier names only `{id}`, secrets that exist and a sandbox profile that exists.
+fn check_notify(
+    ctx: &mut Ctx,
+    raw: &RawApprovals,
+    approvals: &ApprovalsConfig,
+    secrets: &BTreeMap<String, SecretSource>,
+    sandboxes: &BTreeMap<String, SandboxSpec>,
+) {
+    if let (Some(template), Some(raw_notify)) = (&approvals.notify, &raw.notify) {
+        for (element, _) in template.elements() {
+            for param in element.params().filter(|p| *p != "id") {
+                ctx.at(
+                    raw_notify.span(),
+                    format!(
+                        "[approvals] notify: `{{{param}}}` is not a placeholder of the notifier (only {{id}}; the proposal itself arrives on stdin)"
+                    ),
+                );
+            }
+            for secret in element.secrets().filter(|s| !secrets.contains_key(*s)) {
+                ctx.at(
+                    raw_notify.span(),
+                    format!(
+                        "[approvals] notify uses secret `{secret}`, which is not defined in [secrets]"
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(name) = &raw.notify_sandbox
+        && !sandboxes.contains_key(name.get_ref())
+    {
+        ctx.at(
+            name.span(),
+            format!(
+                "[approvals] notify_sandbox: sandbox `{}` is not defined",
+                name.get_ref()
+            ),
+        );
     }
 }
 

@@ -100,6 +100,8 @@ pub struct ApprovalsConfig {
     pub approvers: Vec<String>,
     pub expires: Duration,
     pub notify: Option<Template>,
+    /// The sandbox profile the notifier runs in.
+    pub notify_sandbox: String,
 }
 
 /// What a verb does to the world.

@@ -140,6 +140,9 @@ pub struct RawApprovals {
     pub expires: Option<Spanned<String>>,
     #[schemars(with = "Option<RawCommand>")]
     pub notify: Option<Spanned<RawCommand>>,
+    /// The sandbox profile the notifier runs in (default: `default`).
+    #[schemars(with = "Option<String>")]
+    pub notify_sandbox: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -220,7 +220,7 @@ impl Daemon {
             template.render(&params, &args),
             prepared
                 .sandboxes
-                .get(crate::policy::compile::DEFAULT_SANDBOX),
+                .get(&prepared.policy.approvals.notify_sandbox),
         ) {
             (Ok(argv), Some(sandbox)) => {
                 let outcome = exec::run(ExecRequest {
@@ -251,7 +251,10 @@ impl Daemon {
                 }
             }
             (Err(e), _) => Some(e.to_string()),
-            (_, None) => Some("the default sandbox is not prepared".into()),
+            (_, None) => Some(format!(
+                "the notifier's sandbox `{}` is not prepared",
+                prepared.policy.approvals.notify_sandbox
+            )),
         };
         if let Some(error) = error {
             tracing::warn!(id, %error, "approval notifier failed");
