@@ -2,7 +2,9 @@
 //! side by side, spawning `/bin/true` directly, spawning it inside the sandbox, and a `/bin/true`
 //! verb round trip over the daemon socket; and the same round trip with the journal's
 //! forward-secure sealing at its default (epochs of 1000 records), never sealing during the run,
-//! and sealing after every record. Results are written up in docs/PERFORMANCE.md.
+//! and sealing after every record; and the same `/bin/true` verb called over the native protocol
+//! and as an MCP `tools/call` through `verbd mcp`, interleaved. Results are written up in
+//! docs/PERFORMANCE.md.
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -219,6 +221,140 @@ fn sealing_comparison(c: &mut Criterion) {
     group.finish();
 }
 
+/// A `verbd mcp` child with an initialized (legacy) session, driven over its stdin/stdout.
+struct McpSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl McpSession {
+    fn start(socket: &std::path::Path) -> McpSession {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_verbd"))
+            .arg("mcp")
+            .arg("--socket")
+            .arg(socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start verbd mcp");
+        let mut session = McpSession {
+            stdin: child.stdin.take().unwrap(),
+            stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+            next_id: 1,
+        };
+        session.request(
+            "initialize",
+            serde_json::json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "bench", "version": "0" },
+            }),
+        );
+        session
+            .send(serde_json::json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        session
+    }
+
+    fn send(&mut self, message: serde_json::Value) {
+        use std::io::Write;
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
+        );
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "verbd mcp closed"
+            );
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+}
+
+impl Drop for McpSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `/bin/true` verb over the native protocol and as an MCP `tools/call` (one `verbd mcp`
+/// session, which opens a daemon connection per call), called in turn within every iteration so
+/// a busy machine slows both alike; each variant counts only its own calls.
+fn mcp_comparison(c: &mut Criterion) {
+    let daemon = start_daemon();
+    let mut mcp = McpSession::start(&daemon.socket);
+    let request = Request::Call {
+        verb: "true".into(),
+        args: BTreeMap::new(),
+        reason: None,
+        idempotency_key: None,
+    };
+    let native = || match verbd::client::request(&daemon.socket, &request, Duration::from_secs(10))
+        .unwrap()
+    {
+        Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
+        other => panic!("{other:?}"),
+    };
+    let mut through_mcp = || {
+        let answer = mcp.request(
+            "tools/call",
+            serde_json::json!({ "name": "true", "arguments": {} }),
+        );
+        assert_eq!(
+            answer["result"]["structuredContent"]["exit_code"], 0,
+            "{answer}"
+        );
+    };
+    let mut group = c.benchmark_group("true verb: native protocol vs MCP tools/call, interleaved");
+    group.sample_size(200);
+    for (measured, name) in [
+        "native protocol (verbd::client)",
+        "MCP tools/call via verbd mcp",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let started = std::time::Instant::now();
+                    native();
+                    if measured == 0 {
+                        total += started.elapsed();
+                    }
+                    let started = std::time::Instant::now();
+                    through_mcp();
+                    if measured == 1 {
+                        total += started.elapsed();
+                    }
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
 /// The start-up self-test of a 100-verb policy (3 params each, examples, one sandbox canary).
 fn selftest_100_verbs(c: &mut Criterion) {
     let mut text = String::from("version = 1\n[roles.a]\nuids = [1]\n");
@@ -252,6 +388,7 @@ criterion_group!(
     validate_and_render,
     spawn_comparison,
     sealing_comparison,
+    mcp_comparison,
     selftest_100_verbs
 );
 criterion_main!(benches);

@@ -1,7 +1,11 @@
-//! Blocking client for the daemon socket, used by the CLI and the hook adapter.
+//! Client for the daemon socket: blocking ([`request`], the CLI and the hook adapter) and async
+//! ([`request_async`], `verbd mcp`), with the same errors.
 //!
 //! One connection per request. Every call has a deadline covering connect, write and read, so a
-//! hung daemon can never hang a caller (the hook adapter relies on this to fail closed).
+//! hung daemon can never hang a caller (the hook adapter relies on this to fail closed). The
+//! client never half-closes its side after the request line: the daemon reads the end of the
+//! stream as the client hanging up and cancels the work (so dropping an async request, or a CLI
+//! killed mid-call, cancels the run it asked for).
 #![forbid(unsafe_code)]
 
 use crate::protocol::{self, Request, Response};
@@ -78,4 +82,46 @@ pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Respo
         return Err(ClientError::NoAnswer);
     }
     Response::decode(&line).map_err(ClientError::BadAnswer)
+}
+
+/// [`request`] on the async runtime: the same connection, deadline and errors. Dropping the
+/// future closes the connection, which the daemon takes as the client hanging up.
+pub async fn request_async(
+    socket: &Path,
+    req: &Request,
+    deadline: Duration,
+) -> Result<Response, ClientError> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: socket.to_path_buf(),
+                source,
+            })?;
+        let io_err = |source: std::io::Error| ClientError::Io {
+            path: socket.to_path_buf(),
+            source,
+        };
+        let (read_half, mut write_half) = stream.split();
+        // As in `request`: a refusal may be answered before the request is read.
+        let written = write_half.write_all(&protocol::encode_request(req)).await;
+        let mut reader = tokio::io::BufReader::new(read_half);
+        let mut line = Vec::new();
+        let read = reader.read_until(b'\n', &mut line).await;
+        if line.is_empty() {
+            written.map_err(io_err)?;
+            read.map_err(io_err)?;
+            return Err(ClientError::NoAnswer);
+        }
+        Response::decode(&line).map_err(ClientError::BadAnswer)
+    };
+    tokio::time::timeout(deadline, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ClientError::Timeout {
+                path: socket.to_path_buf(),
+                deadline,
+            })
+        })
 }

@@ -179,6 +179,14 @@ enum Command {
         #[command(subcommand)]
         command: HookCommand,
     },
+    /// MCP server on stdio for agent runtimes: each verb you may call is a tool
+    /// (`claude mcp add verbd -- verbd mcp`); --print-config prints a runtime's snippet
+    Mcp {
+        #[command(flatten)]
+        socket: SocketArg,
+        #[arg(long, value_enum)]
+        print_config: Option<verbd::adapters::mcp::config::Client>,
+    },
     /// Policy tools (work offline, no daemon needed)
     Policy {
         #[command(subcommand)]
@@ -315,6 +323,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print_settings,
             ),
         },
+        Command::Mcp {
+            socket,
+            print_config,
+        } => cli::mcp::run(&socket.path(), socket.socket.as_deref(), print_config),
         Command::Policy { command } => cli::policy_tools::run(command),
         Command::Notify { command } => cli::notify::run(command),
         Command::Completions { shell } => {

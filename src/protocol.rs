@@ -155,6 +155,11 @@ pub struct ParamInfo {
     pub default: Option<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// The JSON Schema of the values (`type`, and `enum`, `minimum`/`maximum`, `pattern`,
+    /// `maxLength` where they apply): a description for clients such as `verbd mcp`; the daemon
+    /// validates every value itself. Absent from daemons older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
 }
 
 /// One verb as `list` shows it.

@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod client;
 pub mod local;
+pub mod mcp;
 pub mod notify;
 pub mod policy_tools;
 

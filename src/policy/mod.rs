@@ -9,6 +9,7 @@
 
 pub mod compile;
 pub mod include;
+pub mod param_schema;
 pub mod params;
 pub mod schema;
 pub mod sql;

@@ -588,6 +588,7 @@ pub fn verb_info(verb: &crate::policy::Verb) -> VerbInfo {
                 required: p.required && p.default.is_none(),
                 default: p.default.clone(),
                 description: p.description.clone(),
+                schema: Some(p.json_schema()),
             })
             .collect(),
     }
