@@ -278,6 +278,12 @@ impl PgCluster {
         self.setup_in(DATABASE, sql);
     }
 
+    /// The real psql binary of the server's version (`/usr/bin/psql` is a script wrapper, which
+    /// a policy refuses as an interpreter).
+    pub fn psql_binary(&self) -> PathBuf {
+        self.bin_dir.join("psql")
+    }
+
     /// The argv a SQL verb renders: psql without psqlrc, stopping on error, CSV output, the
     /// query as one `-c` element, connecting as [`AGENT_ROLE`].
     pub fn verb_argv(&self, sql: &str) -> Vec<String> {
