@@ -436,10 +436,17 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
 
 #[test]
 fn group_writable_state_dir_is_refused() {
+    // Group-writable only, world-writable only, and both: each refused on its own.
+    for mode in [0o770, 0o707, 0o777] {
+        let dir = state_dir();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode)).unwrap();
+        let error = Journal::open(dir.path()).err().expect("refused");
+        assert!(error.to_string().contains("chmod 700"), "{mode:o}: {error}");
+    }
+    // Control: the private mode opens.
     let dir = state_dir();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let error = Journal::open(dir.path()).err().expect("refused");
-    assert!(error.to_string().contains("chmod 700"), "{error}");
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(Journal::open(dir.path()).is_ok());
 }
 
 #[test]
