@@ -48,3 +48,7 @@ pub mod client;
 pub mod digest;
 pub mod protocol;
 pub mod terminal;
+
+// Failure injection for the integration tests only.
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;

@@ -227,7 +227,11 @@ fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadErro
     for (name, spec) in &policy.sandboxes {
         let prepare = |spec: SandboxSpec| {
             PreparedSandbox::prepare(spec)
-                .map(Arc::new)
+                .map(|sandbox| {
+                    #[cfg(feature = "test-hooks")]
+                    let sandbox = crate::test_hooks::fail_stage_if_asked(name, sandbox);
+                    Arc::new(sandbox)
+                })
                 .map_err(|source| LoadError::Sandbox {
                     profile: name.clone(),
                     source,

@@ -178,6 +178,12 @@ fn denied_proposal_never_runs() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let out = approve(&d, SRE2, id, &hash);
     assert_ne!(out.status.code(), Some(0));
+    // The precise reason: the decision stands, not some other failure of `approve`.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("already decided") && said.contains("denied"),
+        "{out:?}"
+    );
     assert_eq!(lines(&d), 0);
     assert_eq!(exec_events_for(&d, id), 0);
     let out = d.cli_as(

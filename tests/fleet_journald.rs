@@ -72,7 +72,7 @@ fn missing(what: &str) -> bool {
         !ci(),
         "CI=true but {what} is missing (.ci/run installs it): a missing precondition is a failure"
     );
-    eprintln!("\n*** SKIPPING: {what} is missing ***\n");
+    common::skip::announce(&format!("SKIPPED: {what} is missing"));
     true
 }
 

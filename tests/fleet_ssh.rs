@@ -29,7 +29,9 @@ fn have_tools() -> bool {
                 !ci(),
                 "CI=true but {tool} is missing (.ci/run installs openssh-server)"
             );
-            eprintln!("\n*** SKIPPING: {tool} is missing (install openssh-server) ***\n");
+            common::skip::announce(&format!(
+                "SKIPPED: {tool} is missing (install openssh-server)"
+            ));
             return false;
         }
     }

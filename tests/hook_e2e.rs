@@ -176,6 +176,8 @@ fn file_verbs_through_the_daemon_journal_hashes_not_content() {
     }
     let d = Daemon::start_with(&policy(), |dir| {
         std::fs::create_dir_all(dir.join("root/docs")).unwrap();
+        // The protected paths' directories exist, so a refusal cannot be "not found".
+        std::fs::create_dir_all(dir.join("root/sub/.git/hooks")).unwrap();
     });
     let root = std::fs::canonicalize(d.dir.path()).unwrap().join("root");
     let content = "incident notes: the-unique-content-marker\nline two\n";
@@ -203,10 +205,14 @@ fn file_verbs_through_the_daemon_journal_hashes_not_content() {
     for bad in ["docs/CLAUDE.md", "Claude.md", "sub/.git/hooks/pre-commit"] {
         let p = root.join(bad);
         let r = d.call("note", &[("path", p.to_str().unwrap()), ("content", "x")]);
-        assert!(
-            matches!(r, verbd::protocol::Response::Denied { .. }),
-            "{bad}: {r:?}"
-        );
+        match &r {
+            verbd::protocol::Response::Denied { reason } => assert!(
+                reason.contains("is or is inside the")
+                    && reason.contains("never written by file verbs"),
+                "{bad}: not refused as a protected name: {reason}"
+            ),
+            other => panic!("{bad}: {other:?}"),
+        }
         assert!(!p.exists());
     }
     let r = d.call("note", &[("path", "/etc/verbd-test"), ("content", "x")]);

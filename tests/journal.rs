@@ -2,6 +2,8 @@
 //! tails and ENOSPC (a real tiny tmpfs) leave the chain intact, permissions are enforced; and the
 //! forward-secure part: an intruder holding the live sealing key cannot rewrite sealed history,
 //! cut the tail, or put an old journal back without `verify` and the next start naming it.
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -393,6 +395,11 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
             .expect("foreign key refused");
         assert!(error.to_string().contains("owned by uid 54321"), "{error}");
         std::os::unix::fs::chown(&key_path, Some(0), None).unwrap();
+    } else {
+        skip::skip_or_fail(
+            "key_and_journal_are_private (foreign-owner half)",
+            "chown to another uid needs root",
+        );
     }
 
     // Without journal.key the generation is not re-keyed: the daemon continues it with its
@@ -429,10 +436,17 @@ fn key_and_journal_are_private_and_weak_permissions_refused() {
 
 #[test]
 fn group_writable_state_dir_is_refused() {
+    // Group-writable only, world-writable only, and both: each refused on its own.
+    for mode in [0o770, 0o707, 0o777] {
+        let dir = state_dir();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode)).unwrap();
+        let error = Journal::open(dir.path()).err().expect("refused");
+        assert!(error.to_string().contains("chmod 700"), "{mode:o}: {error}");
+    }
+    // Control: the private mode opens.
     let dir = state_dir();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let error = Journal::open(dir.path()).err().expect("refused");
-    assert!(error.to_string().contains("chmod 700"), "{error}");
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(Journal::open(dir.path()).is_ok());
 }
 
 #[test]
@@ -591,7 +605,7 @@ impl Tmpfs {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI=true but not root: the ENOSPC test needs root to mount a tmpfs"
             );
-            eprintln!("!!! SKIPPED: ENOSPC journal test needs root to mount a tmpfs !!!");
+            skip::announce("SKIPPED: ENOSPC journal test needs root to mount a tmpfs");
             return None;
         }
         let mount_point = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,8 @@
 //! Forward-secure sealing, truncation evidence, segments, snapshots and export, on real files.
 //! The attacker here holds what an intruder who takes the host at time t holds: the state
 //! directory with the live sealing key (`journal.sealkey`), and write access to the journal.
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::fs;
 use std::os::unix::net::UnixDatagram;
@@ -440,7 +442,7 @@ fn an_acknowledged_gap_is_journaled_and_the_journal_goes_on() {
             Ok("true"),
             "needs root under CI"
         );
-        eprintln!("!!! SKIPPED: acknowledging a gap needs a root-owned acknowledgement !!!");
+        skip::announce("SKIPPED: acknowledging a gap needs a root-owned acknowledgement");
         return;
     }
     let (dir, key) = sealed_journal(6);
@@ -821,7 +823,7 @@ fn the_witness_is_append_only_when_the_host_says_so() {
             Ok("true"),
             "needs root under CI"
         );
-        eprintln!("!!! SKIPPED: chattr +a needs root !!!");
+        skip::announce("SKIPPED: chattr +a needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

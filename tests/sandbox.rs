@@ -2,6 +2,8 @@
 //! profile and asserts what the kernel answered (errno, file contents, /proc status). Where an
 //! outcome could also come from something other than the sandbox, a control run without it shows
 //! the difference. Needs root (run_as, bounding set); under CI a missing precondition fails.
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -28,7 +30,9 @@ fn privileged() -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("sandbox tests need root and python3 under CI ({why})");
     }
-    eprintln!("SKIPPING sandbox test: needs root and python3 ({why})");
+    skip::announce(&format!(
+        "SKIPPED sandbox test: needs root and python3 ({why})"
+    ));
     false
 }
 

@@ -9,6 +9,8 @@
 //!
 //! `systemd-socket-activate` is required: under `CI=true` its absence fails the tests, otherwise
 //! the activation tests skip loudly.
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
@@ -331,9 +333,9 @@ fn socket_activate_tool() -> Option<PathBuf> {
     if ci() {
         panic!("CI=true but systemd-socket-activate is not installed (package systemd)");
     }
-    eprintln!(
-        "\n!!! SKIPPING socket-activation test: systemd-socket-activate not found. \
-         Install systemd; under CI=true this is a failure.\n"
+    skip::announce(
+        "SKIPPED socket-activation test: systemd-socket-activate not found. \
+         Install systemd; under CI=true this is a failure.",
     );
     None
 }

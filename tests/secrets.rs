@@ -1,5 +1,7 @@
 //! Library-level tests for secret sources, permission checks, private secret files and output
 //! scrubbing, against real files, real permissions, real uids and real processes.
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -34,7 +36,7 @@ fn have_root(test: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{test} needs root (CI=true: failing instead of skipping)");
     }
-    eprintln!("SKIPPING {test}: needs root");
+    skip::announce(&format!("SKIPPED {test}: needs root"));
     false
 }
 

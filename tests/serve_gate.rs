@@ -77,14 +77,24 @@ fn must_refuse_to_serve(policy: &str, env: &[(&str, &str)], setup: impl FnOnce(&
     let mut d = Daemon::spawn_in(dir, policy, &all_env);
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        // A client started alongside: never a served answer.
-        if let Ok(mut s) = UnixStream::connect(&d.socket) {
-            use std::io::{Read, Write};
-            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-            let _ = s.write_all(b"{\"v\":1,\"op\":\"list\"}\n");
-            let mut answer = String::new();
-            let _ = s.read_to_string(&mut answer);
-            assert!(answer.is_empty(), "a failing daemon answered: {answer}");
+        // A client started alongside: the socket never accepts (no listen before the self-test
+        // passes), so connect fails with ENOENT (no socket yet) or ECONNREFUSED (not listening).
+        match UnixStream::connect(&d.socket) {
+            Ok(mut s) => {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let _ = s.write_all(b"{\"v\":1,\"op\":\"list\"}\n");
+                let mut answer = String::new();
+                let _ = s.read_to_string(&mut answer);
+                panic!("a failing daemon accepted a connection (answer: {answer:?})");
+            }
+            Err(e) => assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ),
+                "connect to a failing daemon: {e}"
+            ),
         }
         if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
             break status;
@@ -175,6 +185,20 @@ fn failing_self_test_never_serves() {
             log.contains("FAIL") && log.contains(&needle),
             "{needle}: {log}"
         );
+        // The unsandboxed canary: every probe must see its own escape, so one probe that always
+        // said "confined" would not be masked by the others.
+        if needle == "sandbox:default" {
+            for probe in [
+                "write-outside: created",
+                "denied-syscall: unshare(CLONE_NEWUSER) succeeded",
+                "network: socket(AF_INET) succeeded",
+                "no-new-privs: no_new_privs=0",
+                "seccomp: mode 0",
+                "capabilities: effective=",
+            ] {
+                assert!(log.contains(probe), "{probe}: {log}");
+            }
+        }
         assert!(log.contains("not serving"), "{log}");
     }
 }
@@ -288,10 +312,14 @@ fn reload_swaps_only_a_passing_policy() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(matches!(
-        d.call("ghost", &[]),
-        verbd::protocol::Response::Denied { .. }
-    ));
+    // The failing policy was not swapped in: `ghost` is unknown, not a failed exec.
+    match d.call("ghost", &[]) {
+        verbd::protocol::Response::Denied { reason } => assert!(
+            reason.contains("verb `ghost` does not exist or is not available"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
     // A good one: the new verb appears.
     std::fs::write(
         &d.policy,

@@ -14,6 +14,8 @@
 //!
 //! A missing tool fails under `CI=true` and skips loudly otherwise; so does not being root for the
 //! tmpfiles check (it chowns to the verbd user).
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -32,7 +34,9 @@ fn skip_or_fail(what: &str) {
     if ci() {
         panic!("CI=true but {what}");
     }
-    eprintln!("\n!!! SKIPPING: {what}. Under CI=true this is a failure.\n");
+    skip::announce(&format!(
+        "SKIPPED: {what}. Under CI=true this is a failure."
+    ));
 }
 
 /// Finds a systemd tool in PATH or systemd's usual directories.

@@ -653,9 +653,10 @@ impl Journal {
         let mut bytes = line.into_bytes();
         let hash = sha256(&bytes);
         bytes.push(b'\n');
-        let written = (&self.live)
-            .write_all(&bytes)
-            .and_then(|()| self.live.sync_data());
+        let written = (&self.live).write_all(&bytes);
+        #[cfg(feature = "test-hooks")]
+        let written = written.and_then(|()| crate::test_hooks::before_journal_sync(event));
+        let written = written.and_then(|()| self.live.sync_data());
         if let Err(source) = written {
             return Err(match self.roll_back() {
                 Ok(()) => JournalError::Write {

@@ -1,7 +1,8 @@
 //! Typed parameter validators: the real defence against hostile arguments (invariant 2).
 //!
 //! Every value arrives as text and leaves either normalized or refused with the parameter's name
-//! and the rule that failed. Invariants: NUL, CR and LF are refused in every type; a string is
+//! and the rule that failed. Invariants: NUL, CR and LF are refused in every type except `sql`,
+//! which takes LF and TAB (still no NUL, CR or other control character); a string is
 //! matched by an anchored pattern; a path is absolute, normalized, has no `..`, and lies under a
 //! declared root (after resolving symlinks when it exists). Option injection (a value that would
 //! begin an argv element with `-`) is checked by the template, which knows element positions.
@@ -165,7 +166,9 @@ impl Param {
                 ),
             ));
         }
-        if value.bytes().any(|b| matches!(b, b'\0' | b'\n' | b'\r')) {
+        if let ParamKind::Sql(_) = &self.kind {
+            self.refuse_sql_control_characters(value)?;
+        } else if value.bytes().any(|b| matches!(b, b'\0' | b'\n' | b'\r')) {
             return Err(self.reject(
                 "control-character",
                 "NUL, CR and LF are not allowed in any parameter",
@@ -246,6 +249,27 @@ impl Param {
                 Ok(()) => Ok(value.to_string()),
                 Err(rejection) => Err(self.reject(rejection.rule, rejection.message)),
             },
+        }
+    }
+
+    /// A query is one `-c` element, so line breaks are only whitespace to the server: LF and TAB
+    /// pass (agents send formatted SQL). NUL cannot reach argv; CR is refused rather than rewritten
+    /// (inside a string literal CRLF → LF would change the query), and other control characters
+    /// have no place in SQL text.
+    fn refuse_sql_control_characters(&self, value: &str) -> Result<(), ParamRejection> {
+        match value
+            .bytes()
+            .find(|b| b.is_ascii_control() && !matches!(b, b'\n' | b'\t'))
+        {
+            None => Ok(()),
+            Some(b'\r') => Err(self.reject(
+                "control-character",
+                "CR is not allowed in SQL: send LF line endings (convert CRLF to LF)",
+            )),
+            Some(byte) => Err(self.reject(
+                "control-character",
+                format!("control character 0x{byte:02x} is not allowed in SQL (LF and TAB are)"),
+            )),
         }
     }
 
@@ -417,6 +441,28 @@ mod tests {
             for bad in ["a\nb", "a\0b", "a\rb"] {
                 assert_eq!(p.validate(bad).unwrap_err().rule, "control-character");
             }
+        }
+    }
+
+    #[test]
+    fn sql_takes_lf_and_tab_but_no_cr_nul_or_other_controls() {
+        let p = param(ParamKind::Sql(SqlOptions::default()));
+        let multi_line = "SELECT id,\n\tname\nFROM t\nWHERE id > 1";
+        assert_eq!(p.validate(multi_line).unwrap(), multi_line);
+        for (bad, reason) in [
+            ("SELECT 1\r\nFROM t", "CR is not allowed in SQL"),
+            ("SELECT 1\rFROM t", "CR is not allowed in SQL"),
+            ("SELECT 1\0", "control character 0x00"),
+            ("SELECT 1\x1b[2J", "control character 0x1b"),
+            ("SELECT 1\x0bFROM t", "control character 0x0b"),
+        ] {
+            let rejection = p.validate(bad).unwrap_err();
+            assert_eq!(rejection.rule, "control-character", "{bad:?}");
+            assert!(
+                rejection.message.contains(reason),
+                "{bad:?}: {}",
+                rejection.message
+            );
         }
     }
 

@@ -316,6 +316,131 @@ mod tests {
         assert_eq!(run(&program, i386, 39), libc::SECCOMP_RET_KILL_PROCESS);
     }
 
+    /// The reviewed deny set as literal x86_64 syscall numbers (arch/x86/entry/syscalls/
+    /// syscall_64.tbl), written independently of `DENIED_SYSCALLS`: dropping an entry from the
+    /// list, or adding one, fails here until this snapshot is reviewed too.
+    #[cfg(target_arch = "x86_64")]
+    const REVIEWED_DENY_SET_X86_64: &[(u32, &str)] = &[
+        (101, "ptrace"),
+        (310, "process_vm_readv"),
+        (311, "process_vm_writev"),
+        (440, "process_madvise"),
+        (438, "pidfd_getfd"),
+        (312, "kcmp"),
+        (165, "mount"),
+        (166, "umount2"),
+        (430, "fsopen"),
+        (431, "fsconfig"),
+        (432, "fsmount"),
+        (433, "fspick"),
+        (429, "move_mount"),
+        (428, "open_tree"),
+        (442, "mount_setattr"),
+        (155, "pivot_root"),
+        (161, "chroot"),
+        (272, "unshare"),
+        (308, "setns"),
+        (321, "bpf"),
+        (298, "perf_event_open"),
+        (323, "userfaultfd"),
+        (425, "io_uring_setup"),
+        (426, "io_uring_enter"),
+        (427, "io_uring_register"),
+        (250, "keyctl"),
+        (248, "add_key"),
+        (249, "request_key"),
+        (304, "open_by_handle_at"),
+        (303, "name_to_handle_at"),
+        (246, "kexec_load"),
+        (320, "kexec_file_load"),
+        (175, "init_module"),
+        (313, "finit_module"),
+        (176, "delete_module"),
+        (172, "iopl"),
+        (173, "ioperm"),
+        (169, "reboot"),
+        (167, "swapon"),
+        (168, "swapoff"),
+        (163, "acct"),
+        (179, "quotactl"),
+        (103, "syslog"),
+        (300, "fanotify_init"),
+        (212, "lookup_dcookie"),
+        (164, "settimeofday"),
+        (227, "clock_settime"),
+        (170, "sethostname"),
+        (171, "setdomainname"),
+        (153, "vhangup"),
+        (134, "uselib"),
+        (156, "_sysctl"),
+    ];
+    /// Refused only for the daemon's children (leaving the process group).
+    #[cfg(target_arch = "x86_64")]
+    const REVIEWED_DAEMON_CHILD_EXTRA_X86_64: &[(u32, &str)] = &[(112, "setsid"), (109, "setpgid")];
+    /// Syscalls every program needs: they must stay allowed.
+    #[cfg(target_arch = "x86_64")]
+    const MUST_STAY_ALLOWED_X86_64: &[(u32, &str)] = &[
+        (0, "read"),
+        (1, "write"),
+        (3, "close"),
+        (9, "mmap"),
+        (39, "getpid"),
+        (56, "clone"),
+        (59, "execve"),
+        (60, "exit"),
+        (231, "exit_group"),
+        (257, "openat"),
+    ];
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn compiled_filters_match_the_reviewed_literal_snapshot() {
+        let eperm = ret_errno(libc::EPERM);
+        for (usage, extra_denied, extra_allowed) in [
+            (
+                FilterUse::DaemonChild,
+                REVIEWED_DAEMON_CHILD_EXTRA_X86_64,
+                &[][..],
+            ),
+            (
+                FilterUse::ExecWrapper,
+                &[][..],
+                REVIEWED_DAEMON_CHILD_EXTRA_X86_64,
+            ),
+        ] {
+            let programs = compile(&Network::None, usage).unwrap();
+            let numbers = &programs[0];
+            let mut expected_denied = 0;
+            for &(nr, name) in REVIEWED_DENY_SET_X86_64.iter().chain(extra_denied) {
+                assert_eq!(
+                    run(numbers, AUDIT_ARCH_X86_64, nr),
+                    eperm,
+                    "{usage:?}: {name} ({nr}) is not refused with EPERM"
+                );
+                expected_denied += 1;
+            }
+            for &(nr, name) in MUST_STAY_ALLOWED_X86_64.iter().chain(extra_allowed) {
+                assert_eq!(
+                    run(numbers, AUDIT_ARCH_X86_64, nr),
+                    libc::SECCOMP_RET_ALLOW,
+                    "{usage:?}: {name} ({nr}) must stay allowed"
+                );
+            }
+            assert_eq!(
+                run(numbers, AUDIT_ARCH_X86_64, 435),
+                ret_errno(libc::ENOSYS),
+                "{usage:?}: clone3 must answer ENOSYS (libc falls back to clone)"
+            );
+            let actually_denied = (0..600u32)
+                .filter(|&nr| run(numbers, AUDIT_ARCH_X86_64, nr) == eperm)
+                .count();
+            assert_eq!(
+                actually_denied, expected_denied,
+                "{usage:?}: the filter refuses syscalls the reviewed snapshot does not list"
+            );
+        }
+    }
+
     #[test]
     fn the_path_through_the_number_program_stays_short() {
         let program = number_program(

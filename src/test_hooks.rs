@@ -1,0 +1,85 @@
+//! Failure injection for the daemon-level tests, compiled only with the `test-hooks` feature (the
+//! integration tests' build: the release binary has none of this). Each hook is switched on by an
+//! environment variable of the daemon, so a test can put a fault *between* two steps of a real
+//! `verbd serve` and watch what the other side sees meanwhile.
+//!
+//! - `VERBD_TEST_FAIL_STAGE=PROFILE:STAGE`: every child of sandbox profile PROFILE (and of its
+//!   dry-run twin) fails at STAGE (a [`Stage::name`]) before exec. It can only end a child, never
+//!   weaken one (see `PreparedSandbox::fail_stage_for_test`).
+//! - `VERBD_TEST_JOURNAL_FAULT=KIND:fail`: every journal record of event kind KIND is written and
+//!   then fails before its `fdatasync` (the writer rolls it back), as a failing disk would.
+//! - `VERBD_TEST_JOURNAL_FAULT=KIND:block:DIR`: before the `fdatasync` of each record of kind KIND,
+//!   create `DIR/blocked.KIND` and wait until `DIR/release.KIND` exists (at most
+//!   [`BLOCK_LIMIT`], then fail the write: a hook never lets a record through unsynced).
+//!
+//! Invariant: a hook can only delay or fail a step; none skips or reorders one.
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+use crate::sandbox::{PreparedSandbox, Stage};
+
+/// Names the sandbox profile and stage to fail.
+pub const FAIL_STAGE_ENV: &str = "VERBD_TEST_FAIL_STAGE";
+/// Names the journal record kind and the fault.
+pub const JOURNAL_FAULT_ENV: &str = "VERBD_TEST_JOURNAL_FAULT";
+/// The longest a blocked journal write waits for its release file.
+pub const BLOCK_LIMIT: Duration = Duration::from_secs(120);
+
+/// `sandbox`, made to fail at the stage `VERBD_TEST_FAIL_STAGE` names for `profile`.
+pub fn fail_stage_if_asked(profile: &str, sandbox: PreparedSandbox) -> PreparedSandbox {
+    let Ok(setting) = std::env::var(FAIL_STAGE_ENV) else {
+        return sandbox;
+    };
+    let Some((wanted, stage_name)) = setting.split_once(':') else {
+        panic!("{FAIL_STAGE_ENV}={setting:?}: expected PROFILE:STAGE");
+    };
+    if wanted != profile {
+        return sandbox;
+    }
+    let stage = Stage::ALL
+        .into_iter()
+        .find(|stage| stage.name() == stage_name)
+        .unwrap_or_else(|| panic!("{FAIL_STAGE_ENV}: no stage named {stage_name:?}"));
+    sandbox.fail_stage_for_test(stage)
+}
+
+/// Called by the journal writer after writing `event`'s line and before its `fdatasync`.
+pub fn before_journal_sync(event: &Map<String, Value>) -> io::Result<()> {
+    let Ok(setting) = std::env::var(JOURNAL_FAULT_ENV) else {
+        return Ok(());
+    };
+    let mut parts = setting.splitn(3, ':');
+    let (Some(kind), Some(fault)) = (parts.next(), parts.next()) else {
+        panic!("{JOURNAL_FAULT_ENV}={setting:?}: expected KIND:fail or KIND:block:DIR");
+    };
+    if event.get("kind").and_then(Value::as_str) != Some(kind) {
+        return Ok(());
+    }
+    match (fault, parts.next()) {
+        ("fail", None) => Err(io::Error::other(format!(
+            "injected journal fault before the fdatasync of a `{kind}` record (test hook)"
+        ))),
+        ("block", Some(dir)) => block_until_released(kind, &PathBuf::from(dir)),
+        _ => panic!("{JOURNAL_FAULT_ENV}={setting:?}: expected KIND:fail or KIND:block:DIR"),
+    }
+}
+
+fn block_until_released(kind: &str, dir: &std::path::Path) -> io::Result<()> {
+    std::fs::write(dir.join(format!("blocked.{kind}")), b"")?;
+    let release = dir.join(format!("release.{kind}"));
+    let deadline = Instant::now() + BLOCK_LIMIT;
+    while !release.exists() {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "blocked `{kind}` journal write was never released (test hook)"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
