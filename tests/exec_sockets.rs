@@ -392,3 +392,75 @@ fn service_variables_are_dropped_unless_kept_and_print_status_shows_the_allowlis
         "{stderr}"
     );
 }
+
+const VERB_RUN_AS: u32 = 61704;
+
+/// `python3 probe.py SOCKET…`: `name errno` per socket (0 = connected).
+const VERB_PROBE: &str = r#"
+import os, socket, sys
+for path in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        print(os.path.basename(path), 0)
+    except OSError as e:
+        print(os.path.basename(path), e.errno)
+"#;
+
+#[test]
+fn a_verb_reaches_only_its_listed_socket_and_the_server_sees_its_run_as_uid() {
+    if !require_root("a_verb_reaches_only_its_listed_socket") {
+        return;
+    }
+    let policy = format!(
+        r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.me]
+uids = [0]
+[sandbox.db]
+read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
+network = "none"
+unix_sockets = ["@DIR@/services/db.sock"]
+run_as = {{ user = "{VERB_RUN_AS}" }}
+[verb.probe]
+description = "tries the sockets"
+category = "read-only"
+roles = ["me"]
+sandbox = "db"
+allow_interpreter = true
+command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/db.sock", "@DIR@/services/ssh-agent.sock"]
+"#
+    );
+    let mut listeners = Vec::new();
+    let daemon = Daemon::start_with(&policy, |dir| {
+        std::fs::create_dir(dir.join("probe")).unwrap();
+        std::fs::write(dir.join("probe/probe.py"), VERB_PROBE).unwrap();
+        std::fs::create_dir(dir.join("services")).unwrap();
+        for name in ["db.sock", "ssh-agent.sock"] {
+            listeners.push(listener(&dir.join("services").join(name)));
+        }
+    });
+    let response = daemon.call("probe", &[]);
+    let out = stdout_of(&response);
+    println!("verb:\n{out}\n{response:?}");
+    assert!(out.lines().any(|l| l == "db.sock 0"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l == format!("ssh-agent.sock {}", libc::EACCES)),
+        "{out}"
+    );
+    let (db, _) = listeners[0]
+        .accept()
+        .expect("the listed socket was reached");
+    let peer =
+        nix::sys::socket::getsockopt(&db, nix::sys::socket::sockopt::PeerCredentials).unwrap();
+    println!("peer of the brokered connection: uid {}", peer.uid());
+    assert_eq!(
+        peer.uid(),
+        VERB_RUN_AS,
+        "the server sees the verb's run-as uid"
+    );
+    nobody_connected(&listeners[1], "ssh-agent");
+}
