@@ -464,3 +464,42 @@ command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/db.sock", "@DIR@/
     );
     nobody_connected(&listeners[1], "ssh-agent");
 }
+
+#[test]
+fn the_self_test_canary_proves_an_unlisted_socket_is_unreachable() {
+    if !require_root("the_self_test_canary_proves_an_unlisted_socket_is_unreachable") {
+        return;
+    }
+    let (_dir, policy) = setup(ENV_UID, "");
+    let selftest = |unsandboxed: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["selftest", "--policy"]).arg(&policy);
+        if unsandboxed {
+            cmd.env(verbd::selftest::UNSANDBOXED_CANARY_ENV, "1");
+        }
+        let out = cmd.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let confined = selftest(false);
+    println!("sandboxed canary:\n{confined}");
+    let agent = confined
+        .lines()
+        .find(|l| l.contains("sandbox:agent"))
+        .unwrap_or_else(|| panic!("{confined}"));
+    assert!(
+        agent.starts_with("PASS") && agent.contains("unix-socket"),
+        "{agent}"
+    );
+    // Negative control: the same canary without its sandbox reaches the socket, and the
+    // self-test says so.
+    let unsandboxed = selftest(true);
+    println!("unsandboxed canary:\n{unsandboxed}");
+    let agent = unsandboxed
+        .lines()
+        .find(|l| l.contains("sandbox:agent"))
+        .unwrap_or_else(|| panic!("{unsandboxed}"));
+    assert!(
+        agent.starts_with("FAIL") && agent.contains("unix-socket: connected to"),
+        "{agent}"
+    );
+}
