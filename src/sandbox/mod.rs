@@ -587,12 +587,23 @@ pub fn exec_confined(
     if pid > 0 {
         drop(child_end);
         drop(plan);
-        unix_broker::run_launcher(broker_end, pid, connect_policy);
+        let identity = prepared.spec.run_as.map(|r| unix_broker::ThreadIdentity {
+            uid: r.uid,
+            gid: r.gid,
+        });
+        unix_broker::run_launcher(broker_end, pid, connect_policy, identity);
     }
     drop(broker_end);
     // This process's own status (the file opened above names the parent, now the broker).
     let status_file = std::fs::File::open("/proc/self/status").map_err(SandboxError::Status)?;
-    plan.apply().map_err(SandboxError::Stage)?;
+    plan.apply().map_err(|failure| {
+        if failure.stage == Stage::Seccomp && failure.errno == libc::EBUSY {
+            // The kernel allows one seccomp listener per process tree.
+            SandboxError::Broker(io::Error::from_raw_os_error(libc::EBUSY))
+        } else {
+            SandboxError::Stage(failure)
+        }
+    })?;
 
     if print_status {
         // The file was opened before Landlock applied; /proc regenerates it on each read.

@@ -389,21 +389,30 @@ fn take_identity(identity: ThreadIdentity) -> io::Result<()> {
 
 /// `verbd exec` side: receives the listener from `channel` and serves it on a thread; returns
 /// at once (the caller waits for its child).
-pub(super) fn serve_in_background(channel: OwnedFd, policy: ConnectPolicy) -> io::Result<()> {
-    spawn_receiver(channel, Arc::new(policy), None, Reporter::Stderr)
+pub(super) fn serve_in_background(
+    channel: OwnedFd,
+    policy: ConnectPolicy,
+    identity: Option<ThreadIdentity>,
+) -> io::Result<()> {
+    spawn_receiver(channel, Arc::new(policy), identity, Reporter::Stderr)
 }
 
 /// `verbd exec`'s parent after the fork: brokers for `child` and exits with its status (a
 /// signal `N` becomes 128 + N, as shells report it). Terminal signals (SIGINT, SIGQUIT) reach
 /// the child directly, as part of the foreground process group, so this process ignores them;
 /// if it is killed, the child's parent-death signal ends the child too.
-pub(super) fn run_launcher(channel: OwnedFd, child: libc::pid_t, policy: ConnectPolicy) -> ! {
+pub(super) fn run_launcher(
+    channel: OwnedFd,
+    child: libc::pid_t,
+    policy: ConnectPolicy,
+    identity: Option<ThreadIdentity>,
+) -> ! {
     // SAFETY: setting the disposition of two signals to SIG_IGN; no handler code runs.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    if let Err(e) = serve_in_background(channel, policy) {
+    if let Err(e) = serve_in_background(channel, policy, identity) {
         eprintln!("verbd exec: cannot start the connect broker: {e}");
         // SAFETY: signalling our own child, whose pid we hold and have not reaped.
         unsafe { libc::kill(child, libc::SIGKILL) };
