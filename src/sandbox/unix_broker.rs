@@ -11,7 +11,9 @@
 //! async-signal-safe, before `execve`); the broker ([`serve`]) receives each notification, copies
 //! the address out of the caller's memory (`process_vm_readv`), decides on that copy
 //! ([`ConnectPolicy::decide`]), takes the caller's socket (`pidfd_getfd`), connects it itself
-//! — to the *listed* path, never to the caller's string — and replies with the result.
+//! — to the *listed* path, never to the caller's string — and replies with the result. Unix
+//! connects are answered in turn; a TCP connect (`network = "full"` or `connect_tcp`) runs on a
+//! thread of its own, since a handshake can take minutes.
 //!
 //! Invariants:
 //! - the broker never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the caller's memory can change
@@ -473,47 +475,87 @@ pub fn serve(listener: &OwnedFd, policy: &ConnectPolicy, reporter: Reporter) {
                 _ => return,
             }
         }
-        let answer = handle(listener, &notification, policy, reporter);
-        if let Some(errno) = answer {
-            reply(listener, notification.id, errno);
+        match handle(listener, &notification, policy, reporter) {
+            Answer::Now(errno) => reply(listener, notification.id, errno),
+            Answer::Gone => {}
+            Answer::Connect { socket, target } if is_internet(&target) => {
+                // A TCP handshake can take minutes: connect on a thread of its own, so the
+                // caller's other connects are not held behind it.
+                let id = notification.id;
+                let spawned = listener.try_clone().and_then(|listener| {
+                    std::thread::Builder::new()
+                        .name("verbd-connect-tcp".into())
+                        .spawn(move || reply(&listener, id, connect(&socket, &target)))
+                });
+                if spawned.is_err() {
+                    reply(listener, id, libc::EAGAIN);
+                }
+            }
+            Answer::Connect { socket, target } => {
+                reply(listener, notification.id, connect(&socket, &target));
+            }
         }
     }
 }
 
-/// Decides and performs one `connect`. Returns the errno to answer (0 = success), or `None` when
-/// the notification is no longer valid (the caller is gone).
+/// What [`handle`] leaves to do for one notification.
+enum Answer {
+    /// Reply with this errno (0 = success).
+    Now(i32),
+    /// The notification is no longer valid (the caller is gone): no reply.
+    Gone,
+    /// Connect the caller's socket (already taken) to `target`, then reply.
+    Connect { socket: OwnedFd, target: Vec<u8> },
+}
+
+fn is_internet(address: &[u8]) -> bool {
+    address.len() >= 2
+        && matches!(
+            i32::from(u16::from_ne_bytes([address[0], address[1]])),
+            libc::AF_INET | libc::AF_INET6
+        )
+}
+
+/// Decides one `connect` and, when allowed, takes the caller's socket.
 fn handle(
     listener: &OwnedFd,
     notification: &libc::seccomp_notif,
     policy: &ConnectPolicy,
     reporter: Reporter,
-) -> Option<i32> {
+) -> Answer {
+    let now_or_gone = |errno| {
+        if id_valid(listener, notification.id) {
+            Answer::Now(errno)
+        } else {
+            Answer::Gone
+        }
+    };
     let data = &notification.data;
     if data.nr != libc::SYS_connect as i32 {
-        return Some(libc::ENOSYS);
+        return Answer::Now(libc::ENOSYS);
     }
     let socket_fd = data.args[0] as i32;
     let address_len = data.args[2] as usize;
     if address_len > MAX_ADDRESS_LEN {
-        return Some(libc::EINVAL);
+        return Answer::Now(libc::EINVAL);
     }
     let tid = notification.pid;
     let pidfd = match pidfd_open(tid) {
         Ok(fd) => fd,
-        Err(_) => return id_valid(listener, notification.id).then_some(libc::ESRCH),
+        Err(_) => return now_or_gone(libc::ESRCH),
     };
     if !id_valid(listener, notification.id) {
-        return None;
+        return Answer::Gone;
     }
     let address = match read_memory(tid, data.args[1], address_len) {
         Ok(bytes) => bytes,
         Err(e) => {
             reporter.refused(tid, &format!("cannot read the address: {e}"));
-            return id_valid(listener, notification.id).then_some(libc::EFAULT);
+            return now_or_gone(libc::EFAULT);
         }
     };
     if !id_valid(listener, notification.id) {
-        return None;
+        return Answer::Gone;
     }
     let cwd = || std::fs::read_link(format!("/proc/{tid}/cwd"));
     match policy.decide(&address, &cwd) {
@@ -521,15 +563,12 @@ fn handle(
             if errno == REFUSED_ERRNO {
                 reporter.refused(tid, &reason);
             }
-            Some(errno)
+            Answer::Now(errno)
         }
-        Decision::Connect(target) => {
-            let socket = match pidfd_getfd(&pidfd, socket_fd) {
-                Ok(socket) => socket,
-                Err(e) => return Some(e.raw_os_error().unwrap_or(libc::EBADF)),
-            };
-            Some(connect(&socket, &target))
-        }
+        Decision::Connect(target) => match pidfd_getfd(&pidfd, socket_fd) {
+            Ok(socket) => Answer::Connect { socket, target },
+            Err(e) => Answer::Now(e.raw_os_error().unwrap_or(libc::EBADF)),
+        },
     }
 }
 
