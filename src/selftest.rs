@@ -35,6 +35,10 @@ pub const CANARY_SUBCOMMAND: &str = "__sandbox-canary";
 /// the `test-hooks` feature (the integration tests'); every other build ignores it.
 pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
 
+/// The canary finds here a listening Unix socket outside the profile's `unix_sockets`, which its
+/// connect must not reach (the connect broker of `sandbox::unix_broker`).
+const CANARY_SOCKET_ENV: &str = "VERBD_CANARY_UNLISTED_SOCKET";
+
 /// One named check.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
@@ -557,6 +561,13 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
     }
+    let unlisted = UnlistedSocket::listen().map_err(|e| {
+        (
+            format!("cannot create the canary's unlisted socket: {e}"),
+            "the self-test needs a writable temporary directory".into(),
+        )
+    })?;
+    cmd.env(CANARY_SOCKET_ENV, &unlisted.path);
     let unsandboxed =
         cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
@@ -575,7 +586,14 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
         (detail, "check that the kernel supports Landlock ABI 6 and seccomp, and that the unit's SystemCallFilter allows landlock_* and seccomp".into())
     })?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let findings: Vec<CanaryFinding> = text.lines().filter_map(parse_finding).collect();
+    let mut findings: Vec<CanaryFinding> = text.lines().filter_map(parse_finding).collect();
+    if unlisted.was_reached() {
+        findings.push(CanaryFinding {
+            name: "unix-socket".into(),
+            confined: false,
+            detail: format!("a connection reached {}", unlisted.path.display()),
+        });
+    }
     if findings.is_empty() {
         return Err((
             format!(
@@ -605,6 +623,46 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             format!("the canary did forbidden things: {}", escaped.join("; ")),
             "the sandbox is not effective on this host: check the kernel (Landlock, seccomp), the unit's SystemCallFilter, and the profile".into(),
         ))
+    }
+}
+
+/// A listening Unix socket in a fresh directory, open to every uid (so only the sandbox can stop
+/// a connect), removed on drop.
+struct UnlistedSocket {
+    dir: PathBuf,
+    path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl UnlistedSocket {
+    fn listen() -> std::io::Result<UnlistedSocket> {
+        use std::os::unix::fs::PermissionsExt;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("verbd-canary-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir)?;
+        let socket = UnlistedSocket {
+            path: dir.join("unlisted.sock"),
+            listener: std::os::unix::net::UnixListener::bind(dir.join("unlisted.sock"))?,
+            dir,
+        };
+        std::fs::set_permissions(&socket.dir, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::set_permissions(&socket.path, std::fs::Permissions::from_mode(0o777))?;
+        socket.listener.set_nonblocking(true)?;
+        Ok(socket)
+    }
+
+    fn was_reached(&self) -> bool {
+        self.listener.accept().is_ok()
+    }
+}
+
+impl Drop for UnlistedSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -715,6 +773,16 @@ pub fn canary_main(
         ) {
             Ok(_) => report("network", false, "socket(AF_INET) succeeded".into()),
             Err(e) => report("network", true, format!("socket(AF_INET): {e}")),
+        }
+    }
+    if let Some(path) = std::env::var_os(CANARY_SOCKET_ENV) {
+        match std::os::unix::net::UnixStream::connect(&path) {
+            Ok(_) => report(
+                "unix-socket",
+                false,
+                format!("connected to {}", Path::new(&path).display()),
+            ),
+            Err(e) => report("unix-socket", true, format!("connect: {e}")),
         }
     }
     let nnp = nix::sys::prctl::get_no_new_privs().unwrap_or(false);

@@ -348,7 +348,7 @@ fn child_status_shows_no_new_privs_seccomp_and_no_capabilities() {
     let status = status_of(&prepare(spec("status", &[])));
     assert!(status.no_new_privs, "{status}");
     assert_eq!(status.seccomp_mode, 2, "{status}");
-    assert_eq!(status.seccomp_filters, 2, "{status}");
+    assert_eq!(status.seccomp_filters, 3, "{status}");
     assert_eq!(
         (
             status.cap_eff,
@@ -725,7 +725,7 @@ sys.exit(0 if rc == -1 and ctypes.get_errno() == 1 and os.getuid() == 61030 else
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(
-        stderr.contains("seccomp: mode 2 (filter), 2 filters"),
+        stderr.contains("seccomp: mode 2 (filter), 3 filters"),
         "{stderr}"
     );
     assert!(stderr.contains("no_new_privs: 1"), "{stderr}");
@@ -791,7 +791,7 @@ name=inet check {py} -c 'import socket; socket.socket()'
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(
-        stderr.contains("seccomp: mode 2 (filter), 2 filters"),
+        stderr.contains("seccomp: mode 2 (filter), 3 filters"),
         "{stderr}"
     );
     assert!(stderr.contains("no_new_privs: 1"), "{stderr}");

@@ -49,6 +49,7 @@ uids = [{AGENT}]
 
 [sandbox.pg]
 read = ["/usr", "/lib", "/etc", "{dir}"]
+unix_sockets = ["{dir}/.s.PGSQL.5432"]
 "#
     );
     policy.push_str(&verb("stats", &dir, ""));

@@ -290,6 +290,8 @@ fn unit_syscall_filter_keeps_the_sandbox_syscalls_and_denies_dangerous_ones() {
         "kill",
         "pidfd_open",
         "pidfd_send_signal",
+        "pidfd_getfd",
+        "process_vm_readv",
         "openat2",
         "accept4",
         "getsockopt",

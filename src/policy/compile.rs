@@ -625,6 +625,8 @@ fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
         rlimits: Rlimits::default(),
         umask: 0o077,
         run_as: None,
+        unix_sockets: Vec::new(),
+        keep_env: Vec::new(),
     }
 }
 
@@ -664,11 +666,34 @@ fn sandbox_spec(
             );
         }
     }
-    if let Some(network) = raw.network {
+    if let Some(network) = &raw.network {
         spec.network = match network {
-            RawNetwork::None => Network::None,
-            RawNetwork::Full => Network::Full,
+            RawNetwork::Mode(RawNetworkMode::None) => Network::None,
+            RawNetwork::Mode(RawNetworkMode::Full) => Network::Full,
+            RawNetwork::Ports(ports) => {
+                if ports.connect_tcp.is_empty() || ports.connect_tcp.contains(&0) {
+                    ctx.at(
+                        span.clone(),
+                        format!("sandbox `{name}`: network.connect_tcp lists ports 1-65535 (at least one); for no network write network = \"none\""),
+                    );
+                }
+                Network::ConnectTcp(ports.connect_tcp.clone())
+            }
         };
+    }
+    if let Some(sockets) = &raw.unix_sockets {
+        for path in sockets {
+            if !path.is_absolute() || path.as_os_str().len() >= 108 {
+                ctx.at(
+                    span.clone(),
+                    format!("sandbox `{name}`: unix_sockets entry {path:?} must be an absolute path shorter than 108 bytes"),
+                );
+            }
+        }
+        spec.unix_sockets = sockets.clone();
+    }
+    if let Some(keep_env) = &raw.keep_env {
+        spec.keep_env = keep_env.clone();
     }
     if let Some(caps) = &raw.capabilities {
         spec.keep_capabilities = caps

@@ -156,11 +156,26 @@ pub struct RawSecret {
     pub value: Option<toml::Value>,
 }
 
+/// `network = "none" | "full"`, or `network = { connect_tcp = [PORT, …] }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawNetwork {
+    Mode(RawNetworkMode),
+    Ports(RawNetworkPorts),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum RawNetwork {
+pub enum RawNetworkMode {
     None,
     Full,
+}
+
+/// TCP connects to these ports only (Landlock TCP port rules).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawNetworkPorts {
+    pub connect_tcp: Vec<u16>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -184,6 +199,11 @@ pub struct RawSandbox {
     pub read: Option<Vec<PathBuf>>,
     pub write: Option<Vec<PathBuf>>,
     pub network: Option<RawNetwork>,
+    /// Pathname Unix sockets the sandboxed program may connect to (every other connect is
+    /// refused by the connect broker).
+    pub unix_sockets: Option<Vec<PathBuf>>,
+    /// Service variables (`SSH_AUTH_SOCK`, `DISPLAY`, …) `verbd exec` keeps in the environment.
+    pub keep_env: Option<Vec<String>>,
     pub capabilities: Option<Vec<String>>,
     pub rlimits: Option<RawRlimits>,
     #[schemars(with = "Option<String>")]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use landlock::{RulesetCreated, RulesetStatus};
 use seccompiler::BpfProgram;
 
-use super::seccomp;
+use super::{seccomp, unix_broker};
 
 /// One step of confinement. Each has its own code, so a failed spawn names the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,13 @@ pub(super) struct ChildPlan {
     pub death_signal_parent: Option<libc::pid_t>,
     /// The cloned template, taken by the Landlock stage.
     pub ruleset: Option<RulesetCreated>,
+    /// The Landlock TCP port layer (`connect_tcp` profiles), stacked after `ruleset`.
+    pub net_ruleset: Option<RulesetCreated>,
     pub filters: Arc<Vec<BpfProgram>>,
+    /// Installed last with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; its listener goes to the broker.
+    pub connect_filter: Arc<BpfProgram>,
+    /// Where the listener is sent (module `unix_broker`).
+    pub broker_channel: libc::c_int,
     pub seccomp_flags: libc::c_ulong,
     /// A stage made to fail (tests only; the child then never execs).
     pub forced_failure: Option<Stage>,
@@ -404,17 +410,36 @@ impl ChildPlan {
             }
             Err(_) => return Err(fail(Stage::Landlock)),
         }
-
-        self.begin(Stage::Seccomp)?;
-        for program in self.filters.iter() {
-            if let Err(errno) = seccomp::install(program, self.seccomp_flags) {
-                return Err(StageFailure {
-                    stage: Stage::Seccomp,
-                    errno,
-                });
+        if let Some(net_ruleset) = self.net_ruleset.take() {
+            match net_ruleset.restrict_self() {
+                Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => {}
+                Ok(_) => {
+                    return Err(StageFailure {
+                        stage: Stage::Landlock,
+                        errno: libc::EOPNOTSUPP,
+                    });
+                }
+                Err(_) => return Err(fail(Stage::Landlock)),
             }
         }
-        Ok(())
+
+        self.begin(Stage::Seccomp)?;
+        let seccomp_failure = |errno| StageFailure {
+            stage: Stage::Seccomp,
+            errno,
+        };
+        for program in self.filters.iter() {
+            seccomp::install(program, self.seccomp_flags).map_err(seccomp_failure)?;
+        }
+        let listener = seccomp::install(
+            &self.connect_filter,
+            self.seccomp_flags | libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+        )
+        .map_err(seccomp_failure)?;
+        let sent = unix_broker::send_listener(self.broker_channel, listener);
+        // SAFETY: closes the listener fd this process just got; the broker holds its copy.
+        unsafe { libc::close(listener) };
+        sent.map_err(seccomp_failure)
     }
 }
 

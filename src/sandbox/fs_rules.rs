@@ -279,6 +279,8 @@ mod tests {
             rlimits: Rlimits::default(),
             umask: 0o077,
             run_as: None,
+            unix_sockets: vec![],
+            keep_env: vec![],
         }
     }
 

@@ -9,7 +9,10 @@
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
 //! (module `child`), in this order: setsid, rlimits, umask, close-on-exec for fds ≥ 3, setgroups,
 //! setresgid, bounding set, keep-caps, setresuid, capset, ambient set, parent-death signal,
-//! no_new_privs, Landlock, seccomp.
+//! no_new_privs, Landlock (filesystem, then the TCP port layer of [`net_rules`]), seccomp (the
+//! last filter hands its listener to the connect broker of [`unix_broker`], which decides every
+//! `connect` outside the sandbox: a confined program reaches only the Unix sockets its profile
+//! lists).
 //!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with
@@ -26,12 +29,16 @@
 //! process_group` together with `install` (std applies them before `pre_exec`).
 
 mod child;
+pub mod exec_env;
 pub mod fs_rules;
+mod net_rules;
 mod seccomp;
+pub mod unix_broker;
 
 use std::ffi::{CString, OsString};
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -44,14 +51,18 @@ use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
 use seccomp::FilterUse;
 
-/// Network access of sandboxed children.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Network access of sandboxed children. In every mode a `connect` to a pathname Unix socket
+/// succeeds only for the profile's `unix_sockets` (module [`unix_broker`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Network {
     /// Only `AF_UNIX` sockets can be created.
     #[default]
     None,
     /// Any socket family.
     Full,
+    /// `AF_UNIX` sockets, and TCP connects to these ports only (Landlock TCP rules; no bind,
+    /// no UDP).
+    ConnectTcp(Vec<u16>),
 }
 
 /// Resource limits of a child. `u64::MAX` means unlimited. A value above the limit the parent
@@ -102,6 +113,11 @@ pub struct SandboxSpec {
     /// Default 0o077.
     pub umask: u32,
     pub run_as: Option<RunAs>,
+    /// Pathname Unix sockets the child may connect to (absolute; default none). `verbd exec`
+    /// adds the daemon's own socket.
+    pub unix_sockets: Vec<PathBuf>,
+    /// Service variables `verbd exec` keeps in the environment (see [`exec_env::DROPPED`]).
+    pub keep_env: Vec<String>,
 }
 
 /// The umask children get unless the profile sets another.
@@ -121,6 +137,8 @@ impl SandboxSpec {
             rlimits: Rlimits::default(),
             umask: DEFAULT_UMASK,
             run_as: None,
+            unix_sockets: Vec::new(),
+            keep_env: Vec::new(),
         }
     }
 }
@@ -182,6 +200,14 @@ pub enum SandboxError {
     Status(io::Error),
     #[error("cannot execute {program:?}: {source}")]
     Exec { program: PathBuf, source: io::Error },
+    #[error(
+        "sandbox `{profile}`: unix_sockets entry {path:?} must be an absolute path shorter than 108 bytes"
+    )]
+    UnixSocketPath { profile: String, path: PathBuf },
+    #[error(
+        "cannot start the connect broker: {0} (verbd exec cannot run inside another sandbox that already brokers seccomp notifications, e.g. a nested verbd exec)"
+    )]
+    Broker(io::Error),
 }
 
 /// seccomp flags for every filter. `SECCOMP_FILTER_FLAG_SPEC_ALLOW` is deliberately not set: it
@@ -195,6 +221,8 @@ pub struct PreparedSandbox {
     template: RulesetCreated,
     daemon_filters: Arc<Vec<BpfProgram>>,
     exec_filters: Arc<Vec<BpfProgram>>,
+    connect_filter: Arc<BpfProgram>,
+    net_template: Option<RulesetCreated>,
     cap_last_cap: u32,
     keep_mask: u64,
     rlimits: RlimitTable,
@@ -216,6 +244,15 @@ impl PreparedSandbox {
     /// ABI.
     pub fn prepare(spec: SandboxSpec) -> Result<PreparedSandbox, SandboxError> {
         let template = fs_rules::build_template(&spec)?;
+        let net_template = net_rules::build(&spec.network)?;
+        for path in &spec.unix_sockets {
+            if !path.is_absolute() || path.as_os_str().len() >= 108 {
+                return Err(SandboxError::UnixSocketPath {
+                    profile: spec.name.clone(),
+                    path: path.clone(),
+                });
+            }
+        }
         let daemon_filters = Arc::new(seccomp::compile(&spec.network, FilterUse::DaemonChild)?);
         let exec_filters = Arc::new(seccomp::compile(&spec.network, FilterUse::ExecWrapper)?);
         let cap_last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
@@ -245,6 +282,8 @@ impl PreparedSandbox {
             template,
             daemon_filters,
             exec_filters,
+            connect_filter: Arc::new(seccomp::connect_program()),
+            net_template,
             cap_last_cap,
             keep_mask,
             rlimits,
@@ -267,7 +306,15 @@ impl PreparedSandbox {
         self
     }
 
-    fn plan(&self, usage: FilterUse) -> Result<ChildPlan, SandboxError> {
+    /// What the broker lets this profile's children connect to.
+    pub fn connect_policy(&self) -> unix_broker::ConnectPolicy {
+        unix_broker::ConnectPolicy {
+            unix_sockets: self.spec.unix_sockets.clone(),
+            network: self.spec.network.clone(),
+        }
+    }
+
+    fn plan(&self, usage: FilterUse, broker_channel: RawFd) -> Result<ChildPlan, SandboxError> {
         let ruleset = self
             .template
             .try_clone()
@@ -288,7 +335,13 @@ impl PreparedSandbox {
             keep_mask: self.keep_mask,
             death_signal_parent: daemon_child.then(|| std::process::id() as libc::pid_t),
             ruleset: Some(ruleset),
+            net_ruleset: match &self.net_template {
+                Some(template) => Some(template.try_clone().map_err(SandboxError::CloneRuleset)?),
+                None => None,
+            },
             filters,
+            connect_filter: Arc::clone(&self.connect_filter),
+            broker_channel,
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
         })
@@ -296,7 +349,9 @@ impl PreparedSandbox {
 
     /// Sets the sandbox on a tokio command (the command may be spawned more than once; each
     /// child restricts itself with the same cloned ruleset). The child starts its own
-    /// session, so the executor can kill its whole process group.
+    /// session, so the executor can kill its whole process group. A broker thread serves every
+    /// child's `connect` (module [`unix_broker`]) until the child and its descendants are gone;
+    /// it ends when the command is dropped.
     pub fn install(&self, cmd: &mut tokio::process::Command) -> Result<(), SandboxError> {
         self.install_std(cmd.as_std_mut())
     }
@@ -304,11 +359,25 @@ impl PreparedSandbox {
     /// [`install`](Self::install) for a std command (self-test canaries, tests).
     pub fn install_std(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
-        let mut plan = self.plan(FilterUse::DaemonChild)?;
+        let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
+        let mut plan = self.plan(FilterUse::DaemonChild, child_end.as_raw_fd())?;
+        let identity = self.spec.run_as.map(|r| unix_broker::ThreadIdentity {
+            uid: r.uid,
+            gid: r.gid,
+        });
+        unix_broker::spawn_receiver(
+            broker_end,
+            Arc::new(self.connect_policy()),
+            identity,
+            unix_broker::Reporter::Log,
+        )
+        .map_err(SandboxError::Broker)?;
         // SAFETY: the closure only runs `ChildPlan::apply`, which is async-signal-safe (raw
-        // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno.
+        // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno. It
+        // owns `child_end`, so the channel stays open while the command can still be spawned.
         unsafe {
             cmd.pre_exec(move || {
+                let _channel_owner = &child_end;
                 plan.apply()
                     .map_err(|failure| io::Error::from_raw_os_error(failure.code()))
             });
@@ -486,8 +555,55 @@ pub fn exec_confined(
     let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
 
-    let mut plan = prepared.plan(FilterUse::ExecWrapper)?;
-    plan.apply().map_err(SandboxError::Stage)?;
+    let verbd_socket = std::env::var_os("VERBD_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(crate::paths::default_socket_path);
+    let (env, dropped_env) =
+        exec_env::filter(std::env::vars_os(), &prepared.spec.keep_env, &verbd_socket);
+    let c_env = env
+        .iter()
+        .map(|(name, value)| {
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            CString::new(entry).map_err(|_| SandboxError::NulInArgument)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut envp: Vec<*const libc::c_char> = c_env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let mut connect_policy = prepared.connect_policy();
+    connect_policy.unix_sockets.push(verbd_socket);
+
+    // The program runs in a forked child; this process stays outside the sandbox as its connect
+    // broker and exits with the child's status.
+    let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
+    let mut plan = prepared.plan(FilterUse::ExecWrapper, child_end.as_raw_fd())?;
+    plan.death_signal_parent = Some(std::process::id() as libc::pid_t);
+    // SAFETY: the process is single-threaded (checked above), so the child may allocate.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(SandboxError::Broker(io::Error::last_os_error()));
+    }
+    if pid > 0 {
+        drop(child_end);
+        drop(plan);
+        let identity = prepared.spec.run_as.map(|r| unix_broker::ThreadIdentity {
+            uid: r.uid,
+            gid: r.gid,
+        });
+        unix_broker::run_launcher(broker_end, pid, connect_policy, identity);
+    }
+    drop(broker_end);
+    // This process's own status (the file opened above names the parent, now the broker).
+    let status_file = std::fs::File::open("/proc/self/status").map_err(SandboxError::Status)?;
+    plan.apply().map_err(|failure| {
+        if failure.stage == Stage::Seccomp && failure.errno == libc::EBUSY {
+            // The kernel allows one seccomp listener per process tree.
+            SandboxError::Broker(io::Error::from_raw_os_error(libc::EBUSY))
+        } else {
+            SandboxError::Stage(failure)
+        }
+    })?;
 
     if print_status {
         // The file was opened before Landlock applied; /proc regenerates it on each read.
@@ -505,9 +621,12 @@ pub fn exec_confined(
             fs_rules::PINNED_ABI as i32
         );
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n",
+            "verbd exec: profile `{}` applied\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
-            ConfinementStatus::parse(&after, &landlock_status)
+            ConfinementStatus::parse(&after, &landlock_status),
+            connect_policy.describe(),
+            describe_network(&prepared.spec.network),
+            dropped_env.join(", ")
         );
         // Straight to fd 2 (not `eprintln!`, which a test harness may capture).
         io::stderr()
@@ -515,13 +634,22 @@ pub fn exec_confined(
             .map_err(SandboxError::Status)?;
     }
 
-    // SAFETY: `c_program` and every `argv` element are NUL-terminated strings kept alive by
-    // `c_program`/`c_args` for the call; `argv` ends with a null pointer.
-    unsafe { libc::execv(c_program.as_ptr(), argv.as_ptr()) };
+    // SAFETY: `c_program` and every `argv`/`envp` element are NUL-terminated strings kept alive
+    // by `c_program`/`c_args`/`c_env` for the call; both arrays end with a null pointer.
+    unsafe { libc::execve(c_program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     Err(SandboxError::Exec {
         program: resolved,
         source: io::Error::last_os_error(),
     })
+}
+
+/// The network mode as `--print-status` shows it.
+fn describe_network(network: &Network) -> String {
+    match network {
+        Network::None => "none (Unix sockets only)".into(),
+        Network::Full => "full".into(),
+        Network::ConnectTcp(ports) => format!("TCP connect to ports {ports:?} only (Landlock)"),
+    }
 }
 
 /// The `Threads:` count of a status file (0 if missing).

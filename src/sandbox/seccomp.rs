@@ -13,8 +13,19 @@
 //!    a **balanced binary search** on the syscall number. For children of the daemon (not for
 //!    `verbd exec`) `setsid` and `setpgid` are denied too, so a child cannot leave the process
 //!    group the executor kills on timeout;
-//! 2. the **argument filter**, built with seccompiler: EPERM for `clone` with any `CLONE_NEW*`
-//!    flag and — with `network = "none"` — `socket` for any family other than `AF_UNIX`.
+//! 2. the **argument filter**, built with seccompiler, answering EPERM for: `clone` with any
+//!    `CLONE_NEW*` flag; `ioctl` with `TIOCSTI` or `TIOCLINUX` (pushing characters into, or
+//!    pasting a selection into, a terminal the child shares with the user's shell: the injected
+//!    command would run after the child exits); `socket`/`socketpair` of a datagram `AF_UNIX`
+//!    socket (a datagram's destination travels in `sendmsg`'s `msg_name`, behind a pointer no
+//!    filter can read, so it could reach any datagram service; stream and seqpacket sockets only
+//!    send to the peer their `connect` reached); and, by network mode, `socket` of any family
+//!    other than `AF_UNIX` (`none`) or other than `AF_UNIX` and TCP over `AF_INET`/`AF_INET6`
+//!    (`connect_tcp`; the Landlock TCP port rules of module `net_rules` govern the ports);
+//! 3. the **connect filter**: `connect` answers `SECCOMP_RET_USER_NOTIF`, so every connect waits
+//!    for the broker outside the sandbox (module `unix_broker`), which decides on its own copy of
+//!    the address and connects on the child's behalf. Installed last, with
+//!    `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
 //!
 //! Why this shape (measured on a 2-vCPU VM, fork + attach + `_exit`, medians of
 //! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
@@ -37,6 +48,22 @@ use seccompiler::{
 };
 
 use super::{Network, SandboxError};
+
+/// `TIOCSTI` (push a byte into the terminal's input queue) and `TIOCLINUX` (console selection
+/// paste, among others), from `<asm-generic/ioctls.h>`.
+pub(super) const TIOCSTI: u64 = 0x5412;
+pub(super) const TIOCLINUX: u64 = 0x541C;
+
+/// The socket type sits in the low bits of `socket`'s second argument (`SOCK_TYPE_MASK`); the
+/// other accepted bits are `SOCK_NONBLOCK` and `SOCK_CLOEXEC`.
+const SOCK_TYPE_MASK: u64 = 0xf;
+/// Every accepted spelling of "stream": the type with or without the two flags.
+const STREAM_TYPE_ARGS: [u64; 4] = [
+    libc::SOCK_STREAM as u64,
+    (libc::SOCK_STREAM | libc::SOCK_NONBLOCK) as u64,
+    (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64,
+    (libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64,
+];
 
 /// `AUDIT_ARCH_X86_64`: EM_X86_64 (62) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
 const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
@@ -129,7 +156,8 @@ pub(super) enum FilterUse {
     ExecWrapper,
 }
 
-/// The compiled programs, in installation order.
+/// The compiled programs, in installation order (the connect filter, installed after them, is
+/// [`connect_program`]).
 pub(super) fn compile(
     network: &Network,
     usage: FilterUse,
@@ -155,19 +183,16 @@ fn argument_program(network: &Network) -> Result<BpfProgram, SandboxError> {
         clone_rules.push(SeccompRule::new(vec![condition]).map_err(seccomp_error)?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
-    if matches!(network, Network::None) {
-        let not_unix = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(seccomp_error)?;
-        rules.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![not_unix]).map_err(seccomp_error)?],
-        );
-    }
+    rules.insert(
+        libc::SYS_ioctl,
+        [TIOCSTI, TIOCLINUX]
+            .into_iter()
+            .map(|request| rule(&[(1, SeccompCmpOp::Eq, request)]))
+            .collect::<Result<_, _>>()?,
+    );
+    let socket_rules = socket_rules(network)?;
+    rules.insert(libc::SYS_socket, socket_rules.clone());
+    rules.insert(libc::SYS_socketpair, socket_rules);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -176,6 +201,56 @@ fn argument_program(network: &Network) -> Result<BpfProgram, SandboxError> {
     )
     .map_err(seccomp_error)?;
     BpfProgram::try_from(filter).map_err(seccomp_error)
+}
+
+/// One rule: every `(argument, op, value)` condition holds. 32-bit comparisons: every argument
+/// filtered here is an `int` (or an `unsigned int` ioctl request) for the kernel.
+fn rule(conditions: &[(u8, SeccompCmpOp, u64)]) -> Result<SeccompRule, SandboxError> {
+    let conditions = conditions
+        .iter()
+        .map(|(arg, op, value)| {
+            SeccompCondition::new(*arg, SeccompCmpArgLen::Dword, op.clone(), *value)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(seccomp_error)?;
+    SeccompRule::new(conditions).map_err(seccomp_error)
+}
+
+/// The `socket`/`socketpair` calls refused (any rule matching refuses).
+fn socket_rules(network: &Network) -> Result<Vec<SeccompRule>, SandboxError> {
+    let unix = libc::AF_UNIX as u64;
+    let inet = libc::AF_INET as u64;
+    let inet6 = libc::AF_INET6 as u64;
+    let mut rules = vec![rule(&[
+        (0, SeccompCmpOp::Eq, unix),
+        (
+            1,
+            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+            libc::SOCK_DGRAM as u64,
+        ),
+    ])?];
+    match network {
+        Network::Full => {}
+        Network::None => rules.push(rule(&[(0, SeccompCmpOp::Ne, unix)])?),
+        Network::ConnectTcp(_) => {
+            rules.push(rule(&[
+                (0, SeccompCmpOp::Ne, unix),
+                (0, SeccompCmpOp::Ne, inet),
+                (0, SeccompCmpOp::Ne, inet6),
+            ])?);
+            for family in [inet, inet6] {
+                let mut not_stream = vec![(0, SeccompCmpOp::Eq, family)];
+                not_stream.extend(STREAM_TYPE_ARGS.map(|t| (1, SeccompCmpOp::Ne, t)));
+                rules.push(rule(&not_stream)?);
+                rules.push(rule(&[
+                    (0, SeccompCmpOp::Eq, family),
+                    (2, SeccompCmpOp::Ne, 0),
+                    (2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64),
+                ])?);
+            }
+        }
+    }
+    Ok(rules)
 }
 
 fn seccomp_error(err: seccompiler::BackendError) -> SandboxError {
@@ -241,13 +316,28 @@ fn search(numbers: &[u32], program: &mut Vec<sock_filter>) -> Result<(), Sandbox
     search(&numbers[middle..], program)
 }
 
+/// The connect filter: arch check, then `connect` answers `SECCOMP_RET_USER_NOTIF`, everything
+/// else is allowed (the other filters still apply).
+pub(super) fn connect_program() -> BpfProgram {
+    vec![
+        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, OFFSET_NR),
+        insn(JEQ_K, 0, 1, libc::SYS_connect as u32),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
 fn jump_too_far() -> SandboxError {
     SandboxError::Seccomp("syscall search tree needs a jump beyond 255 instructions".into())
 }
 
 /// Installs `program` on the calling thread. Async-signal-safe: no allocation, one syscall.
-/// Returns the errno on failure.
-pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(), i32> {
+/// Returns the syscall's result (the listener fd with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, else
+/// 0), or the errno on failure.
+pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<i32, i32> {
     let fprog = libc::sock_fprog {
         len: program.len() as libc::c_ushort,
         filter: program.as_ptr() as *mut libc::sock_filter,
@@ -263,8 +353,8 @@ pub(super) fn install(program: &[sock_filter], flags: libc::c_ulong) -> Result<(
             &fprog as *const libc::sock_fprog,
         )
     };
-    if rc == 0 {
-        Ok(())
+    if rc >= 0 {
+        Ok(rc as i32)
     } else {
         // errno, read without allocating (as the child's other stages do).
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
@@ -481,7 +571,11 @@ mod tests {
 
     #[test]
     fn programs_compile_and_fit_the_kernel_limit() {
-        for network in [Network::None, Network::Full] {
+        for network in [
+            Network::None,
+            Network::Full,
+            Network::ConnectTcp(vec![5432]),
+        ] {
             for usage in [FilterUse::DaemonChild, FilterUse::ExecWrapper] {
                 let programs = compile(&network, usage).unwrap();
                 assert_eq!(programs.len(), 2);
@@ -490,5 +584,15 @@ mod tests {
                 }
             }
         }
+        let connect = connect_program();
+        let connect_nr = libc::SYS_connect as u32;
+        assert_eq!(
+            run(&connect, AUDIT_ARCH_X86_64, connect_nr),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        assert_eq!(
+            run(&connect, AUDIT_ARCH_X86_64, libc::SYS_sendto as u32),
+            libc::SECCOMP_RET_ALLOW
+        );
     }
 }
