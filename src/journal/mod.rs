@@ -59,7 +59,10 @@
 //! # Crashes and I/O errors
 //!
 //! [`Journal::append`] writes the whole line with one `O_APPEND` write and `fdatasync`s before
-//! returning; then it publishes the new head. On any error it truncates the file back to the last
+//! returning; then it publishes the new head. [`Journal::append_group`] writes several lines
+//! and covers them all with one `fdatasync` before publishing any head or returning any result
+//! ([`GroupCommit`] gathers concurrent appenders into such groups): a record is never reported,
+//! published or applied before it is durable. On any error it truncates the file back to the last
 //! complete record, so the chain stays intact and a later append works once the cause (e.g.
 //! ENOSPC) is gone; if even that truncation fails, appends are refused until it succeeds. A head
 //! that could not be published is retried before the next append, which is refused while it
@@ -73,6 +76,7 @@
 #![forbid(unsafe_code)]
 
 mod display;
+mod group;
 mod keys;
 mod read;
 mod record;
@@ -89,6 +93,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use display::format_record;
+pub use group::GroupCommit;
 pub use keys::{DEFAULT_EPOCH_RECORDS, DEFAULT_EPOCH_SECONDS, VerifyKey};
 pub use read::{
     ExportSummary, Replay, SealingSummary, SetupKeys, Snapshot, VerifyOptions, VerifyReport,

@@ -94,12 +94,51 @@ pub struct JournalStats {
     pub key_custody: &'static str,
     pub appended_records: u64,
     pub appended_bytes: u64,
+    /// fdatasyncs that made appended records durable (fewer than the records when concurrent
+    /// appends were committed as groups).
+    pub record_syncs: u64,
     /// Bytes appended in the last 60 seconds.
     pub bytes_last_minute: u64,
     pub open_for: Duration,
     pub witness: WitnessProtection,
     /// journald datagrams that could not be sent.
     pub journald_failures: u64,
+}
+
+/// A record written but not yet fdatasync'd: its head (and journald entry) are published only
+/// once it is durable.
+struct Unsynced {
+    head: Head,
+    /// The journald entry, built only when journald is connected.
+    record: Option<Record>,
+    bytes: u64,
+}
+
+/// The writer's position at the last durable record, put back when an fdatasync fails.
+#[derive(Clone, Copy)]
+struct Durable {
+    end: End,
+    epoch_first_seq: Option<u64>,
+    epoch_opened: Instant,
+    epoch_records: u64,
+    appended_records: u64,
+    appended_bytes: u64,
+    bytes_since_snapshot: u64,
+}
+
+/// Why an fdatasync of written records failed, and whether rolling them back failed too.
+struct SyncFailure {
+    source: std::io::Error,
+    rollback: Option<std::io::Error>,
+}
+
+/// A copy of an I/O error for each record one failed fdatasync was to cover (`io::Error` is not
+/// `Clone`); the OS error number survives, so ENOSPC still reads as ENOSPC.
+fn duplicate(error: &std::io::Error) -> std::io::Error {
+    match error.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(error.kind(), error.to_string()),
+    }
 }
 
 /// Bytes appended per second over the last minute.
@@ -163,8 +202,13 @@ pub struct Journal {
     bytes_since_snapshot: u64,
     rollback_pending: bool,
     live_missing: bool,
+    /// Records written since the last fdatasync; their heads wait for [`Journal::commit`].
+    unsynced: Vec<Unsynced>,
+    /// The writer's position at the last durable record, while records are unsynced.
+    durable: Option<Durable>,
     appended_records: u64,
     appended_bytes: u64,
+    record_syncs: u64,
     growth: Growth,
 }
 
@@ -408,8 +452,11 @@ impl Journal {
             bytes_since_snapshot: 0,
             rollback_pending: false,
             live_missing: false,
+            unsynced: Vec::new(),
+            durable: None,
             appended_records: 0,
             appended_bytes: 0,
+            record_syncs: 0,
             growth: Growth {
                 buckets: VecDeque::new(),
                 opened: Instant::now(),
@@ -487,18 +534,68 @@ impl Journal {
     /// and prev stay unchanged, and the error is returned; a later append works once the cause
     /// is gone.
     pub fn append<E: Serialize>(&mut self, event: &E) -> Result<Appended, JournalError> {
+        self.append_group(std::slice::from_ref(event))
+            .pop()
+            .expect("append_group answers every event")
+    }
+
+    /// Appends `events` in order as one group (group commit): each is written as by
+    /// [`Journal::append`], and one fdatasync makes them all durable before any result is
+    /// returned or any head published. A seal or rotation due in between first commits the
+    /// records before it. Each event gets its own result, in order: a record that fails does
+    /// not fail its neighbours, except that a failed fdatasync fails every record it was to
+    /// cover (they are rolled back, and the writer's position with them).
+    pub fn append_group<E: Serialize>(
+        &mut self,
+        events: &[E],
+    ) -> Vec<Result<Appended, JournalError>> {
+        let mut results = Vec::with_capacity(events.len());
+        let mut covered = Vec::new();
+        for event in events {
+            match self.stage(event, &mut results, &mut covered) {
+                Ok(appended) => {
+                    covered.push(results.len());
+                    results.push(Ok(appended));
+                }
+                Err(error) => results.push(Err(error)),
+            }
+        }
+        self.settle(&mut results, &mut covered);
+        results
+    }
+
+    /// Writes one record of a group without syncing; a seal or rotation due first commits the
+    /// records `covered` so far.
+    fn stage<E: Serialize>(
+        &mut self,
+        event: &E,
+        results: &mut [Result<Appended, JournalError>],
+        covered: &mut Vec<usize>,
+    ) -> Result<Appended, JournalError> {
         let Value::Object(event) = serde_json::to_value(event).map_err(JournalError::Serialize)?
         else {
             return Err(JournalError::NotAnObject);
         };
         self.prepare()?;
         if let Some(reason) = self.epoch_due() {
+            self.settle(results, covered);
             self.seal(reason)?;
         }
         if self.live_missing || self.end.offset >= self.segment_bytes {
+            self.settle(results, covered);
             self.rotate()?;
         }
-        self.write_event(&event, None)
+        self.write_unsynced(&event, None)
+    }
+
+    /// Commits the records `covered`; if the fdatasync fails, each of them gets its error.
+    fn settle(&mut self, results: &mut [Result<Appended, JournalError>], covered: &mut Vec<usize>) {
+        if let Err(failure) = self.commit() {
+            for &index in covered.iter() {
+                results[index] = Err(self.sync_error(&failure));
+            }
+        }
+        covered.clear();
     }
 
     /// Closes the epoch if it is older than its time limit (call it periodically: an idle
@@ -570,6 +667,7 @@ impl Journal {
             key_custody: self.custody.as_str(),
             appended_records: self.appended_records,
             appended_bytes: self.appended_bytes,
+            record_syncs: self.record_syncs,
             bytes_last_minute: self.growth.last_minute(),
             open_for: self.growth.opened.elapsed(),
             witness: self.witness.protection(),
@@ -633,8 +731,22 @@ impl Journal {
     }
 
     /// Builds, MACs, writes and fdatasyncs one line; then publishes its head. `seq` overrides
-    /// the next seq (only for an acknowledged gap).
+    /// the next seq (only for an acknowledged gap). The journal's own records (seals, headers,
+    /// keys) go this way, never in the middle of a group's unsynced records.
     fn write_event(
+        &mut self,
+        event: &Map<String, Value>,
+        seq: Option<u64>,
+    ) -> Result<Appended, JournalError> {
+        debug_assert!(self.unsynced.is_empty(), "a group was not committed first");
+        let appended = self.write_unsynced(event, seq)?;
+        self.commit().map_err(|failure| self.sync_error(&failure))?;
+        Ok(appended)
+    }
+
+    /// Builds, MACs and writes one line, not yet durable: [`Journal::commit`] syncs it and
+    /// publishes its head. A failed write is rolled back at once.
+    fn write_unsynced(
         &mut self,
         event: &Map<String, Value>,
         seq: Option<u64>,
@@ -656,7 +768,6 @@ impl Journal {
         let written = (&self.live).write_all(&bytes);
         #[cfg(feature = "test-hooks")]
         let written = written.and_then(|()| crate::test_hooks::before_journal_sync(event));
-        let written = written.and_then(|()| self.live.sync_data());
         if let Err(source) = written {
             return Err(match self.roll_back() {
                 Ok(()) => JournalError::Write {
@@ -671,6 +782,17 @@ impl Journal {
                         rollback,
                     }
                 }
+            });
+        }
+        if self.durable.is_none() {
+            self.durable = Some(Durable {
+                end: self.end,
+                epoch_first_seq: self.epoch_first_seq,
+                epoch_opened: self.epoch_opened,
+                epoch_records: self.epoch_records,
+                appended_records: self.appended_records,
+                appended_bytes: self.appended_bytes,
+                bytes_since_snapshot: self.bytes_since_snapshot,
             });
         }
         let previous = self.end.hash;
@@ -690,18 +812,25 @@ impl Journal {
         self.appended_records += 1;
         self.appended_bytes += bytes.len() as u64;
         self.bytes_since_snapshot += bytes.len() as u64;
-        self.growth.add(bytes.len() as u64);
-        let (segment, line) = (self.segment, self.end.line);
-        self.publish(seq, epoch, hash, || Record {
+        let record = self.journald.is_some().then(|| Record {
             seq,
             time: time.clone(),
             prev: hex(&previous),
             epoch: Some(epoch),
             event: Value::Object(event.clone()),
             mac: hex(&tag),
-            segment,
-            line,
+            segment: self.segment,
+            line: self.end.line,
             hash: hex(&hash),
+        });
+        self.unsynced.push(Unsynced {
+            head: Head {
+                seq,
+                epoch: Some(epoch),
+                hash,
+            },
+            record,
+            bytes: bytes.len() as u64,
         });
         Ok(Appended {
             seq,
@@ -710,17 +839,59 @@ impl Journal {
         })
     }
 
-    fn publish(&mut self, seq: u64, epoch: u64, hash: [u8; 32], record: impl FnOnce() -> Record) {
-        let head = Head {
-            seq,
-            epoch: Some(epoch),
-            hash,
+    /// Makes every record written since the last commit durable with one fdatasync, then
+    /// publishes their heads in order. If the fdatasync fails, the file is truncated back to the
+    /// last durable record and the writer's position put back: none of them was written.
+    fn commit(&mut self) -> Result<(), SyncFailure> {
+        let Some(durable) = self.durable.take() else {
+            return Ok(());
         };
+        let synced = if self.rollback_pending {
+            self.roll_back()
+        } else {
+            self.live.sync_data()
+        };
+        if let Err(source) = synced {
+            self.unsynced.clear();
+            self.end = durable.end;
+            self.epoch_first_seq = durable.epoch_first_seq;
+            self.epoch_opened = durable.epoch_opened;
+            self.epoch_records = durable.epoch_records;
+            self.appended_records = durable.appended_records;
+            self.appended_bytes = durable.appended_bytes;
+            self.bytes_since_snapshot = durable.bytes_since_snapshot;
+            let rollback = self.roll_back().err();
+            self.rollback_pending = rollback.is_some();
+            return Err(SyncFailure { source, rollback });
+        }
+        self.record_syncs += 1;
+        for unsynced in std::mem::take(&mut self.unsynced) {
+            self.growth.add(unsynced.bytes);
+            self.publish(unsynced.head, unsynced.record);
+        }
+        Ok(())
+    }
+
+    /// The error each record covered by a failed fdatasync gets.
+    fn sync_error(&self, failure: &SyncFailure) -> JournalError {
+        let path = self.live_path.clone();
+        let source = duplicate(&failure.source);
+        match &failure.rollback {
+            None => JournalError::Write { path, source },
+            Some(rollback) => JournalError::RollbackFailed {
+                path,
+                source,
+                rollback: duplicate(rollback),
+            },
+        }
+    }
+
+    fn publish(&mut self, head: Head, record: Option<Record>) {
         if self.witness.publish(&head).is_err() {
             self.pending_heads.push_back(head);
         }
-        if let Some(journald) = &mut self.journald {
-            journald.publish(&record());
+        if let (Some(journald), Some(record)) = (&mut self.journald, record) {
+            journald.publish(&record);
         }
     }
 

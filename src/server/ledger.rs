@@ -15,7 +15,7 @@
 
 use crate::approvals::Book;
 use crate::events::Event;
-use crate::journal::{Appended, Journal, JournalError};
+use crate::journal::{Appended, GroupCommit, Journal, JournalError};
 use crate::proposal::Proposal;
 use crate::protocol::RunResult;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,7 +41,8 @@ struct Live {
 
 /// Journal + book, changed only together.
 pub struct Ledger {
-    journal: Arc<Mutex<Journal>>,
+    /// Concurrent records share one fdatasync; the book applies each once it is durable.
+    journal: Arc<GroupCommit<Event>>,
     live: Arc<Mutex<Live>>,
     changes: watch::Sender<u64>,
 }
@@ -59,15 +60,25 @@ pub enum Unreservable {
 impl Ledger {
     pub fn new(journal: Journal, book: Book) -> Ledger {
         let last_id = book.next_id().saturating_sub(1);
+        let live = Arc::new(Mutex::new(Live {
+            book,
+            reserved: BTreeSet::new(),
+            reserved_keys: BTreeSet::new(),
+            last_id,
+            outputs: BTreeMap::new(),
+        }));
+        let book = live.clone();
+        let apply = move |event: &Event, appended: &Appended| {
+            let time =
+                crate::journal::parse_rfc3339(&appended.time).unwrap_or(SystemTime::UNIX_EPOCH);
+            let mut live = book.lock().expect("ledger lock");
+            if let Err(conflict) = live.book.apply(appended.seq, time, event) {
+                tracing::error!(%conflict, "a journaled event did not fit the proposal book");
+            }
+        };
         Ledger {
-            journal: Arc::new(Mutex::new(journal)),
-            live: Arc::new(Mutex::new(Live {
-                book,
-                reserved: BTreeSet::new(),
-                reserved_keys: BTreeSet::new(),
-                last_id,
-                outputs: BTreeMap::new(),
-            })),
+            journal: Arc::new(GroupCommit::new(journal, apply)),
+            live,
             changes: watch::channel(0).0,
         }
     }
@@ -76,23 +87,13 @@ impl Ledger {
         self.live.lock().expect("ledger lock")
     }
 
-    /// Journal `event` (fsync'd, off the async threads), then apply it to the book.
+    /// Journal `event` (fsync'd, off the async threads, in a group with concurrent records),
+    /// then apply it to the book; returns once both are done.
     pub async fn record(&self, event: Event) -> Result<Appended, JournalError> {
         let journal = self.journal.clone();
-        let live = self.live.clone();
-        let appended = tokio::task::spawn_blocking(move || {
-            let mut journal = journal.lock().expect("journal lock");
-            let appended = journal.append(&event)?;
-            let time =
-                crate::journal::parse_rfc3339(&appended.time).unwrap_or(SystemTime::UNIX_EPOCH);
-            let mut live = live.lock().expect("ledger lock");
-            if let Err(conflict) = live.book.apply(appended.seq, time, &event) {
-                tracing::error!(%conflict, "a journaled event did not fit the proposal book");
-            }
-            Ok(appended)
-        })
-        .await
-        .expect("journal task panicked")?;
+        let appended = tokio::task::spawn_blocking(move || journal.append(event))
+            .await
+            .expect("journal task panicked")?;
         self.changes.send_modify(|n| *n += 1);
         Ok(appended)
     }

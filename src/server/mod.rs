@@ -21,6 +21,7 @@
 
 mod approve;
 mod call;
+pub mod identity;
 pub mod ledger;
 pub mod peer;
 pub mod socket;

@@ -1,7 +1,8 @@
 //! Caller identity from the kernel (invariant 3).
 //!
 //! The uid, gid and pid come from SO_PEERCRED on the accepted socket; the user name and group
-//! names are looked up in the user database from that uid. Nothing the client sends is consulted.
+//! names are looked up in the user database from that uid (through [`super::identity`]'s cache,
+//! which answers only while the database is unchanged). Nothing the client sends is consulted.
 #![forbid(unsafe_code)]
 
 use crate::policy::Caller;
@@ -10,6 +11,12 @@ use std::ffi::CString;
 
 /// Resolve a caller from kernel-reported credentials.
 pub fn caller_from_cred(uid: u32, gid: u32, pid: i32) -> Caller {
+    super::identity::shared().caller(uid, gid, pid)
+}
+
+/// The user database's (uncached) answer for a uid and primary gid: the user name, and the
+/// names of the primary and supplementary groups.
+pub fn lookup_user_database(uid: u32, gid: u32) -> (Option<String>, Vec<String>) {
     let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
     let mut gids: Vec<Gid> = vec![Gid::from_raw(gid)];
     if let Some(u) = &user
@@ -20,15 +27,9 @@ pub fn caller_from_cred(uid: u32, gid: u32, pid: i32) -> Caller {
     }
     gids.sort_by_key(|g| g.as_raw());
     gids.dedup();
-    let groups = gids
+    let groups: Vec<String> = gids
         .into_iter()
         .filter_map(|g| Group::from_gid(g).ok().flatten().map(|g| g.name))
         .collect();
-    Caller {
-        uid,
-        gid,
-        pid,
-        user: user.map(|u| u.name),
-        groups,
-    }
+    (user.map(|u| u.name), groups)
 }
