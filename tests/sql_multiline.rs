@@ -29,6 +29,7 @@ uids = [0]
 
 [sandbox.pg]
 read = ["/usr", "/lib", "/etc", "{dir}"]
+unix_sockets = ["{dir}/.s.PGSQL.5432"]
 
 [verb.stats]
 description = "one parsed read-only query"
