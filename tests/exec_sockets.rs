@@ -503,3 +503,60 @@ fn the_self_test_canary_proves_an_unlisted_socket_is_unreachable() {
         "{agent}"
     );
 }
+
+#[test]
+fn verbd_mcp_inside_verbd_exec_serves_the_agent_with_no_setup() {
+    if !require_root("verbd_mcp_inside_verbd_exec_serves_the_agent_with_no_setup") {
+        return;
+    }
+    use std::io::Write;
+    let daemon = Daemon::start(ECHO_POLICY);
+    daemon.open_socket();
+    let (dir, policy) = setup(CALLER_UID, "");
+    let home = dir.path().join("work");
+    let mut child = verbd_exec(&policy, CALLER_UID, &home, &[BIN, "mcp"])
+        .env("VERBD_SOCKET", &daemon.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answer_to = |id: u64, message: serde_json::Value| -> serde_json::Value {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+        for line in lines.by_ref() {
+            let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if value["id"] == id {
+                return value;
+            }
+        }
+        panic!("no answer to {id}");
+    };
+    let init = answer_to(
+        0,
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "agent", "version": "0"}}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    let listed = answer_to(
+        1,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    let tool = listed["result"]["tools"][0]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_string();
+    let called = answer_to(
+        2,
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}}),
+    );
+    println!("tools/call {tool}: {called}");
+    assert!(called.to_string().contains("hello-from-verbd"), "{called}");
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}
