@@ -32,6 +32,7 @@ mod seccomp;
 use std::ffi::{CString, OsString};
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -291,6 +292,7 @@ impl PreparedSandbox {
             filters,
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
+            keep_fds: Vec::new(),
         })
     }
 
@@ -301,10 +303,29 @@ impl PreparedSandbox {
         self.install_std(cmd.as_std_mut())
     }
 
+    /// [`install`](Self::install), and the descriptors in `keep_fds` (close-on-exec in the
+    /// daemon: pinned path parameters, secret copies) stay open across this child's `execve`.
+    pub fn install_keeping(
+        &self,
+        cmd: &mut tokio::process::Command,
+        keep_fds: Vec<RawFd>,
+    ) -> Result<(), SandboxError> {
+        self.install_plan(cmd.as_std_mut(), keep_fds)
+    }
+
     /// [`install`](Self::install) for a std command (self-test canaries, tests).
     pub fn install_std(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
+        self.install_plan(cmd, Vec::new())
+    }
+
+    fn install_plan(
+        &self,
+        cmd: &mut std::process::Command,
+        keep_fds: Vec<RawFd>,
+    ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let mut plan = self.plan(FilterUse::DaemonChild)?;
+        plan.keep_fds = keep_fds;
         // SAFETY: the closure only runs `ChildPlan::apply`, which is async-signal-safe (raw
         // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno.
         unsafe {
