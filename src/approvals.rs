@@ -516,6 +516,7 @@ mod tests {
             args: BTreeMap::new(),
             args_hash: "ab".repeat(32),
             argv: vec!["/bin/true".into()],
+            pins: Vec::new(),
             dry_run_argv: None,
             dry_run_output: None,
             requester: RequesterRecord {

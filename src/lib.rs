@@ -33,6 +33,7 @@ pub mod selftest;
 pub mod exec;
 pub mod files;
 pub mod journal;
+pub mod pinned;
 pub mod policy;
 pub mod policy_tools;
 pub mod protected;

@@ -3,8 +3,7 @@
 //! A policy goes through four steps, in this order, and nowhere else:
 //! 1. [`Loader::compile`]: the TOML file (or the embedded demo) into a checked [`Policy`], with
 //!    every error at file:line:col;
-//! 2. [`Loader::prepare`]: the profiles of verbs that take `${secret_file:…}` get read access to
-//!    the per-call secret-file directory; secrets read (before the privilege drop: they may be root-only), the
+//! 2. [`Loader::prepare`]: secrets read (before the privilege drop: they may be root-only), the
 //!    scrubber built from them, every sandbox profile prepared once (Landlock rule template and
 //!    seccomp programs; read-only twins for dry runs), per-verb concurrency permits;
 //! 3. [`Loader::self_test`]: the start-up self-test (`selftest`), whose [`Report`] gates service.
@@ -45,8 +44,6 @@ impl PolicySource {
 /// A policy with everything prepared for serving.
 pub struct Prepared {
     pub policy: Policy,
-    /// Private directory (0700, or 0711 for `run_as` profiles) for per-call secret-file copies.
-    pub secret_dir: PathBuf,
     pub sandboxes: Sandboxes,
     /// The same profiles without write roots, for dry runs (only profiles of verbs with one).
     pub dry_run_sandboxes: Sandboxes,
@@ -115,10 +112,10 @@ impl Loader {
         }
     }
 
-    /// Step 2: the profiles that need it get read access to `secret_dir`; secrets, scrubber,
-    /// sandboxes, permits. All allocation-heavy work happens here, once.
-    pub fn prepare(&self, mut policy: Policy, secret_dir: &Path) -> Result<Prepared, LoadError> {
-        grant_secret_file_access(&mut policy, secret_dir);
+    /// Step 2: secrets, scrubber, sandboxes, permits. All allocation-heavy work happens here,
+    /// once. (`${secret_file:…}` copies are memfds handed to one child: no profile needs a
+    /// directory for them.)
+    pub fn prepare(&self, policy: Policy) -> Result<Prepared, LoadError> {
         let secrets = SecretStore::load(&policy.secrets)?;
         let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
         let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy)?;
@@ -132,7 +129,6 @@ impl Loader {
             .collect();
         Ok(Prepared {
             policy,
-            secret_dir: secret_dir.to_path_buf(),
             sandboxes,
             dry_run_sandboxes,
             secrets,
@@ -182,12 +178,8 @@ impl Loader {
     }
 
     /// All steps (a reload): a prepared policy that passed its self-test.
-    pub fn load(
-        &self,
-        secret_dir: &Path,
-        daemon_uid: u32,
-    ) -> Result<(Prepared, Report), LoadError> {
-        let prepared = self.prepare(self.compile()?, secret_dir)?;
+    pub fn load(&self, daemon_uid: u32) -> Result<(Prepared, Report), LoadError> {
+        let prepared = self.prepare(self.compile()?)?;
         let report = self.self_test(
             &prepared.policy,
             Some(&prepared.secrets),
@@ -247,66 +239,4 @@ fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadErro
         }
     }
     Ok((sandboxes, dry_run_sandboxes))
-}
-
-/// Verbs (and a notifier) that take `${secret_file:…}` read their private copy: the profiles
-/// they use get read access to the secret-file directory. Other profiles never see it.
-fn grant_secret_file_access(policy: &mut Policy, secret_dir: &Path) {
-    let mut profiles: Vec<String> = policy
-        .verbs
-        .values()
-        .filter(|v| uses_secret_file(v))
-        .map(|v| v.sandbox.clone())
-        .collect();
-    if notifier_uses_secret_file(policy) {
-        profiles.push(policy.approvals.notify_sandbox.clone());
-    }
-    for name in profiles {
-        if let Some(spec) = policy.sandboxes.get_mut(&name)
-            && !spec.read.iter().any(|r| secret_dir.starts_with(r))
-        {
-            spec.read.push(secret_dir.to_path_buf());
-        }
-    }
-}
-
-fn uses_secret_file(verb: &policy::Verb) -> bool {
-    match &verb.action {
-        VerbAction::Command { template, dry_run } => template
-            .elements()
-            .chain(dry_run.iter().flat_map(|d| d.elements()))
-            .map(|(e, _)| e)
-            .chain(verb.env.iter().map(|(_, e)| e))
-            .any(|e| {
-                e.pieces()
-                    .iter()
-                    .any(|p| matches!(p, policy::template::Piece::SecretFile(_)))
-            }),
-        VerbAction::File(_) => false,
-    }
-}
-
-fn notifier_uses_secret_file(policy: &Policy) -> bool {
-    policy.approvals.notify.as_ref().is_some_and(|template| {
-        template.elements().any(|(e, _)| {
-            e.pieces()
-                .iter()
-                .any(|p| matches!(p, policy::template::Piece::SecretFile(_)))
-        })
-    })
-}
-
-/// Mode of the secret-file directory: private to the daemon, plus search access for others when
-/// a profile that reads secret files runs its children as another uid.
-pub fn secret_dir_mode(policy: &Policy) -> u32 {
-    let notifier = notifier_uses_secret_file(policy).then_some(&policy.approvals.notify_sandbox);
-    let other_uid = policy
-        .verbs
-        .values()
-        .filter(|v| uses_secret_file(v))
-        .map(|v| &v.sandbox)
-        .chain(notifier)
-        .filter_map(|name| policy.sandboxes.get(name))
-        .any(|s| s.run_as.is_some());
-    if other_uid { 0o711 } else { 0o700 }
 }

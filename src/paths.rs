@@ -3,9 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-/// Directory (inside the state dir) for per-call secret file copies.
-pub const SECRET_FILES_DIR: &str = "secret-files";
-
 /// Where `serve` puts its state when neither flag nor policy says: `/var/lib/verbd` for root,
 /// else `$XDG_STATE_HOME/verbd`, `~/.local/state/verbd`, or `/tmp/verbd-UID`.
 pub fn default_state_dir() -> PathBuf {

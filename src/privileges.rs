@@ -5,12 +5,18 @@
 //! stays root; every other case is a [`PrivilegeError`] and nothing is served. Capabilities: none,
 //! unless a sandbox profile runs its children as another user (`run_as`), which needs
 //! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets); the drop
-//! is verified by reading the ids and capability sets back.
+//! is verified by reading the ids and capability sets back. Root's file operations on the state
+//! dir (which the daemon user can write) never follow a link: `O_NOFOLLOW` descriptors,
+//! `AT_EMPTY_PATH` chown of the inode that was checked, and unexpected entries refused.
 #![forbid(unsafe_code)]
 
 use crate::policy::Policy;
 use caps::{CapSet, Capability};
-use nix::unistd::{Gid, Uid, User, chown, getresgid, getresuid, setgroups, setresgid, setresuid};
+use nix::unistd::{Gid, Uid, User, getresgid, getresuid, setgroups, setresgid, setresuid};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Why the daemon cannot take on its identity.
@@ -31,6 +37,11 @@ pub enum PrivilegeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{} {what}: refusing to change its owner as root; remove it (the state dir holds only the daemon's own files and directories) and start again",
+        path.display()
+    )]
+    UnexpectedEntry { path: PathBuf, what: String },
     #[error("{what} failed: {source}")]
     Syscall {
         what: &'static str,
@@ -158,30 +169,129 @@ pub fn drop_to_daemon_user(policy: &Policy, state_dir: &Path) -> Result<(), Priv
     Ok(())
 }
 
-/// The state dir and its direct entries become the daemon user's.
+/// The state dir is made 0700 through a descriptor opened with `O_NOFOLLOW`: a symlink put in
+/// its place is refused, never followed.
+pub fn prepare_state_dir(state_dir: &Path) -> Result<(), PrivilegeError> {
+    let dir = open_state_dir(state_dir)?;
+    rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700)).map_err(|e| PrivilegeError::StateDir {
+        path: state_dir.to_path_buf(),
+        source: e.into(),
+    })
+}
+
+fn open_state_dir(state_dir: &Path) -> Result<OwnedFd, PrivilegeError> {
+    rustix::fs::open(
+        state_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::LOOP | Errno::NOTDIR => PrivilegeError::UnexpectedEntry {
+            path: state_dir.to_path_buf(),
+            what: "is a symlink or not a directory".into(),
+        },
+        e => PrivilegeError::StateDir {
+            path: state_dir.to_path_buf(),
+            source: e.into(),
+        },
+    })
+}
+
+/// The state dir and its direct entries become the daemon user's. Nothing is followed: each
+/// entry is opened `O_PATH | O_NOFOLLOW` beneath the state dir's descriptor, checked through
+/// that descriptor (a directory, or a regular file with one link, owned by root or the daemon
+/// user) and chowned through it (`AT_EMPTY_PATH`), so the inode checked is the inode chowned.
+/// A symlink, FIFO, socket, device, a file with other hard links or a foreign owner is refused:
+/// the daemon user can write the state dir and could have planted it to make root give away a
+/// file that is not the daemon's.
 fn give_state_dir(state_dir: &Path, user: &User) -> Result<(), PrivilegeError> {
-    let err = |path: &Path| {
+    let dir = open_state_dir(state_dir)?;
+    let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source: std::io::Error| PrivilegeError::StateDir { path, source }
+        move |e: Errno| PrivilegeError::StateDir {
+            path,
+            source: e.into(),
+        }
     };
-    let mut paths = vec![state_dir.to_path_buf()];
-    for entry in std::fs::read_dir(state_dir).map_err(err(state_dir))? {
-        let entry = entry.map_err(err(state_dir))?;
+    check_owner(
+        state_dir,
+        &rustix::fs::fstat(&dir).map_err(io(state_dir))?,
+        user,
+    )?;
+    let mut entries = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir).map_err(io(state_dir))? {
+        let entry = entry.map_err(io(state_dir))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
         // The journal witness and a gap acknowledgement stay root's: the daemon user may only
         // append to the witness through the descriptor opened before this drop.
-        let name = entry.file_name();
-        if !crate::journal::ROOT_OWNED_FILES
+        if crate::journal::ROOT_OWNED_FILES
             .iter()
-            .any(|root_owned| name == *root_owned)
+            .any(|root_owned| name == root_owned.as_bytes())
         {
-            paths.push(entry.path());
+            continue;
         }
+        entries.push(std::ffi::OsStr::from_bytes(name).to_os_string());
     }
-    for p in &paths {
-        chown(p, Some(user.uid), Some(user.gid)).map_err(|e| PrivilegeError::StateDir {
-            path: p.clone(),
-            source: e.into(),
-        })?;
+    for name in entries {
+        let path = state_dir.join(&name);
+        let entry = rustix::fs::openat(
+            &dir,
+            name.as_os_str(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io(&path))?;
+        let stat = rustix::fs::fstat(&entry).map_err(io(&path))?;
+        let unexpected = |what: String| PrivilegeError::UnexpectedEntry {
+            path: path.clone(),
+            what,
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {}
+            FileType::RegularFile if stat.st_nlink == 1 => {}
+            FileType::RegularFile => {
+                return Err(unexpected(format!(
+                    "is a file with {} hard links (another name elsewhere could be a file that is not the daemon's)",
+                    stat.st_nlink
+                )));
+            }
+            FileType::Symlink => return Err(unexpected("is a symlink".into())),
+            other => {
+                return Err(unexpected(format!(
+                    "is a {other:?}, not a file or directory"
+                )));
+            }
+        }
+        check_owner(&path, &stat, user)?;
+        rustix::fs::chownat(
+            &entry,
+            "",
+            Some(rustix::fs::Uid::from_raw(user.uid.as_raw())),
+            Some(rustix::fs::Gid::from_raw(user.gid.as_raw())),
+            AtFlags::EMPTY_PATH,
+        )
+        .map_err(io(&path))?;
     }
-    Ok(())
+    rustix::fs::fchown(
+        &dir,
+        Some(rustix::fs::Uid::from_raw(user.uid.as_raw())),
+        Some(rustix::fs::Gid::from_raw(user.gid.as_raw())),
+    )
+    .map_err(io(state_dir))
+}
+
+fn check_owner(path: &Path, stat: &rustix::fs::Stat, user: &User) -> Result<(), PrivilegeError> {
+    if stat.st_uid == 0 || stat.st_uid == user.uid.as_raw() {
+        return Ok(());
+    }
+    Err(PrivilegeError::UnexpectedEntry {
+        path: path.to_path_buf(),
+        what: format!(
+            "is owned by uid {}, neither root nor the daemon user {}",
+            stat.st_uid, user.name
+        ),
+    })
 }

@@ -130,6 +130,10 @@ pub struct Proposal {
     pub args_hash: String,
     /// Rendered argv with secrets as placeholders.
     pub argv: Vec<String>,
+    /// Each path parameter and what it resolved to when the call was checked
+    /// (`/srv/a.txt → file (device 259:1, inode 12)`); the run re-pins and refuses if it changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run_argv: Option<Vec<String>>,
     /// Scrubbed output of the dry run (destructive verbs).

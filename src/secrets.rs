@@ -10,7 +10,7 @@
 //!   (not a symlink), is owned by the daemon user or root and not by an agent uid, grants nothing
 //!   to group/other (neither by mode bits nor by a POSIX ACL), and its directory cannot be
 //!   rewritten by anyone else.
-//! - [`SecretFile`] is the private copy behind `${secret_file:NAME}`.
+//! - [`SecretCopy`] is the private copy behind `${secret_file:NAME}`.
 //!
 //! Invariants:
 //! - A secret value lives only in a [`SecretValue`], whose bytes are wiped when it is dropped
@@ -20,19 +20,19 @@
 //!   secret and its source (path, credential name, variable name), never the content.
 //! - Files are opened with `O_NOFOLLOW` and must be regular files, so a symlink planted in place of a
 //!   secret file is refused rather than followed, and a FIFO cannot block the daemon.
-//! - A [`SecretFile`] is created with `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, under an unguessable
-//!   name (128 random bits) in a directory that grants group/other neither read nor write. On drop
-//!   its content is overwritten with zeros, then it is unlinked. The overwrite is best effort (a
-//!   journaling or copy-on-write file system may keep old blocks): put the directory on a tmpfs
-//!   such as `/run/verbd/secret-files` so the bytes never reach a disk.
+//! - A [`SecretCopy`] is a sealed memfd (no write, grow, shrink or new seals) that only the one
+//!   child of the call inherits; it never touches a file system, so there is no secret directory
+//!   and nothing for another call to list or open.
 #![forbid(unsafe_code)]
 
+use rustix::fs::{MemfdFlags, SealFlags};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::OpenOptions;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -152,13 +152,10 @@ pub enum SecretError {
         "secret `{name}`: credential name `{credential}` must be a plain file name (no `/`, not `.` or `..`)"
     )]
     InvalidCredentialName { name: String, credential: String },
-    #[error("secret file directory {}: {reason}", dir.display())]
-    UnsafeSecretFileDir { dir: PathBuf, reason: String },
-    #[error("secret `{name}`: cannot {action} private copy {}: {error}", path.display())]
-    SecretFileIo {
+    #[error("secret `{name}`: cannot {action} its private in-memory copy: {error}")]
+    SecretCopy {
         name: String,
         action: &'static str,
-        path: PathBuf,
         error: io::Error,
     },
 }
@@ -558,134 +555,51 @@ fn check_directory(
     Ok(())
 }
 
-/// A private copy of one secret for one call (`${secret_file:NAME}`); removed on drop.
+/// The private copy of one secret for one call (`${secret_file:NAME}`): an anonymous memory
+/// file (`memfd_create`, close-on-exec), sealed against any change, passed to that call's child
+/// alone as `/proc/self/fd/N`. It has no name in any file system, so no other process can open
+/// it by path; reaching it through `/proc/PID/fd` needs ptrace access to the child, which
+/// Landlock denies between sandboxed calls. Closed (and gone) when the call ends.
 #[derive(Debug)]
-pub struct SecretFile {
-    path: PathBuf,
-    file: File,
-    len: usize,
+pub struct SecretCopy {
+    fd: OwnedFd,
 }
 
-impl SecretFile {
-    /// Writes `value` to a new file in `dir` and fsyncs it. The file is created with
-    /// `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, under a name with 128 random bits, and handed to
-    /// `owner` (uid, gid) when given, so a child running as another user can read it and nobody
-    /// else can.
-    ///
-    /// `dir` must be a real directory (not a symlink) owned by the daemon's effective uid that
-    /// grants group/other neither read nor write: 0700 when children run as the daemon user,
-    /// 0711 when they run as another uid (they need search permission to open their own file;
-    /// they cannot list the directory, and the names are unguessable).
-    pub fn create(
-        dir: &Path,
-        name: &str,
-        value: &SecretValue,
-        owner: Option<(u32, u32)>,
-    ) -> Result<SecretFile, SecretError> {
-        check_secret_file_dir(dir)?;
-        let io_error =
-            |action: &'static str, path: &Path, error: io::Error| SecretError::SecretFileIo {
-                name: name.to_owned(),
-                action,
-                path: path.to_path_buf(),
-                error,
-            };
-        let (path, file) = loop {
-            let token = random_token().map_err(|error| io_error("name", dir, error))?;
-            let path = dir.join(format!("verbd-secret-{token}"));
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-            {
-                Ok(file) => break (path, file),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(error) => return Err(io_error("create", &path, error)),
-            }
+impl SecretCopy {
+    /// Copies `value` into a new sealed memory file.
+    pub fn create(name: &str, value: &SecretValue) -> Result<SecretCopy, SecretError> {
+        let fail = |action: &'static str, errno: rustix::io::Errno| SecretError::SecretCopy {
+            name: name.to_owned(),
+            action,
+            error: io::Error::from(errno),
         };
-        // From here on the file exists: own it first so that any failure below removes it.
-        let secret_file = SecretFile {
-            path,
-            file,
-            len: value.expose().len(),
-        };
-        let path = secret_file.path.as_path();
-        let mut file = &secret_file.file;
-        // The umask can only remove bits from 0600; set it explicitly anyway.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|error| io_error("chmod", path, error))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::fchown(file, Some(uid), Some(gid))
-                .map_err(|error| io_error("chown", path, error))?;
+        let fd = rustix::fs::memfd_create(
+            "verbd-secret",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| fail("create", e))?;
+        let mut written = 0;
+        while written < value.expose().len() {
+            written +=
+                rustix::io::write(&fd, &value.expose()[written..]).map_err(|e| fail("write", e))?;
         }
-        file.write_all(value.expose())
-            .map_err(|error| io_error("write", path, error))?;
-        file.sync_all()
-            .map_err(|error| io_error("fsync", path, error))?;
-        Ok(secret_file)
+        rustix::fs::fcntl_add_seals(
+            &fd,
+            SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+        )
+        .map_err(|e| fail("seal", e))?;
+        Ok(SecretCopy { fd })
     }
 
-    /// Where the child finds its copy.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The descriptor number the child inherits.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
-}
 
-/// Overwrites the content with zeros (so that a hard link the child made to its copy keeps no
-/// value), then unlinks the file. Failures are logged with the path only.
-impl Drop for SecretFile {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            let zeros = vec![0u8; self.len];
-            if let Err(error) = self
-                .file
-                .write_all_at(&zeros, 0)
-                .and_then(|()| self.file.sync_data())
-            {
-                tracing::warn!(path = %self.path.display(), %error, "could not overwrite secret file before removing it");
-            }
-        }
-        if let Err(error) = std::fs::remove_file(&self.path) {
-            tracing::warn!(path = %self.path.display(), %error, "could not remove secret file");
-        }
+    /// What the child's argv or env says: a path only this child can open.
+    pub fn argv_text(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
     }
-}
-
-fn check_secret_file_dir(dir: &Path) -> Result<(), SecretError> {
-    let unsafe_dir = |reason: String| SecretError::UnsafeSecretFileDir {
-        dir: dir.to_path_buf(),
-        reason,
-    };
-    let metadata = std::fs::symlink_metadata(dir)
-        .map_err(|error| unsafe_dir(format!("cannot inspect it: {error}")))?;
-    if !metadata.file_type().is_dir() {
-        return Err(unsafe_dir(
-            "is not a directory (or is a symlink)".to_owned(),
-        ));
-    }
-    let euid = nix::unistd::geteuid().as_raw();
-    if metadata.uid() != euid {
-        return Err(unsafe_dir(format!(
-            "is owned by uid {}, not the daemon (uid {euid}); chown it",
-            metadata.uid()
-        )));
-    }
-    let mode = metadata.permissions().mode() & 0o7777;
-    if mode & 0o066 != 0 {
-        return Err(unsafe_dir(format!(
-            "has mode {mode:04o}; group/other must have neither read nor write (chmod 0700, or 0711 for children running as another uid)"
-        )));
-    }
-    Ok(())
-}
-
-/// 128 random bits from the kernel, as hex.
-fn random_token() -> io::Result<String> {
-    let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
 #[cfg(test)]
@@ -719,11 +633,5 @@ mod tests {
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("`short`"));
         assert!(warnings[0].contains("shorter than 8"));
-    }
-
-    #[test]
-    fn random_tokens_differ() {
-        assert_ne!(random_token().unwrap(), random_token().unwrap());
-        assert_eq!(random_token().unwrap().len(), 32);
     }
 }

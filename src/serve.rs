@@ -166,9 +166,9 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
         .clone()
         .or_else(|| policy.daemon.state_dir.clone())
         .unwrap_or_else(paths::default_state_dir);
-    let secret_dir = create_state_dirs(&state_dir, &policy)?;
+    create_state_dir(&state_dir)?;
     // Secrets are read here, before the privilege drop (they may be root-owned 0600).
-    let prepared = loader.prepare(policy, &secret_dir)?;
+    let prepared = loader.prepare(policy)?;
     for w in prepared.secrets.warnings() {
         tracing::warn!("secrets: {w}");
     }
@@ -224,22 +224,17 @@ fn logging() {
         .init();
 }
 
-/// The state dir (0700) and the secret-file dir inside it; returns the latter.
-fn create_state_dirs(state_dir: &Path, policy: &Policy) -> Result<PathBuf, StartError> {
-    use std::os::unix::fs::PermissionsExt;
-    let secret_dir = state_dir.join(paths::SECRET_FILES_DIR);
-    for (dir, mode) in [
-        (state_dir, 0o700),
-        (secret_dir.as_path(), crate::loader::secret_dir_mode(policy)),
-    ] {
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
-            .map_err(|source| StartError::StateDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-    }
-    Ok(secret_dir)
+/// The state dir, created if missing, then made 0700 through a descriptor that did not follow a
+/// symlink (`privileges::prepare_state_dir`).
+fn create_state_dir(state_dir: &Path) -> Result<(), StartError> {
+    std::fs::create_dir_all(state_dir).map_err(|source| StartError::StateDir {
+        path: state_dir.to_path_buf(),
+        source,
+    })?;
+    privileges::prepare_state_dir(state_dir).map_err(|e| StartError::StateDir {
+        path: state_dir.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// Sockets bound by this process (removed again if the start fails) or adopted from systemd.

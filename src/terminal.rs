@@ -83,6 +83,7 @@ pub fn escaped_view(view: &ProposalView) -> ProposalView {
         .map(|(k, val)| (escape(k), escape(val)))
         .collect();
     p.argv = p.argv.iter().map(|a| escape(a)).collect();
+    p.pins = p.pins.iter().map(|a| escape(a)).collect();
     if let Some(argv) = &mut p.dry_run_argv {
         *argv = argv.iter().map(|a| escape(a)).collect();
     }
@@ -138,6 +139,9 @@ pub fn proposal_text(view: &ProposalView) -> String {
         "  will run:    {}",
         escape(&shell_words::join(&p.argv))
     );
+    for pin in &p.pins {
+        let _ = writeln!(out, "  path:        {}", escape(pin));
+    }
     if let Some(reason) = &p.reason {
         let _ = writeln!(
             out,

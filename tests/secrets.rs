@@ -6,7 +6,6 @@ mod skip;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,12 +13,11 @@ use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use verbd::scrub::{ScrubError, ScrubPattern, Scrubber};
 use verbd::secrets::{
-    PermissionProblemKind, SecretError, SecretFile, SecretSource, SecretStore, SecretValue,
+    PermissionProblemKind, SecretCopy, SecretError, SecretSource, SecretStore, SecretValue,
     check_source,
 };
 
 const AGENT_UID: u32 = 61000;
-const OTHER_UID: u32 = 61001;
 const FOREIGN_UID: u32 = 62000;
 
 /// The tests run as the daemon would: the files they create are owned by this uid.
@@ -508,116 +506,64 @@ fn set_access_acl(path: &Path, uid: u32) {
 // Private secret files
 
 #[test]
-fn secret_file_is_private_owned_and_removed() {
-    if !have_root("secret_file_is_private_owned_and_removed") {
-        return;
-    }
-    let dir = private_dir();
-    // 0711: a child running as another uid may open its own file but cannot list the directory.
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).unwrap();
+fn secret_copy_is_sealed_nameless_and_holds_the_value() {
     let value = SecretValue::new(b"apiVersion: v1\nkind: Config\ntoken: kube-secret-42\n".to_vec());
-    let file = SecretFile::create(
-        dir.path(),
-        "kubeconfig",
-        &value,
-        Some((AGENT_UID, AGENT_UID)),
-    )
-    .unwrap();
-    let path: PathBuf = file.path().to_path_buf();
-    assert_eq!(path.parent(), Some(dir.path()));
-    let metadata = fs::symlink_metadata(&path).unwrap();
-    assert!(metadata.file_type().is_file());
-    assert_eq!(metadata.permissions().mode() & 0o7777, 0o600);
-    assert_eq!((metadata.uid(), metadata.gid()), (AGENT_UID, AGENT_UID));
+    let copy = SecretCopy::create("kubeconfig", &value).unwrap();
+    let path = PathBuf::from(copy.argv_text());
+    assert_eq!(
+        path,
+        PathBuf::from(format!("/proc/self/fd/{}", copy.raw_fd()))
+    );
+    // No name in any file system: the magic link points into the memfd file system.
+    let target = fs::read_link(&path).unwrap();
+    assert!(
+        target.to_string_lossy().starts_with("/memfd:verbd-secret"),
+        "{target:?}"
+    );
     assert_eq!(fs::read(&path).unwrap(), value.expose());
-
-    // The child's uid reads it; another uid cannot, and the child cannot list the directory.
-    let as_uid = |uid: u32, program: &str, arg: &Path| {
-        Command::new(program)
-            .arg(arg)
-            .uid(uid)
-            .gid(uid)
-            .env_clear()
-            .output()
-            .unwrap()
-    };
-    let read = as_uid(AGENT_UID, "/bin/cat", &path);
-    assert!(read.status.success(), "{read:?}");
-    assert_eq!(read.stdout, value.expose());
-    let denied = as_uid(OTHER_UID, "/bin/cat", &path);
-    assert!(!denied.status.success());
-    assert!(denied.stdout.is_empty());
-    let listing = as_uid(AGENT_UID, "/bin/ls", dir.path());
-    assert!(!listing.status.success(), "{listing:?}");
-
-    drop(file);
-    assert!(!path.exists(), "secret file still exists after drop");
-    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    // Sealed: the child cannot change what a later reader of the same copy sees.
+    let writer = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let err = std::io::Write::write_all(&mut &writer, b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+    assert!(writer.set_len(0).is_err());
+    let seals = rustix::fs::fcntl_get_seals(&writer).unwrap();
+    for seal in [
+        rustix::fs::SealFlags::WRITE,
+        rustix::fs::SealFlags::GROW,
+        rustix::fs::SealFlags::SHRINK,
+        rustix::fs::SealFlags::SEAL,
+    ] {
+        assert!(seals.contains(seal), "{seals:?} lacks {seal:?}");
+    }
+    // Close-on-exec in the daemon: no other child inherits it.
+    let fdinfo = fs::read_to_string(format!("/proc/self/fdinfo/{}", copy.raw_fd())).unwrap();
+    let flags = fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+        .unwrap();
+    assert_ne!(flags & libc::O_CLOEXEC as u32, 0, "{fdinfo}");
 }
 
 #[test]
-fn concurrent_secret_files_are_distinct() {
-    let dir = private_dir();
+fn concurrent_secret_copies_are_distinct() {
     let value = SecretValue::new(b"shared-secret-value".to_vec());
-    let files: Vec<SecretFile> = std::thread::scope(|scope| {
+    let copies: Vec<SecretCopy> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
-            .map(|_| scope.spawn(|| SecretFile::create(dir.path(), "pg", &value, None).unwrap()))
+            .map(|_| scope.spawn(|| SecretCopy::create("pg", &value).unwrap()))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut paths: Vec<&Path> = files.iter().map(SecretFile::path).collect();
-    paths.sort();
-    paths.dedup();
-    assert_eq!(paths.len(), 8, "two calls shared a file");
-    for file in &files {
-        assert_eq!(fs::read(file.path()).unwrap(), b"shared-secret-value");
-        let metadata = fs::metadata(file.path()).unwrap();
-        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
-        assert_eq!(metadata.uid(), nix::unistd::geteuid().as_raw());
+    let mut inodes: Vec<u64> = copies
+        .iter()
+        .map(|c| fs::metadata(c.argv_text()).unwrap().ino())
+        .collect();
+    inodes.sort();
+    inodes.dedup();
+    assert_eq!(inodes.len(), 8, "two calls shared a copy");
+    for copy in &copies {
+        assert_eq!(fs::read(copy.argv_text()).unwrap(), b"shared-secret-value");
     }
-    let kept: PathBuf = files[0].path().to_path_buf();
-    drop(files);
-    assert!(!kept.exists());
-    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
-}
-
-#[test]
-fn secret_file_bytes_are_overwritten_before_removal() {
-    let dir = private_dir();
-    let value = SecretValue::new(b"overwrite-me-secret".to_vec());
-    let file = SecretFile::create(dir.path(), "pg", &value, None).unwrap();
-    // A hard link (which a child owning its copy could make) outlives the unlink, not the bytes.
-    let kept = dir.path().join("kept-link");
-    fs::hard_link(file.path(), &kept).unwrap();
-    drop(file);
-    assert_eq!(fs::read(&kept).unwrap(), vec![0u8; value.expose().len()]);
-}
-
-#[test]
-fn secret_file_refuses_unsafe_directories() {
-    let value = SecretValue::new(b"dir-check-secret".to_vec());
-    let dir = private_dir();
-    for mode in [0o755, 0o750, 0o703, 0o730] {
-        fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode)).unwrap();
-        let error = SecretFile::create(dir.path(), "pg", &value, None).unwrap_err();
-        assert!(
-            matches!(error, SecretError::UnsafeSecretFileDir { .. }),
-            "{mode:o}: {error:?}"
-        );
-        assert!(!format!("{error} {error:?}").contains("dir-check-secret"));
-    }
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
-    let link = dir.path().join("link");
-    let real = dir.path().join("real");
-    fs::create_dir(&real).unwrap();
-    fs::set_permissions(&real, fs::Permissions::from_mode(0o700)).unwrap();
-    symlink(&real, &link).unwrap();
-    let error = SecretFile::create(&link, "pg", &value, None).unwrap_err();
-    assert!(
-        matches!(error, SecretError::UnsafeSecretFileDir { .. }),
-        "{error:?}"
-    );
-    assert_eq!(fs::read_dir(&real).unwrap().count(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ description = "a tool that wants a file"
 category = "read-only"
 roles = ["me"]
 allow_interpreter = true
-command = ["/bin/sh", "-c", "stat -c '%n %a %u' \"$1\"; sha256sum < \"$1\"; sleep {secs}", "kube", "${secret_file:tok}"]
+command = ["/bin/sh", "-c", "stat -L -c '%n %i' \"$1\"; readlink \"$1\"; sha256sum < \"$1\"; sleep {secs}", "kube", "${secret_file:tok}"]
 params.secs = { type = "int", min = 0, max = 5 }
 
 [verb.deploy]
@@ -159,9 +159,11 @@ fn secret_files_are_private_per_call_and_removed() {
     let out = run("0");
     let mut lines = out.lines();
     let stat = lines.next().unwrap().to_string();
-    let mut parts = stat.split_whitespace();
-    let path = parts.next().unwrap().to_string();
-    assert_eq!(parts.next(), Some("600"), "{stat}");
+    let path = stat.split_whitespace().next().unwrap().to_string();
+    // The copy is a descriptor of this child alone, not a name in any file system.
+    assert!(path.starts_with("/proc/self/fd/"), "{stat}");
+    let target = lines.next().unwrap();
+    assert!(target.starts_with("/memfd:verbd-secret"), "{target}");
     let hash = lines.next().unwrap();
     let expected = {
         use sha2::Digest;
@@ -175,7 +177,21 @@ fn secret_files_are_private_per_call_and_removed() {
         hash.starts_with(&expected),
         "the child read the secret: {hash}"
     );
-    assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+    // Nothing is left behind: no secret directory, no open copy in the daemon.
+    assert!(!d.state.join("secret-files").exists());
+    let daemon_pid = d.child.as_ref().unwrap().id();
+    let open_copies = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+            .filter(|t| t.to_string_lossy().starts_with("/memfd:verbd-secret"))
+            .count()
+    };
+    assert_eq!(
+        open_copies(daemon_pid),
+        0,
+        "a secret copy outlived its call"
+    );
     // Two concurrent calls get their own copies.
     let socket = d.socket.clone();
     let call = move || {
@@ -191,17 +207,24 @@ fn secret_files_are_private_per_call_and_removed() {
         )
         .unwrap();
         match r {
-            Response::Ok { result, .. } => {
-                result.stdout.split_whitespace().next().unwrap().to_string()
-            }
+            Response::Ok { result, .. } => result
+                .stdout
+                .split_whitespace()
+                .nth(1)
+                .expect("the copy's inode")
+                .to_string(),
             other => panic!("{other:?}"),
         }
     };
     let a = std::thread::spawn(call.clone());
     let b = std::thread::spawn(call);
     let (pa, pb) = (a.join().unwrap(), b.join().unwrap());
-    assert_ne!(pa, pb, "concurrent calls shared a secret file");
-    assert!(!std::path::Path::new(&pa).exists() && !std::path::Path::new(&pb).exists());
+    assert_ne!(pa, pb, "concurrent calls shared a secret copy");
+    assert_eq!(
+        open_copies(daemon_pid),
+        0,
+        "a secret copy outlived its call"
+    );
 }
 
 #[test]

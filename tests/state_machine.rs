@@ -145,11 +145,8 @@ impl World {
 
     async fn start(&mut self) {
         let loader = Loader::new(PolicySource::File(self.dir.path().join("policy.toml")));
-        let secret_dir = self.state().join(verbd::paths::SECRET_FILES_DIR);
-        std::fs::create_dir_all(&secret_dir).unwrap();
-        let prepared = loader
-            .prepare(loader.compile().unwrap(), &secret_dir)
-            .unwrap();
+        std::fs::create_dir_all(self.state()).unwrap();
+        let prepared = loader.prepare(loader.compile().unwrap()).unwrap();
         let witness = verbd::journal::Witness::open(&self.state()).unwrap();
         let (journal, book) = verbd::serve::open_journal(&self.state(), witness).unwrap();
         let interrupted = book.interrupted();

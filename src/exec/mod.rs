@@ -9,15 +9,19 @@
 //! `max_output`, the timeout, a signal that ended the child, or a failed read — is finished with
 //! [`ScrubStream::finish_cut`]: its last bytes are withheld whatever they contain, and
 //! `truncated`/`withheld` say so (see `crate::scrub`, "Not an oracle").
-//! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies live only
-//! for the duration of the call.
+//! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies are sealed
+//! memfds passed to this child only (`/proc/self/fd/N`) and live only for the duration of the
+//! call. Path parameters are pinned again here (`crate::pinned`): the child gets the descriptor
+//! as `/proc/self/fd/N`, and a path that resolves differently than when it was checked refuses
+//! the run.
 #![forbid(unsafe_code)]
 
+use crate::pinned::PinnedPath;
 use crate::policy::template::{ArgPart, RenderedArg, RenderedArgv};
 use crate::protocol::ExitInfo;
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::{ScrubStream, Scrubber};
-use crate::secrets::{SecretFile, SecretStore};
+use crate::secrets::{SecretCopy, SecretStore};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -41,8 +45,6 @@ pub struct ExecRequest<'a> {
     pub max_output: u64,
     pub sandbox: &'a PreparedSandbox,
     pub secrets: &'a SecretStore,
-    /// Private directory (0700) for `${secret_file:…}` copies.
-    pub secret_dir: &'a Path,
     pub scrubber: &'a Scrubber,
     /// Bytes for the child's stdin (the approval notifier gets the proposal); /dev/null if `None`.
     pub stdin: Option<Vec<u8>>,
@@ -83,9 +85,26 @@ pub enum ExecError {
     #[error("secret `{0}` is not loaded")]
     MissingSecret(String),
     #[error("cannot create the private copy of secret `{name}`: {source}")]
-    SecretFile {
+    SecretCopy {
         name: String,
         source: crate::secrets::SecretError,
+    },
+    #[error(
+        "path parameter {}: {source}; nothing was executed",
+        path.display()
+    )]
+    PathPin {
+        path: PathBuf,
+        source: crate::pinned::PinError,
+    },
+    #[error(
+        "path parameter {} now resolves to a {now}, but the call was checked (and approved, if it needed approval) when it resolved to a {was}; nothing was executed (make the call again to check the new target)",
+        path.display()
+    )]
+    PathChanged {
+        path: PathBuf,
+        was: crate::pinned::Resolution,
+        now: crate::pinned::Resolution,
     },
     #[error("sandbox setup failed: {0}")]
     Sandbox(#[from] crate::sandbox::SandboxError),
@@ -115,12 +134,28 @@ impl Drop for ProcessGroupGuard {
     }
 }
 
+/// Descriptors handed to one child: the pinned path parameters and the secret copies of its
+/// call. They stay open in the daemon until the child has exited.
+#[derive(Default)]
+struct Handed {
+    secret_copies: Vec<(String, SecretCopy)>,
+    paths: Vec<PinnedPath>,
+}
+
+impl Handed {
+    fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.secret_copies
+            .iter()
+            .map(|(_, c)| c.raw_fd())
+            .chain(self.paths.iter().map(PinnedPath::raw_fd))
+            .collect()
+    }
+}
+
 fn resolve(
     arg: &RenderedArg,
     secrets: &SecretStore,
-    secret_dir: &Path,
-    owner: Option<(u32, u32)>,
-    files: &mut Vec<(String, SecretFile)>,
+    handed: &mut Handed,
 ) -> Result<OsString, ExecError> {
     let mut out: Vec<u8> = Vec::new();
     for part in arg.parts() {
@@ -133,22 +168,37 @@ fn resolve(
                 out.extend_from_slice(value.expose());
             }
             ArgPart::SecretFile(name) => {
-                if let Some((_, file)) = files.iter().find(|(n, _)| n == name) {
-                    out.extend_from_slice(file.path().as_os_str().as_bytes());
+                if let Some((_, copy)) = handed.secret_copies.iter().find(|(n, _)| n == name) {
+                    out.extend_from_slice(copy.argv_text().as_bytes());
                     continue;
                 }
                 let value = secrets
                     .get(name)
                     .ok_or_else(|| ExecError::MissingSecret(name.clone()))?;
-                let file =
-                    SecretFile::create(secret_dir, name, value, owner).map_err(|source| {
-                        ExecError::SecretFile {
-                            name: name.clone(),
-                            source,
-                        }
+                let copy =
+                    SecretCopy::create(name, value).map_err(|source| ExecError::SecretCopy {
+                        name: name.clone(),
+                        source,
                     })?;
-                out.extend_from_slice(file.path().as_os_str().as_bytes());
-                files.push((name.clone(), file));
+                out.extend_from_slice(copy.argv_text().as_bytes());
+                handed.secret_copies.push((name.clone(), copy));
+            }
+            ArgPart::Path(arg) => {
+                let pinned = crate::pinned::pin(&arg.root, &arg.path).map_err(|source| {
+                    ExecError::PathPin {
+                        path: arg.path.clone(),
+                        source,
+                    }
+                })?;
+                if pinned.resolution() != arg.resolution {
+                    return Err(ExecError::PathChanged {
+                        path: arg.path.clone(),
+                        was: arg.resolution,
+                        now: pinned.resolution(),
+                    });
+                }
+                out.extend_from_slice(pinned.argv_text().as_bytes());
+                handed.paths.push(pinned);
             }
         }
     }
@@ -212,17 +262,10 @@ async fn capture<'a, R: AsyncRead + Unpin>(
 
 /// Run the call. Returns after the child exited (or was killed) and both pipes are drained.
 pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
-    let owner = req.sandbox.spec().run_as.map(|r| (r.uid, r.gid));
-    let mut secret_files = Vec::new();
+    let mut handed = Handed::default();
     let mut args = Vec::with_capacity(req.argv.args().len());
     for arg in req.argv.args() {
-        args.push(resolve(
-            arg,
-            req.secrets,
-            req.secret_dir,
-            owner,
-            &mut secret_files,
-        )?);
+        args.push(resolve(arg, req.secrets, &mut handed)?);
     }
     let mut cmd = tokio::process::Command::new(req.argv.program());
     cmd.args(&args)
@@ -238,10 +281,10 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     for (key, value) in req.env {
-        let value = resolve(value, req.secrets, req.secret_dir, owner, &mut secret_files)?;
+        let value = resolve(value, req.secrets, &mut handed)?;
         cmd.env(key, value);
     }
-    req.sandbox.install(&mut cmd)?;
+    req.sandbox.install_keeping(&mut cmd, handed.raw_fds())?;
 
     let started = Instant::now();
     let mut child =
@@ -318,7 +361,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
                 (abandoned.clone(), abandoned, (status, true))
             }
         };
-    drop(secret_files);
+    drop(handed);
     Ok(ExecOutcome {
         exit: ExitInfo {
             code: status.code(),

@@ -296,6 +296,14 @@ impl PreparedCall {
             PreparedAction::File(_) => vec![format!("(builtin {})", self.verb)],
         }
     }
+
+    /// Each path parameter of the argv with what it resolved to (`RenderedArgv::pins`).
+    pub fn display_pins(&self) -> Vec<String> {
+        match &self.action {
+            PreparedAction::Exec { argv, .. } => argv.pins(),
+            PreparedAction::File(_) => Vec::new(),
+        }
+    }
 }
 
 /// Why a call was refused.

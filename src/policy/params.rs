@@ -4,12 +4,15 @@
 //! and the rule that failed. Invariants: NUL, CR and LF are refused in every type except `sql`,
 //! which takes LF and TAB (still no NUL, CR or other control character); a string is
 //! matched by an anchored pattern; a path is absolute, normalized, has no `..`, and lies under a
-//! declared root (after resolving symlinks when it exists). Option injection (a value that would
+//! declared root, reached beneath it without any symlink (`crate::pinned`; an existing file or
+//! directory, or a new entry in an existing directory). The child gets the pinned descriptor,
+//! not the name (`policy::template`, `exec`). Option injection (a value that would
 //! begin an argv element with `-`) is checked by the template, which knows element positions.
 #![forbid(unsafe_code)]
 
 use super::sql::{self, SqlOptions};
 use super::units::parse_duration;
+use crate::pinned::{PinError, PinKind};
 use regex::Regex;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -327,19 +330,36 @@ impl Param {
                 ),
             ));
         }
-        match std::fs::canonicalize(&normalized) {
-            Ok(real) => {
-                if !under_root(&real) {
-                    return Err(self.reject(
-                        "path-symlink-escape",
-                        format!("{value:?} resolves (through a symlink) outside the allowed roots"),
-                    ));
-                }
-            }
-            Err(_) if must_exist => {
+        let root = root_of(roots, &normalized).expect("checked under a root above");
+        match crate::pinned::resolve(root, &normalized) {
+            Ok(resolution) if must_exist && resolution.kind == PinKind::NewEntry => {
                 return Err(self.reject("path-exists", format!("{value:?} does not exist")));
             }
-            Err(_) => {}
+            Ok(_) => {}
+            Err(PinError::Symlink { .. }) => {
+                return Err(self.reject(
+                    "path-symlink-escape",
+                    format!(
+                        "{value:?} passes through a symlink below its root; path parameters never follow symlinks (name the target itself)"
+                    ),
+                ));
+            }
+            Err(PinError::NoParent { .. }) if must_exist => {
+                return Err(self.reject("path-exists", format!("{value:?} does not exist")));
+            }
+            Err(PinError::NoParent { .. }) => {
+                return Err(self.reject(
+                    "path-parent",
+                    format!("{value:?} does not exist and neither does its parent directory"),
+                ));
+            }
+            Err(PinError::NotFileOrDirectory { .. }) => {
+                return Err(self.reject(
+                    "path-type",
+                    format!("{value:?} is not a regular file or a directory"),
+                ));
+            }
+            Err(e) => return Err(self.reject("path-open", e.to_string())),
         }
         Ok(normalized.to_string_lossy().into_owned())
     }
@@ -405,6 +425,15 @@ impl Param {
         }
         Ok(trimmed.to_ascii_lowercase())
     }
+}
+
+/// The root a normalized path lies under: the longest (most specific) matching one.
+pub fn root_of<'a>(roots: &'a [PathBuf], path: &Path) -> Option<&'a Path> {
+    roots
+        .iter()
+        .filter(|r| path.starts_with(r))
+        .max_by_key(|r| r.as_os_str().len())
+        .map(PathBuf::as_path)
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //!   shell ever sees it. `{{` and `}}` are literal braces.
 //! - `${secret:NAME}` substitutes a secret's value at exec time; `${secret_file:NAME}` substitutes
 //!   the path of a private per-call copy of it. Rendered argv shown to people keeps the placeholder.
+//! - A `path` parameter renders as a [`PathArg`]: shown as the validated path, handed to the
+//!   child as `/proc/self/fd/N` of the descriptor the executor pins (see `crate::pinned`).
 //! - A bool parameter must be a whole element `{flag}`: it renders as its flag, or vanishes.
 //! - `[` and `]` as whole elements delimit an optional group: the group is rendered only when every
 //!   non-bool parameter inside it has a value (`[ --since {since} ]`). Groups do not nest. An
@@ -16,7 +18,8 @@
 //! rendering refuses it unless the parameter sets `allow_dash`.
 #![forbid(unsafe_code)]
 
-use super::params::{Param, ParamRejection};
+use super::params::{Param, ParamKind, ParamRejection, root_of};
+use crate::pinned::Resolution;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -68,12 +71,23 @@ pub enum TemplateError {
     EmptyGroup,
 }
 
-/// One piece of a rendered element: text, or a secret still to be resolved at exec time.
+/// One piece of a rendered element: text, a secret still to be resolved at exec time, or a
+/// validated path parameter that the executor pins again and hands over as a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgPart {
     Text(String),
     Secret(String),
     SecretFile(String),
+    Path(PathArg),
+}
+
+/// A path parameter as validated: the path, the root it was resolved beneath, and what it
+/// resolved to. The executor refuses the run if it resolves to anything else then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathArg {
+    pub path: PathBuf,
+    pub root: PathBuf,
+    pub resolution: Resolution,
 }
 
 /// One rendered argv element or env value.
@@ -95,6 +109,7 @@ impl RenderedArg {
                 ArgPart::Text(t) => t.clone(),
                 ArgPart::Secret(n) => format!("${{secret:{n}}}"),
                 ArgPart::SecretFile(n) => format!("${{secret_file:{n}}}"),
+                ArgPart::Path(p) => p.path.display().to_string(),
             })
             .collect()
     }
@@ -121,6 +136,20 @@ impl RenderedArgv {
     pub fn display(&self) -> Vec<String> {
         std::iter::once(self.program.display().to_string())
             .chain(self.args.iter().map(RenderedArg::display))
+            .collect()
+    }
+
+    /// Each path parameter with what it resolved to at validation, e.g.
+    /// `/srv/data/a.txt → file (device 259:1, inode 1234)`: shown to approvers, and compared
+    /// when an approved call is evaluated again.
+    pub fn pins(&self) -> Vec<String> {
+        self.args
+            .iter()
+            .flat_map(|a| a.parts.iter())
+            .filter_map(|p| match p {
+                ArgPart::Path(p) => Some(format!("{} → {}", p.path.display(), p.resolution)),
+                _ => None,
+            })
             .collect()
     }
 }
@@ -215,7 +244,7 @@ impl ElementTemplate {
     ) -> Result<Option<RenderedArg>, ParamRejection> {
         if let Some(name) = self.sole_param()
             && let Some(flag) = params.get(name).and_then(|p| match &p.kind {
-                super::params::ParamKind::Bool { flag } => Some(flag),
+                ParamKind::Bool { flag } => Some(flag),
                 _ => None,
             })
         {
@@ -248,7 +277,12 @@ impl ElementTemplate {
                             ),
                         });
                     }
-                    push_text(&mut parts, value);
+                    match param.map(|p| &p.kind) {
+                        Some(ParamKind::Path { roots, .. }) => {
+                            parts.push(ArgPart::Path(pin_path(name, value, roots)?))
+                        }
+                        _ => push_text(&mut parts, value),
+                    }
                 }
                 Piece::Secret(n) => parts.push(ArgPart::Secret(n.clone())),
                 Piece::SecretFile(n) => parts.push(ArgPart::SecretFile(n.clone())),
@@ -256,6 +290,34 @@ impl ElementTemplate {
         }
         Ok(Some(RenderedArg { parts }))
     }
+}
+
+/// Resolves a validated path parameter beneath its root (again: this is the resolution the run
+/// will insist on).
+fn pin_path(name: &str, value: &str, roots: &[PathBuf]) -> Result<PathArg, ParamRejection> {
+    let path = Path::new(value);
+    let refuse = |rule: &'static str, message: String| ParamRejection {
+        param: name.to_string(),
+        rule,
+        message,
+    };
+    let root = root_of(roots, path).ok_or_else(|| {
+        refuse(
+            "path-root",
+            format!("{value:?} is not under an allowed root"),
+        )
+    })?;
+    let resolution = crate::pinned::resolve(root, path).map_err(|e| {
+        refuse(
+            "path-changed",
+            format!("{e} (it changed while the call was checked)"),
+        )
+    })?;
+    Ok(PathArg {
+        path: path.to_path_buf(),
+        root: root.to_path_buf(),
+        resolution,
+    })
 }
 
 fn push_text(parts: &mut Vec<ArgPart>, text: &str) {

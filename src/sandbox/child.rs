@@ -24,7 +24,8 @@ pub enum Stage {
     Setsid = 1,
     /// `setrlimit` for CPU, address space, file size, open files, processes, core.
     Rlimits = 2,
-    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: no inherited descriptor survives exec.
+    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: no inherited descriptor survives exec, except
+    /// the plan's keep-list (cleared of close-on-exec one by one).
     CloseFds = 3,
     /// `setgroups(0, NULL)`.
     Groups = 4,
@@ -176,6 +177,10 @@ pub(super) struct ChildPlan {
     pub seccomp_flags: libc::c_ulong,
     /// A stage made to fail (tests only; the child then never execs).
     pub forced_failure: Option<Stage>,
+    /// Descriptors (≥ 3) that survive `execve` despite the close-on-exec sweep: pinned path
+    /// parameters and secret copies meant for this child alone. Filled in the parent; only
+    /// read here.
+    pub keep_fds: Vec<libc::c_int>,
 }
 
 #[repr(C)]
@@ -253,6 +258,13 @@ impl ChildPlan {
         } != 0
         {
             return Err(fail(Stage::CloseFds));
+        }
+        for &fd in &self.keep_fds {
+            // SAFETY: fcntl without pointers; clears close-on-exec on a descriptor the parent
+            // opened for this child (its number is the same here after fork).
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+                return Err(fail(Stage::CloseFds));
+            }
         }
 
         self.begin(Stage::Groups)?;

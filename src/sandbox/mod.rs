@@ -344,6 +344,7 @@ impl PreparedSandbox {
             broker_channel,
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
+            keep_fds: Vec::new(),
         })
     }
 
@@ -356,8 +357,26 @@ impl PreparedSandbox {
         self.install_std(cmd.as_std_mut())
     }
 
+    /// [`install`](Self::install), and the descriptors in `keep_fds` (close-on-exec in the
+    /// daemon: pinned path parameters, secret copies) stay open across this child's `execve`.
+    pub fn install_keeping(
+        &self,
+        cmd: &mut tokio::process::Command,
+        keep_fds: Vec<RawFd>,
+    ) -> Result<(), SandboxError> {
+        self.install_plan(cmd.as_std_mut(), keep_fds)
+    }
+
     /// [`install`](Self::install) for a std command (self-test canaries, tests).
     pub fn install_std(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
+        self.install_plan(cmd, Vec::new())
+    }
+
+    fn install_plan(
+        &self,
+        cmd: &mut std::process::Command,
+        keep_fds: Vec<RawFd>,
+    ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
         let mut plan = self.plan(FilterUse::DaemonChild, child_end.as_raw_fd())?;
@@ -372,6 +391,7 @@ impl PreparedSandbox {
             unix_broker::Reporter::Log,
         )
         .map_err(SandboxError::Broker)?;
+        plan.keep_fds = keep_fds;
         // SAFETY: the closure only runs `ChildPlan::apply`, which is async-signal-safe (raw
         // syscalls, no allocation, no locks, no panics) and reports failure as a raw errno. It
         // owns `child_end`, so the channel stays open while the command can still be spawned.

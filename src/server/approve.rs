@@ -114,7 +114,6 @@ impl Daemon {
                             max_output: call.limits.max_output.min(64 * 1024),
                             sandbox,
                             secrets: &prepared.secrets,
-                            secret_dir: &prepared.secret_dir,
                             scrubber: &prepared.scrubber,
                             stdin: None,
                         })
@@ -151,6 +150,7 @@ impl Daemon {
             args: call.args.clone(),
             args_hash: call.args_hash.clone(),
             argv: call.display_argv(),
+            pins: call.display_pins(),
             dry_run_argv,
             dry_run_output,
             requester: RequesterRecord {
@@ -231,7 +231,6 @@ impl Daemon {
                     max_output: 64 * 1024,
                     sandbox,
                     secrets: &prepared.secrets,
-                    secret_dir: &prepared.secret_dir,
                     scrubber: &prepared.scrubber,
                     stdin: Some(serde_json::to_vec(&payload).unwrap_or_default()),
                 })
@@ -360,12 +359,15 @@ impl Daemon {
         {
             Verdict::Propose(p)
                 if p.call.args_hash == proposal.args_hash
-                    && p.call.display_argv() == proposal.argv =>
+                    && p.call.display_argv() == proposal.argv
+                    && p.call.display_pins() == proposal.pins =>
             {
                 p.call
             }
             Verdict::Run(call)
-                if call.args_hash == proposal.args_hash && call.display_argv() == proposal.argv =>
+                if call.args_hash == proposal.args_hash
+                    && call.display_argv() == proposal.argv
+                    && call.display_pins() == proposal.pins =>
             {
                 call
             }
@@ -379,7 +381,7 @@ impl Daemon {
             }
             _ => {
                 return Response::Denied {
-                    reason: "the stored call no longer renders to the same argv under the current policy; nothing ran".into(),
+                    reason: "the stored call no longer renders to the same argv under the current policy, or a path parameter no longer resolves to what was shown; nothing ran".into(),
                 };
             }
         };

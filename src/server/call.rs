@@ -443,23 +443,19 @@ impl Daemon {
             unreachable!("execute is only called for argv actions");
         };
         let outcome = match prepared.sandboxes.get(&call.limits.sandbox) {
-            Some(sandbox) => {
-                let secret_dir = &prepared.secret_dir;
-                exec::run(ExecRequest {
-                    argv,
-                    env,
-                    cwd: &call.limits.cwd,
-                    timeout: call.limits.timeout,
-                    max_output: call.limits.max_output,
-                    sandbox,
-                    secrets: &prepared.secrets,
-                    secret_dir,
-                    scrubber: &prepared.scrubber,
-                    stdin: None,
-                })
-                .await
-                .map_err(|e| e.to_string())
-            }
+            Some(sandbox) => exec::run(ExecRequest {
+                argv,
+                env,
+                cwd: &call.limits.cwd,
+                timeout: call.limits.timeout,
+                max_output: call.limits.max_output,
+                sandbox,
+                secrets: &prepared.secrets,
+                scrubber: &prepared.scrubber,
+                stdin: None,
+            })
+            .await
+            .map_err(|e| e.to_string()),
             None => Err(format!("sandbox `{}` is not prepared", call.limits.sandbox)),
         };
         let empty = Captured::default();

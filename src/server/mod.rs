@@ -208,22 +208,11 @@ impl Daemon {
                 "the daemon serves the embedded demo policy; there is no file to re-read".into(),
             );
         }
-        let secret_dir = self.settings.state_dir.join(crate::paths::SECRET_FILES_DIR);
         let (prepared, report) = self
             .settings
             .loader
-            .load(&secret_dir, nix::unistd::geteuid().as_raw())
+            .load(nix::unistd::geteuid().as_raw())
             .map_err(|e: LoadError| e.to_string())?;
-        use std::os::unix::fs::PermissionsExt;
-        let mode = crate::loader::secret_dir_mode(&prepared.policy);
-        std::fs::set_permissions(&secret_dir, std::fs::Permissions::from_mode(mode)).map_err(
-            |e| {
-                format!(
-                    "cannot set mode {mode:04o} on {}: {e}",
-                    secret_dir.display()
-                )
-            },
-        )?;
         Ok((prepared, report.summary()))
     }
 
