@@ -52,13 +52,15 @@ pub enum PrivilegeError {
 }
 
 impl PrivilegeError {
-    /// A mistake in the configuration (fixed by the operator, not by a restart).
+    /// A mistake in the configuration or the state dir (fixed by the operator, not by a
+    /// restart: a planted entry is still there at the next start).
     pub fn is_configuration(&self) -> bool {
         matches!(
             self,
             PrivilegeError::RootRefused
                 | PrivilegeError::NoSuchUser(_)
                 | PrivilegeError::UserIsRoot(_)
+                | PrivilegeError::UnexpectedEntry { .. }
         )
     }
 }
