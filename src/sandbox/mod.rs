@@ -9,7 +9,7 @@
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
 //! (module `child`), in this order: setsid, rlimits, umask, close-on-exec for fds ≥ 3, setgroups,
 //! setresgid, bounding set, keep-caps, setresuid, capset, ambient set, parent-death signal,
-//! no_new_privs, Landlock (filesystem, then the TCP port layer of [`net_rules`]), seccomp (the
+//! no_new_privs, Landlock (filesystem, then the TCP port layer of module `net_rules`), seccomp (the
 //! last filter hands its listener to the connect broker of [`unix_broker`], which decides every
 //! `connect` outside the sandbox: a confined program reaches only the Unix sockets its profile
 //! lists).

@@ -7,7 +7,7 @@
 //! start would miss sockets that appear later, so the check happens at each `connect`.
 //!
 //! How: the child's last seccomp filter answers `connect` with `SECCOMP_RET_USER_NOTIF`
-//! (module `seccomp`); the child sends the listener fd over a socketpair ([`send_listener`],
+//! (module `seccomp`); the child sends the listener fd over a socketpair (`send_listener`,
 //! async-signal-safe, before `execve`); the broker ([`serve`]) receives each notification, copies
 //! the address out of the caller's memory (`process_vm_readv`), decides on that copy
 //! ([`ConnectPolicy::decide`]), takes the caller's socket (`pidfd_getfd`), connects it itself
