@@ -22,7 +22,7 @@ use crate::files::FileVerbSpec;
 use crate::sandbox::SandboxSpec;
 use crate::scrub::ScrubPattern;
 use crate::secrets::SecretSource;
-use params::{Param, ParamRejection};
+use params::{Param, ParamRejection, PathCheck};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -227,6 +227,15 @@ pub enum Verdict {
     /// A human must approve first.
     Propose(ProposedCall),
     /// Refused; nothing runs.
+    Refuse(Refusal),
+}
+
+/// [`Policy::evaluate_offline`]'s answer: the decision and the argv it would show, nothing that
+/// can run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OfflineVerdict {
+    Run { display_argv: Vec<String> },
+    Propose { display_argv: Vec<String> },
     Refuse(Refusal),
 }
 
@@ -454,12 +463,43 @@ impl Policy {
             .filter(move |v| v.roles.iter().any(|r| names.contains(r)))
     }
 
-    /// Validate and render a call for a caller with these roles.
+    /// Validate and render a call for a caller with these roles: the decision of a call.
     pub fn evaluate(
         &self,
         roles: &[&Role],
         verb_name: &str,
         raw_args: &BTreeMap<String, serde_json::Value>,
+    ) -> Verdict {
+        self.evaluate_with(roles, verb_name, raw_args, PathCheck::OnThisHost)
+    }
+
+    /// What the policy would decide for this call on a host where its paths exist: the same
+    /// rules as [`Policy::evaluate`], but path parameters are checked on their text alone
+    /// ([`PathCheck::Lexical`]). For the policy tools that replay history or test cases recorded
+    /// elsewhere (`policy coverage`, `suggest`, `test`); the result cannot be run.
+    pub fn evaluate_offline(
+        &self,
+        roles: &[&Role],
+        verb_name: &str,
+        raw_args: &BTreeMap<String, serde_json::Value>,
+    ) -> OfflineVerdict {
+        match self.evaluate_with(roles, verb_name, raw_args, PathCheck::Lexical) {
+            Verdict::Run(call) => OfflineVerdict::Run {
+                display_argv: call.display_argv(),
+            },
+            Verdict::Propose(proposed) => OfflineVerdict::Propose {
+                display_argv: proposed.call.display_argv(),
+            },
+            Verdict::Refuse(refusal) => OfflineVerdict::Refuse(refusal),
+        }
+    }
+
+    fn evaluate_with(
+        &self,
+        roles: &[&Role],
+        verb_name: &str,
+        raw_args: &BTreeMap<String, serde_json::Value>,
+        path_check: PathCheck,
     ) -> Verdict {
         let Some(verb) = self
             .verbs
@@ -470,11 +510,11 @@ impl Policy {
                 verb: verb_name.to_string(),
             });
         };
-        let args = match self.validate_args(verb, raw_args) {
+        let args = match self.validate_args_with(verb, raw_args, path_check) {
             Ok(args) => args,
             Err(refusal) => return Verdict::Refuse(refusal),
         };
-        let action = match self.render(verb, &args) {
+        let action = match self.render(verb, &args, path_check) {
             Ok(action) => action,
             Err(rejection) => return Verdict::Refuse(Refusal::Invalid(rejection)),
         };
@@ -515,6 +555,15 @@ impl Policy {
         verb: &Verb,
         raw_args: &BTreeMap<String, serde_json::Value>,
     ) -> Result<BTreeMap<String, String>, Refusal> {
+        self.validate_args_with(verb, raw_args, PathCheck::OnThisHost)
+    }
+
+    fn validate_args_with(
+        &self,
+        verb: &Verb,
+        raw_args: &BTreeMap<String, serde_json::Value>,
+        path_check: PathCheck,
+    ) -> Result<BTreeMap<String, String>, Refusal> {
         if let Some(unknown) = raw_args.keys().find(|k| !verb.params.contains_key(*k)) {
             return Err(Refusal::UnknownParam {
                 param: unknown.clone(),
@@ -541,7 +590,11 @@ impl Policy {
                             message: "must be a string, an integer or a bool".into(),
                         })
                     })?;
-                    param.validate(&text).map_err(Refusal::Invalid)?
+                    match path_check {
+                        PathCheck::OnThisHost => param.validate(&text),
+                        PathCheck::Lexical => param.validate_lexically(&text),
+                    }
+                    .map_err(Refusal::Invalid)?
                 }
                 None => match &param.default {
                     Some(default) => default.clone(),
@@ -557,17 +610,18 @@ impl Policy {
         &self,
         verb: &Verb,
         args: &BTreeMap<String, String>,
+        path_check: PathCheck,
     ) -> Result<PreparedAction, ParamRejection> {
         match &verb.action {
             VerbAction::Command { template, dry_run } => {
-                let argv = template.render(&verb.params, args)?;
+                let argv = template.render(&verb.params, args, path_check)?;
                 let dry_run = match dry_run {
-                    Some(t) => Some(t.render(&verb.params, args)?),
+                    Some(t) => Some(t.render(&verb.params, args, path_check)?),
                     None => None,
                 };
                 let mut env = Vec::with_capacity(verb.env.len());
                 for (key, value) in &verb.env {
-                    if let Some(rendered) = value.render(&verb.params, args)? {
+                    if let Some(rendered) = value.render(&verb.params, args, path_check)? {
                         env.push((key.clone(), rendered));
                     }
                 }

@@ -17,6 +17,17 @@ use regex::Regex;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+/// How far a path value is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathCheck {
+    /// Every rule, including the walk beneath the root on this host's filesystem (a call).
+    OnThisHost,
+    /// The type's rules on the text alone (absolute, normalized, no `..`, under a root): for
+    /// replaying history recorded on another host (`policy coverage`, `policy suggest`), where
+    /// the files may not exist. A value accepted so is not a pinned path.
+    Lexical,
+}
+
 /// A compiled parameter.
 #[derive(Debug, Clone)]
 pub struct Param {
@@ -148,6 +159,16 @@ impl Param {
 
     /// Validate one value and return its normalized form.
     pub fn validate(&self, value: &str) -> Result<String, ParamRejection> {
+        self.validate_with(value, PathCheck::OnThisHost)
+    }
+
+    /// Validate one value by its type's rules alone: a path is not looked up on this host
+    /// ([`PathCheck::Lexical`]). Never the check of a call.
+    pub fn validate_lexically(&self, value: &str) -> Result<String, ParamRejection> {
+        self.validate_with(value, PathCheck::Lexical)
+    }
+
+    fn validate_with(&self, value: &str, path_check: PathCheck) -> Result<String, ParamRejection> {
         if let ParamKind::Content { max_bytes } = &self.kind {
             if value.contains('\0') {
                 return Err(self.reject("control-character", "NUL is not allowed in file content"));
@@ -231,7 +252,9 @@ impl Param {
                 "false" | "no" | "0" | "off" => Ok("false".into()),
                 _ => Err(self.reject("bool", format!("{value:?} is not true or false"))),
             },
-            ParamKind::Path { roots, must_exist } => self.validate_path(value, roots, *must_exist),
+            ParamKind::Path { roots, must_exist } => {
+                self.validate_path(value, roots, *must_exist, path_check)
+            }
             ParamKind::Duration { max } => {
                 let d = parse_duration(value).map_err(|e| self.reject("duration", e))?;
                 if let Some(max) = max
@@ -281,6 +304,7 @@ impl Param {
         value: &str,
         roots: &[PathBuf],
         must_exist: bool,
+        path_check: PathCheck,
     ) -> Result<String, ParamRejection> {
         let path = Path::new(value);
         if !path.is_absolute() {
@@ -329,6 +353,9 @@ impl Param {
                         .join(", ")
                 ),
             ));
+        }
+        if path_check == PathCheck::Lexical {
+            return Ok(normalized.to_string_lossy().into_owned());
         }
         let root = root_of(roots, &normalized).expect("checked under a root above");
         match crate::pinned::resolve(root, &normalized) {
@@ -554,5 +581,29 @@ mod tests {
             rules(format!("{}/link", root.display())),
             "path-symlink-escape"
         );
+    }
+
+    #[test]
+    fn a_lexical_check_keeps_every_rule_of_the_text_and_skips_only_the_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+        let p = param(ParamKind::Path {
+            roots: vec![root.clone()],
+            must_exist: true,
+        });
+        let absent = format!("{}/no/such/file.log", root.display());
+        assert_eq!(p.validate(&absent).unwrap_err().rule, "path-exists");
+        assert_eq!(p.validate_lexically(&absent).unwrap(), absent);
+        // The lookup is what a lexical check skips: a symlink is only seen on this host.
+        let link = format!("{}/link", root.display());
+        assert_eq!(p.validate(&link).unwrap_err().rule, "path-symlink-escape");
+        assert!(p.validate_lexically(&link).is_ok());
+        let lexical = |v: String| p.validate_lexically(&v).unwrap_err().rule;
+        assert_eq!(lexical(format!("{}/../etc", root.display())), "path-dotdot");
+        assert_eq!(lexical(format!("{}//x", root.display())), "path-normalized");
+        assert_eq!(lexical("relative".into()), "path-absolute");
+        assert_eq!(lexical("/etc/passwd".into()), "path-root");
+        assert_eq!(lexical("/etc/\npasswd".into()), "control-character");
     }
 }

@@ -18,7 +18,7 @@
 //! rendering refuses it unless the parameter sets `allow_dash`.
 #![forbid(unsafe_code)]
 
-use super::params::{Param, ParamKind, ParamRejection, root_of};
+use super::params::{Param, ParamKind, ParamRejection, PathCheck, root_of};
 use crate::pinned::Resolution;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -241,6 +241,7 @@ impl ElementTemplate {
         &self,
         params: &BTreeMap<String, Param>,
         args: &BTreeMap<String, String>,
+        path_check: PathCheck,
     ) -> Result<Option<RenderedArg>, ParamRejection> {
         if let Some(name) = self.sole_param()
             && let Some(flag) = params.get(name).and_then(|p| match &p.kind {
@@ -278,7 +279,9 @@ impl ElementTemplate {
                         });
                     }
                     match param.map(|p| &p.kind) {
-                        Some(ParamKind::Path { roots, .. }) => {
+                        Some(ParamKind::Path { roots, .. })
+                            if path_check == PathCheck::OnThisHost =>
+                        {
                             parts.push(ArgPart::Path(pin_path(name, value, roots)?))
                         }
                         _ => push_text(&mut parts, value),
@@ -418,23 +421,25 @@ impl Template {
         })
     }
 
-    /// Render with validated, normalized args (defaults already applied).
+    /// Render with validated, normalized args (defaults already applied). With
+    /// [`PathCheck::Lexical`] a path parameter stays text (not pinned): never for a run.
     pub fn render(
         &self,
         params: &BTreeMap<String, Param>,
         args: &BTreeMap<String, String>,
+        path_check: PathCheck,
     ) -> Result<RenderedArgv, ParamRejection> {
         let mut rendered = Vec::new();
         for item in &self.items {
             match item {
-                Item::Element(e) => rendered.extend(e.render(params, args)?),
+                Item::Element(e) => rendered.extend(e.render(params, args, path_check)?),
                 Item::Group(members) => {
                     let complete = members.iter().flat_map(ElementTemplate::params).all(|n| {
                         args.contains_key(n) || params.get(n).is_some_and(|p| p.kind.is_bool())
                     });
                     if complete {
                         for e in members {
-                            rendered.extend(e.render(params, args)?);
+                            rendered.extend(e.render(params, args, path_check)?);
                         }
                     }
                 }
@@ -487,7 +492,11 @@ mod tests {
     fn values_stay_inside_one_element() {
         let t = Template::parse_line("/usr/bin/journalctl -u {unit} --since=-{since}").unwrap();
         let r = t
-            .render(&params(), &args(&[("unit", "a b; id"), ("since", "5m")]))
+            .render(
+                &params(),
+                &args(&[("unit", "a b; id"), ("since", "5m")]),
+                PathCheck::OnThisHost,
+            )
             .unwrap();
         assert_eq!(
             r.display(),
@@ -499,12 +508,15 @@ mod tests {
     fn groups_and_flags() {
         let t = Template::parse_line("/bin/j -u {unit} [ --since {since} ] {follow}").unwrap();
         let p = params();
-        let r = t.render(&p, &args(&[("unit", "x")])).unwrap();
+        let r = t
+            .render(&p, &args(&[("unit", "x")]), PathCheck::OnThisHost)
+            .unwrap();
         assert_eq!(r.display(), ["/bin/j", "-u", "x"]);
         let r = t
             .render(
                 &p,
                 &args(&[("unit", "x"), ("since", "1h"), ("follow", "true")]),
+                PathCheck::OnThisHost,
             )
             .unwrap();
         assert_eq!(
@@ -516,10 +528,15 @@ mod tests {
     #[test]
     fn option_injection_refused_at_element_start_only() {
         let t = Template::parse_line("/bin/x {unit} --unit={unit}").unwrap();
-        let err = t.render(&params(), &args(&[("unit", "-rf")])).unwrap_err();
+        let err = t
+            .render(&params(), &args(&[("unit", "-rf")]), PathCheck::OnThisHost)
+            .unwrap_err();
         assert_eq!(err.rule, "option-injection");
         let t = Template::parse_line("/bin/x --unit={unit}").unwrap();
-        assert!(t.render(&params(), &args(&[("unit", "-rf")])).is_ok());
+        assert!(
+            t.render(&params(), &args(&[("unit", "-rf")]), PathCheck::OnThisHost)
+                .is_ok()
+        );
     }
 
     #[test]
@@ -532,7 +549,9 @@ mod tests {
             "{{literal}}".into(),
         ])
         .unwrap();
-        let r = t.render(&params(), &BTreeMap::new()).unwrap();
+        let r = t
+            .render(&params(), &BTreeMap::new(), PathCheck::OnThisHost)
+            .unwrap();
         assert_eq!(
             r.display(),
             [

@@ -36,7 +36,7 @@
 
 use super::coverage::{self, Status};
 use super::sources::{Entry, Format, Recorded};
-use crate::policy::{Caller, Policy, Refusal, Role, Verdict, text_args};
+use crate::policy::{Caller, OfflineVerdict, Policy, Refusal, Role, text_args};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -303,17 +303,17 @@ fn call_case(
         Expect::Propose => "propose".to_string(),
         _ => format!("refuse({})", case.rule.as_deref().unwrap_or_default()),
     } + &case.argv.as_deref().map(argv_suffix).unwrap_or_default();
-    let with_argv = |kind: &str, call: &crate::policy::PreparedCall| {
+    let with_argv = |kind: &str, display_argv: &[String]| {
         if case.argv.is_some() {
-            format!("{kind}{}", argv_suffix(&call.display_argv()))
+            format!("{kind}{}", argv_suffix(display_argv))
         } else {
             kind.to_string()
         }
     };
-    let got = match policy.evaluate(roles, verb, &text_args(args)) {
-        Verdict::Run(call) => with_argv("run", &call),
-        Verdict::Propose(proposed) => with_argv("propose", &proposed.call),
-        Verdict::Refuse(refusal) => format!("refuse({})", rule_of(&refusal)),
+    let got = match policy.evaluate_offline(roles, verb, &text_args(args)) {
+        OfflineVerdict::Run { display_argv } => with_argv("run", &display_argv),
+        OfflineVerdict::Propose { display_argv } => with_argv("propose", &display_argv),
+        OfflineVerdict::Refuse(refusal) => format!("refuse({})", rule_of(&refusal)),
     };
     (expected, got)
 }

@@ -21,7 +21,7 @@ use super::filters;
 use super::matcher::{self, Candidate};
 use super::shell::{self, Construct, Pipeline, Stage};
 use super::sources::{Collected, Entry, Recorded};
-use crate::policy::{Policy, Refusal, Role, VerbAction, Verdict, text_args};
+use crate::policy::{OfflineVerdict, Policy, Refusal, Role, VerbAction, text_args};
 use crate::terminal::escape as escape_for_terminal;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -583,15 +583,17 @@ fn best_verb(
             }
         };
         same_program += 1;
-        match policy.evaluate(roles, &verb.name, &text_args(&candidate.args)) {
-            Verdict::Run(_) => found.push((0, candidate.added.len(), verb.name.clone(), candidate)),
-            Verdict::Propose(_) => {
+        match policy.evaluate_offline(roles, &verb.name, &text_args(&candidate.args)) {
+            OfflineVerdict::Run { .. } => {
+                found.push((0, candidate.added.len(), verb.name.clone(), candidate))
+            }
+            OfflineVerdict::Propose { .. } => {
                 found.push((1, candidate.added.len(), verb.name.clone(), candidate))
             }
-            Verdict::Refuse(Refusal::Headless { .. }) => {
+            OfflineVerdict::Refuse(Refusal::Headless { .. }) => {
                 found.push((2, candidate.added.len(), verb.name.clone(), candidate))
             }
-            Verdict::Refuse(refusal) => {
+            OfflineVerdict::Refuse(refusal) => {
                 let depth = (argv.len() + 1) * 100 + shared_literals(verb, argv);
                 if closest.as_ref().is_none_or(|(d, _, _)| depth >= *d) {
                     closest = Some((depth, verb.name.clone(), refusal.message()));

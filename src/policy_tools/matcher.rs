@@ -469,7 +469,7 @@ fn match_pieces(
                     // An option the template does not have: the caller reports that.
                     continue;
                 }
-                let normalized = match param.validate(value) {
+                let normalized = match param.validate_lexically(value) {
                     Ok(v) => v,
                     Err(e) => {
                         *rejection = Some(format!("`{name}`: {}", e.message));

@@ -185,8 +185,8 @@ fn verify(policy_text: &str, base: Option<&Path>, roles: &[String], out: &mut Su
         let uncovered = verb.argvs.iter().find(|argv| {
             match super::matcher::match_verb(compiled, argv) {
                 Ok(candidate) => matches!(
-                    policy.evaluate(&role_refs, &verb.name, &crate::policy::text_args(&candidate.args)),
-                    crate::policy::Verdict::Refuse(ref r) if !matches!(r, crate::policy::Refusal::Headless { .. })
+                    policy.evaluate_offline(&role_refs, &verb.name, &crate::policy::text_args(&candidate.args)),
+                    crate::policy::OfflineVerdict::Refuse(ref r) if !matches!(r, crate::policy::Refusal::Headless { .. })
                 ),
                 Err(_) => true,
             }
@@ -276,7 +276,11 @@ fn param_name(program: &str, option: Option<&str>, kind: &str, taken: &BTreeSet<
 
 /// A parameter name from what the values look like.
 fn hint(program: &str, kind: &'static str, values: &BTreeSet<String>) -> &'static str {
-    let all = |k: ParamKind| values.iter().all(|v| probe(k.clone()).validate(v).is_ok());
+    let all = |k: ParamKind| {
+        values
+            .iter()
+            .all(|v| probe(k.clone()).validate_lexically(v).is_ok())
+    };
     if kind != "value" {
         kind
     } else if matches!(program, "systemctl" | "journalctl") && all(ParamKind::SystemdUnit) {
@@ -309,7 +313,7 @@ fn infer(
 ) -> Result<(String, &'static str), String> {
     let all = |kind: ParamKind| {
         let p = probe(kind);
-        values.iter().all(|v| p.validate(v).is_ok())
+        values.iter().all(|v| p.validate_lexically(v).is_ok())
     };
     if program == "psql" && matches!(option, Some("-c" | "--command")) {
         let explain = values
@@ -329,10 +333,11 @@ fn infer(
             },
             ..SqlOptions::default()
         };
-        if let Some(bad) = values
-            .iter()
-            .find(|v| probe(ParamKind::Sql(opts.clone())).validate(v).is_err())
-        {
+        if let Some(bad) = values.iter().find(|v| {
+            probe(ParamKind::Sql(opts.clone()))
+                .validate_lexically(v)
+                .is_err()
+        }) {
             return Err(format!(
                 "SQL the sql type refuses (a write, several statements or a psql meta-command): {bad:?}"
             ));

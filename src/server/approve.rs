@@ -217,7 +217,7 @@ impl Daemon {
         let args = BTreeMap::from([("id".to_string(), id.to_string())]);
         let payload = crate::terminal::escaped_view(&view);
         let error = match (
-            template.render(&params, &args),
+            template.render(&params, &args, crate::policy::params::PathCheck::OnThisHost),
             prepared
                 .sandboxes
                 .get(&prepared.policy.approvals.notify_sandbox),
