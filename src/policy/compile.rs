@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use super::include::{self, Expanded, Region};
-use super::params::{DEFAULT_MAX_LENGTH, Param, ParamKind};
+use super::params::{DEFAULT_MAX_LENGTH, Param, ParamKind, PathOpener};
 use super::schema::*;
 use super::sql::{QualifiedName, SqlKind, SqlOptions};
 use super::template::{ElementTemplate, Template};
@@ -1170,6 +1170,7 @@ fn build_file_verb(
             ParamKind::Path {
                 roots: raw.roots.clone(),
                 must_exist: false,
+                opened_by: PathOpener::FileVerb,
             },
             true,
         ),
@@ -1327,6 +1328,7 @@ fn build_param(
             ParamKind::Path {
                 roots,
                 must_exist: raw.must_exist.unwrap_or(false),
+                opened_by: PathOpener::Child,
             }
         }
         RawParamType::Duration => ParamKind::Duration {

@@ -28,6 +28,15 @@ pub enum PathCheck {
     Lexical,
 }
 
+/// Who opens a path parameter's file (see [`ParamKind::Path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathOpener {
+    /// The verb's program, through the descriptor pinned at validation.
+    Child,
+    /// A builtin file verb, beneath its root when it runs.
+    FileVerb,
+}
+
 /// A compiled parameter.
 #[derive(Debug, Clone)]
 pub struct Param {
@@ -63,6 +72,11 @@ pub enum ParamKind {
     Path {
         roots: Vec<PathBuf>,
         must_exist: bool,
+        /// Who opens the path. A command verb's path is resolved beneath its root here and
+        /// handed to the child as that descriptor; a file verb's own `path` is opened beneath
+        /// its root by `crate::files` (openat2, no symlinks), which also refuses protected
+        /// names, so here it gets the checks of its text.
+        opened_by: PathOpener,
     },
     Duration {
         max: Option<Duration>,
@@ -252,7 +266,15 @@ impl Param {
                 "false" | "no" | "0" | "off" => Ok("false".into()),
                 _ => Err(self.reject("bool", format!("{value:?} is not true or false"))),
             },
-            ParamKind::Path { roots, must_exist } => {
+            ParamKind::Path {
+                roots,
+                must_exist,
+                opened_by,
+            } => {
+                let path_check = match opened_by {
+                    PathOpener::Child => path_check,
+                    PathOpener::FileVerb => PathCheck::Lexical,
+                };
                 self.validate_path(value, roots, *must_exist, path_check)
             }
             ParamKind::Duration { max } => {
@@ -562,6 +584,7 @@ mod tests {
         let p = param(ParamKind::Path {
             roots: vec![root.clone()],
             must_exist: false,
+            opened_by: PathOpener::Child,
         });
         let ok = root.join("ok.txt");
         assert!(p.validate(ok.to_str().unwrap()).is_ok());
@@ -591,6 +614,7 @@ mod tests {
         let p = param(ParamKind::Path {
             roots: vec![root.clone()],
             must_exist: true,
+            opened_by: PathOpener::Child,
         });
         let absent = format!("{}/no/such/file.log", root.display());
         assert_eq!(p.validate(&absent).unwrap_err().rule, "path-exists");
