@@ -450,9 +450,9 @@ command = "/bin/true"
         "{text}"
     );
     assert!(
-        text.contains(
-            "Do not retry this call: a human must approve it first. Then call the `verbd_wait` tool"
-        ),
+        text.contains(&format!(
+            "Do not retry; a human must approve; call `verbd_wait` with {{\"id\": {id}}}."
+        )),
         "{text}"
     );
     assert_eq!(

@@ -59,7 +59,7 @@ pub fn tool_result(response: Response) -> CallToolResult {
             message,
         } => {
             let text = format!(
-                "{message}\nDo not retry this call: a human must approve it first. Then call the `{WAIT_TOOL}` tool with {{\"id\": {id}}}; it returns the result once the verb ran (or after at most {MAX_WAIT_SECS} s). If it is still pending then, tell the user it waits for their approval."
+                "{message}\nDo not retry; a human must approve; call `{WAIT_TOOL}` with {{\"id\": {id}}}. It returns the result once the verb ran (or after at most {MAX_WAIT_SECS} s). If it is still pending then, tell the user it waits for their approval."
             );
             let structured = json!({
                 "status": "pending_approval", "id": id, "args_hash": hash, "expires_at": expires_at,
@@ -330,7 +330,9 @@ mod tests {
             message: "CONFIRM_REQUIRED 7: …".into(),
         });
         assert_eq!(confirm.is_error, Some(false));
-        assert!(text_of(&confirm).contains("Do not retry this call: a human must approve it"));
+        assert!(
+            text_of(&confirm).contains("Do not retry; a human must approve; call `verbd_wait`")
+        );
         assert_eq!(
             confirm.structured_content.unwrap(),
             json!({ "status": "pending_approval", "id": 7, "args_hash": "ab".repeat(32), "expires_at": "2030-01-01T00:00:00Z" })
