@@ -71,6 +71,13 @@ fn the_corpus_is_big_enough_and_read_only_work_is_covered_at_95_percent() {
     let percent = covered as f64 * 100.0 / commands as f64;
     eprintln!("read-only corpus: {covered}/{commands} covered ({percent:.1} %)");
     assert!(percent >= 95.0, "coverage {percent:.1} %: {report:#}");
+    // The README reports this figure; it must be the one measured here.
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let claim = format!("**{covered} of {commands} read-only commands ({percent:.1} %)**");
+    assert!(
+        readme.contains(&claim),
+        "README.md must report the measured coverage: {claim}"
+    );
     assert_eq!(s["dangerous_without_approval"], 0);
     // What stays uncovered is exactly what no verb can stand for, each with its reason.
     let uncovered: Vec<(&str, &str)> = report["commands"]
@@ -880,4 +887,101 @@ fn schema_completions_and_man_pages_are_generated_from_the_code() {
     assert!(dir.path().join("verbd.1").exists());
     assert!(!dir.path().join("verbd-__sandbox-canary.1").exists());
     assert!(!dir.path().join("verbd-policy-help.1").exists());
+}
+
+#[test]
+fn a_glob_reads_every_matching_file_and_the_text_report_groups_by_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "p.toml",
+        r#"version = 1
+[roles.agent]
+uids = [61000]
+[verb.status]
+description = "unit status"
+category = "read-only"
+roles = ["agent"]
+command = "/usr/bin/systemctl status {unit} --no-pager"
+params.unit = { type = "systemd-unit" }
+"#,
+    );
+    write(
+        dir.path(),
+        "a.history",
+        "systemctl status nginx.service --no-pager\ncurl -s http://x/\n",
+    );
+    write(
+        dir.path(),
+        "b.history",
+        "systemctl status nginx.service --no-pager --full\ncurl -s http://y/\nwget http://z/\n",
+    );
+    write(
+        dir.path(),
+        "c.txt",
+        "systemctl status sshd.service --no-pager\n",
+    );
+    let glob = format!("{}/*.history", dir.path().display());
+    let (code, report) = coverage_json(policy.to_str().unwrap(), &[&glob]);
+    assert_eq!(code, Some(0), "{report}");
+    // Both .history files and nothing else (c.txt does not match the glob).
+    let sources: std::collections::BTreeSet<&str> = report["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["source"].as_str().unwrap().rsplit_once(':').unwrap().0)
+        .collect();
+    let names: Vec<&str> = sources
+        .iter()
+        .map(|s| s.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(names, ["a.history", "b.history"], "{report:#}");
+    assert_eq!(report["summary"]["commands"], 5);
+    assert_eq!(report["summary"]["covered"], 1);
+    // An uncovered call of a verb's program names the closest verb and the element that differs.
+    let full = command(&report, "systemctl status nginx.service --no-pager --full");
+    assert_eq!(full["status"], "uncovered");
+    let reason = full["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("closest verb `status`: ") && reason.contains("--full"),
+        "{reason}"
+    );
+    assert_eq!(
+        command(&report, "wget http://z/")["reason"],
+        "no verb runs `wget`"
+    );
+
+    // The text report: the percentage, then the uncovered commands grouped by program, the
+    // largest group first, each command with its reason.
+    let out = verbd(&[
+        "policy",
+        "coverage",
+        policy.to_str().unwrap(),
+        "--from",
+        &glob,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.starts_with("coverage: 1/5 commands covered (20.0 %)"),
+        "{printed}"
+    );
+    let groups = printed
+        .split_once("uncovered, by program:\n")
+        .unwrap_or_else(|| panic!("{printed}"))
+        .1;
+    let headers: Vec<&str> = groups
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        headers,
+        ["curl (2)", "systemctl (1)", "wget (1)"],
+        "{printed}"
+    );
+    assert!(
+        groups.contains("    curl -s http://x/\n      no verb runs `curl`"),
+        "{printed}"
+    );
 }
