@@ -1,7 +1,7 @@
 //! The notifier recipes of policy/notifiers/ run as written (only the endpoint, the secret
 //! files and the verbd binary's path substituted) in a real `verbd serve`, against local
-//! endpoints: real curl to a real local HTTP listener (ntfy, Slack-compatible webhook), the real
-//! msmtp to a local SMTP listener (email), a notify-send stand-in (desktop). Each message names
+//! endpoints: real curl to a real local HTTP listener (ntfy, Slack-compatible webhook), real
+//! curl over smtp:// to a local SMTP listener (email), a notify-send stand-in (desktop). Each message names
 //! the proposal, the verb, the arguments and the hash, and its approve command, run as written
 //! by the approver, approves the proposal.
 //!
@@ -385,7 +385,7 @@ struct Mail {
     data: String,
 }
 
-/// A minimal real SMTP server on 127.0.0.1 (enough for msmtp without TLS or auth).
+/// A minimal real SMTP server on 127.0.0.1 (enough for curl's smtp:// without TLS or auth).
 fn smtp_listener() -> (u16, mpsc::Receiver<Mail>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
