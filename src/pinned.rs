@@ -8,21 +8,29 @@
 //! Responsibility:
 //! - [`pin`] opens a path beneath a root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //!   RESOLVE_NO_MAGICLINKS)`: no component below the root may be a symlink or leave the root. An
-//!   existing file or directory is opened itself (`O_PATH`); a name that does not exist yet pins
-//!   its parent directory, and the child creates the entry by name relative to that descriptor.
+//!   existing file or directory is opened itself (`O_PATH`, [`Pinned::Existing`]); a name that
+//!   does not exist yet pins its parent directory ([`Pinned::New`]).
+//! - [`NewEntry::create_file`] creates a new entry as an empty regular file, `O_CREAT | O_EXCL`
+//!   beneath the pinned parent, and pins that file. Nothing that appears at the name in the
+//!   meantime (a symlink, a file) is ever opened: the creation fails instead. A new entry is
+//!   never handed to a child by name, because the child would resolve the name itself, and a
+//!   symlink planted there after the daemon's last look would be followed.
 //! - [`Resolution`] is what a path resolves to (kind, device, inode): recorded at validation,
 //!   shown to approvers, and compared when the path is pinned again at run time. A different
 //!   resolution refuses the run.
 //! - [`PinnedPath::argv_text`] is the argv text the child sees: `/proc/self/fd/N` for a file,
-//!   `/proc/self/fd/N/` for a directory, `/proc/self/fd/N/NAME` for a new entry.
+//!   `/proc/self/fd/N/` for a directory.
 //!
 //! Invariants: the root itself is the operator's (it may be reached through symlinks; it is
 //! opened as a directory); everything below it is resolved by the kernel without following any
-//! symlink; descriptors are close-on-exec in the daemon and kept open only in the one child they
-//! are passed to (`sandbox` keep-list); only regular files and directories can be pinned.
+//! symlink; only regular files with a single link and directories can be pinned (a second hard
+//! link may be the name of a file from outside the root); descriptors are close-on-exec in the
+//! daemon and kept open only in the one child they are passed to (`sandbox` keep-list).
+//! What a child resolves *below* a pinned directory is its own lookup, confined by its sandbox's
+//! Landlock roots, not by this module.
 #![forbid(unsafe_code)]
 
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
 use rustix::io::Errno;
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -62,13 +70,13 @@ impl fmt::Display for Resolution {
         let what = match self.kind {
             PinKind::File => "file",
             PinKind::Directory => "directory",
-            PinKind::NewEntry => "new entry in the directory",
+            PinKind::NewEntry => "new file, created when the call runs, in the directory",
         };
         write!(f, "{what} (device {major}:{minor}, inode {})", self.inode)
     }
 }
 
-/// Why a path could not be pinned. Each names the path and what to do.
+/// Why a path could not be pinned or created. Each names the path and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PinError {
     #[error("{} is not under the root {}", path.display(), root.display())]
@@ -87,16 +95,43 @@ pub enum PinError {
     NoParent { path: PathBuf },
     #[error("{} is not a regular file or a directory", path.display())]
     NotFileOrDirectory { path: PathBuf },
+    #[error(
+        "{} has {links} hard links: another name of the same file may lie outside the root (name a file with a single link)",
+        path.display()
+    )]
+    HardLinked { path: PathBuf, links: u64 },
+    #[error(
+        "{} appeared after the call was checked (something now exists at that name); nothing was created",
+        path.display()
+    )]
+    Appeared { path: PathBuf },
     #[error("cannot open {}: {errno}", path.display())]
     Open { path: PathBuf, errno: Errno },
+    #[error("cannot create {}: {errno}", path.display())]
+    Create { path: PathBuf, errno: Errno },
 }
 
-/// An open, validated path parameter, held until the child that uses it has exited.
+/// A path resolved beneath its root: an entry that exists, or a new name in an existing
+/// directory.
+#[derive(Debug)]
+pub enum Pinned {
+    Existing(PinnedPath),
+    New(NewEntry),
+}
+
+impl Pinned {
+    pub fn resolution(&self) -> Resolution {
+        match self {
+            Pinned::Existing(pinned) => pinned.resolution,
+            Pinned::New(entry) => entry.resolution,
+        }
+    }
+}
+
+/// An open, validated file or directory, held until the child that uses it has exited.
 #[derive(Debug)]
 pub struct PinnedPath {
     fd: OwnedFd,
-    /// The new entry's name, relative to `fd` (a directory).
-    entry: Option<String>,
     resolution: Resolution,
 }
 
@@ -113,16 +148,76 @@ impl PinnedPath {
     /// What the child's argv says instead of the path.
     pub fn argv_text(&self) -> String {
         let fd = self.fd.as_raw_fd();
-        match (&self.entry, self.resolution.kind) {
-            (Some(name), _) => format!("/proc/self/fd/{fd}/{name}"),
-            (None, PinKind::Directory) => format!("/proc/self/fd/{fd}/"),
-            (None, _) => format!("/proc/self/fd/{fd}"),
+        if self.resolution.kind == PinKind::Directory {
+            format!("/proc/self/fd/{fd}/")
+        } else {
+            format!("/proc/self/fd/{fd}")
         }
     }
 }
 
+/// A name that does not exist yet, in a pinned directory.
+#[derive(Debug)]
+pub struct NewEntry {
+    parent: OwnedFd,
+    name: String,
+    path: PathBuf,
+    resolution: Resolution,
+}
+
+/// Who owns a created file and what its mode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewFileAttributes {
+    /// Permission bits, set exactly (the daemon's umask does not apply).
+    pub mode: u32,
+    /// Owner and group; `None` keeps the daemon's.
+    pub owner: Option<(u32, u32)>,
+}
+
+impl NewEntry {
+    /// The path as validated.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the entry as an empty regular file (`O_CREAT | O_EXCL` beneath the pinned parent:
+    /// whatever appeared at the name since, even a dangling symlink, makes this fail) and pins
+    /// it.
+    pub fn create_file(self, attributes: NewFileAttributes) -> Result<PinnedPath, PinError> {
+        let path = self.path;
+        let created = open_beneath(
+            &self.parent,
+            Path::new(&self.name),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|errno| match errno {
+            Errno::EXIST | Errno::LOOP => PinError::Appeared { path: path.clone() },
+            errno => PinError::Create {
+                path: path.clone(),
+                errno,
+            },
+        })?;
+        let creating = |errno| PinError::Create {
+            path: path.clone(),
+            errno,
+        };
+        if let Some((uid, gid)) = attributes.owner {
+            rustix::fs::fchown(&created, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+                .map_err(creating)?;
+        }
+        rustix::fs::fchmod(&created, Mode::from_raw_mode(attributes.mode & 0o777))
+            .map_err(creating)?;
+        let resolution = identify(&created, &path)?;
+        Ok(PinnedPath {
+            fd: created,
+            resolution,
+        })
+    }
+}
+
 /// Opens `path` beneath `root` without following any symlink below the root.
-pub fn pin(root: &Path, path: &Path) -> Result<PinnedPath, PinError> {
+pub fn pin(root: &Path, path: &Path) -> Result<Pinned, PinError> {
     let relative = path
         .strip_prefix(root)
         .map_err(|_| PinError::NotUnderRoot {
@@ -146,14 +241,10 @@ pub fn pin(root: &Path, path: &Path) -> Result<PinnedPath, PinError> {
     // No O_NOFOLLOW: with O_PATH it would open a trailing symlink itself; RESOLVE_NO_SYMLINKS
     // refuses it (ELOOP) instead.
     let flags = OFlags::PATH | OFlags::CLOEXEC;
-    match open_beneath(&root_fd, relative, flags) {
+    match open_beneath(&root_fd, relative, flags, Mode::empty()) {
         Ok(fd) => {
             let resolution = identify(&fd, path)?;
-            Ok(PinnedPath {
-                fd,
-                entry: None,
-                resolution,
-            })
+            Ok(Pinned::Existing(PinnedPath { fd, resolution }))
         }
         Err(Errno::NOENT) => {
             let name = relative
@@ -167,17 +258,18 @@ pub fn pin(root: &Path, path: &Path) -> Result<PinnedPath, PinError> {
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => Path::new("."),
             };
-            let fd = open_beneath(&root_fd, parent, flags | OFlags::DIRECTORY)
+            let fd = open_beneath(&root_fd, parent, flags | OFlags::DIRECTORY, Mode::empty())
                 .map_err(|errno| map_errno(errno, path, true))?;
             let parent_identity = identify(&fd, path)?;
-            Ok(PinnedPath {
-                fd,
-                entry: Some(name),
+            Ok(Pinned::New(NewEntry {
+                parent: fd,
+                name,
+                path: path.to_path_buf(),
                 resolution: Resolution {
                     kind: PinKind::NewEntry,
                     ..parent_identity
                 },
-            })
+            }))
         }
         Err(errno) => Err(map_errno(errno, path, false)),
     }
@@ -185,7 +277,7 @@ pub fn pin(root: &Path, path: &Path) -> Result<PinnedPath, PinError> {
 
 /// What `path` resolves to beneath `root` now (validation and approval display).
 pub fn resolve(root: &Path, path: &Path) -> Result<Resolution, PinError> {
-    pin(root, path).map(|p| p.resolution)
+    pin(root, path).map(|p| p.resolution())
 }
 
 fn map_errno(errno: Errno, path: &Path, for_parent: bool) -> PinError {
@@ -197,10 +289,15 @@ fn map_errno(errno: Errno, path: &Path, for_parent: bool) -> PinError {
     }
 }
 
-fn open_beneath(root: &OwnedFd, relative: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+fn open_beneath(
+    root: &OwnedFd,
+    relative: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
     let mut attempts = 0;
     loop {
-        match rustix::fs::openat2(root, relative, flags, Mode::empty(), BENEATH) {
+        match rustix::fs::openat2(root, relative, flags, mode, BENEATH) {
             Err(Errno::AGAIN) if attempts < RESOLVE_RETRIES => attempts += 1,
             Err(Errno::INTR) => {}
             other => return other,
@@ -214,6 +311,12 @@ fn identify(fd: &OwnedFd, path: &Path) -> Result<Resolution, PinError> {
         errno,
     })?;
     let kind = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile if stat.st_nlink > 1 => {
+            return Err(PinError::HardLinked {
+                path: path.to_path_buf(),
+                links: stat.st_nlink,
+            });
+        }
         FileType::RegularFile => PinKind::File,
         FileType::Directory => PinKind::Directory,
         _ => {
@@ -233,6 +336,13 @@ fn identify(fd: &OwnedFd, path: &Path) -> Result<Resolution, PinError> {
 mod tests {
     use super::*;
 
+    fn new_entry(root: &Path, rel: &str) -> NewEntry {
+        match pin(root, &root.join(rel)).unwrap() {
+            Pinned::New(entry) => entry,
+            Pinned::Existing(p) => panic!("{rel} exists: {:?}", p.resolution()),
+        }
+    }
+
     #[test]
     fn kinds_and_symlinks() {
         let dir = tempfile::tempdir().unwrap();
@@ -247,9 +357,10 @@ mod tests {
             PinKind::Directory
         );
         assert_eq!(resolve(&root, &root).unwrap().kind, PinKind::Directory);
-        let new = pin(&root, &root.join("d/new")).unwrap();
-        assert_eq!(new.resolution().kind, PinKind::NewEntry);
-        assert!(new.argv_text().ends_with("/new"));
+        assert_eq!(
+            resolve(&root, &root.join("d/new")).unwrap().kind,
+            PinKind::NewEntry
+        );
         for bad in ["lnk/new", "lnk/passwd", "inner", "lnk"] {
             assert!(
                 matches!(
@@ -263,5 +374,69 @@ mod tests {
             resolve(&root, &root.join("nope/new")),
             Err(PinError::NoParent { .. })
         ));
+    }
+
+    #[test]
+    fn a_second_hard_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("f"), "x").unwrap();
+        assert_eq!(resolve(&root, &root.join("f")).unwrap().kind, PinKind::File);
+        std::fs::hard_link(root.join("f"), root.join("g")).unwrap();
+        for name in ["f", "g"] {
+            assert_eq!(
+                resolve(&root, &root.join(name)),
+                Err(PinError::HardLinked {
+                    path: root.join(name),
+                    links: 2
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_file_is_created_exactly_once_and_never_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        let attributes = NewFileAttributes {
+            mode: 0o640,
+            owner: None,
+        };
+        let created = new_entry(&root, "d/new").create_file(attributes).unwrap();
+        assert_eq!(created.resolution().kind, PinKind::File);
+        assert_eq!(
+            created.argv_text(),
+            format!("/proc/self/fd/{}", created.raw_fd())
+        );
+        let meta = std::fs::metadata(root.join("d/new")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+            0o640
+        );
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&meta),
+            created.resolution().inode
+        );
+
+        // Something appears at the name between the check and the creation.
+        let raced = new_entry(&root, "d/later");
+        std::os::unix::fs::symlink("/etc/passwd", root.join("d/later")).unwrap();
+        assert_eq!(
+            raced.create_file(attributes).unwrap_err(),
+            PinError::Appeared {
+                path: root.join("d/later")
+            }
+        );
+        let dangling = new_entry(&root, "d/dangling");
+        std::os::unix::fs::symlink(root.join("d/nowhere"), root.join("d/dangling")).unwrap();
+        assert!(matches!(
+            dangling.create_file(attributes),
+            Err(PinError::Appeared { .. })
+        ));
+        assert!(
+            !root.join("d/nowhere").exists(),
+            "created through a symlink"
+        );
     }
 }

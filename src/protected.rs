@@ -29,8 +29,12 @@
 //! created somewhere new under another name is found by git only through names this list
 //! protects (`.git`, or `HEAD`+`objects`+`refs` in a directory git is run in: a human should
 //! set `safe.bareRepository=explicit`); project source that tools run by design (`Makefile`,
-//! `package.json` scripts, `build.rs`) is the agent's work product and is reviewed as such; and
-//! 8.3 short names (`GIT~1`) on FAT/NTFS.
+//! `package.json` scripts, `build.rs`, a project's `.venv`, `.env` files that tools load) is the
+//! agent's work product and is reviewed as such; programs installed under a home directory
+//! beyond the toolchains listed here (a home directory should not be a write root); and 8.3
+//! short names (`GIT~1`) on FAT/NTFS. Names are not patterns where a pattern would refuse
+//! ordinary work: Python runs `*.pth` files only from site directories, so `.local/lib` is
+//! protected, not every `model.pth`.
 #![forbid(unsafe_code)]
 
 use std::path::{Component, Path, PathBuf};
@@ -72,6 +76,10 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         ".claude",
         "Claude Code settings (hooks run commands, permission rules), commands, agents, skills",
     ),
+    subtree(
+        ".claude.json",
+        "Claude Code user configuration: MCP servers (commands) per project, allowed tools",
+    ),
     subtree(".mcp.json", "MCP servers: commands an agent runtime starts"),
     subtree(
         "AGENTS.md",
@@ -89,10 +97,24 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         ".gemini",
         "Gemini CLI settings (MCP servers, tool permissions)",
     ),
-    subtree(".cursor", "Cursor rules and MCP configuration"),
+    subtree(
+        ".cursor",
+        "Cursor rules and MCP configuration; its extensions (home)",
+    ),
     subtree(".cursorrules", "Cursor rules (legacy file)"),
-    subtree(".windsurf", "Windsurf rules and workflows"),
+    subtree(
+        ".windsurf",
+        "Windsurf rules and workflows; its extensions (home)",
+    ),
     subtree(".windsurfrules", "Windsurf rules (legacy file)"),
+    subtree(
+        ".codeium",
+        "Windsurf/Codeium: windsurf/mcp_config.json (MCP server commands), memories",
+    ),
+    subtree(
+        ".copilot",
+        "GitHub Copilot CLI: mcp-config.json (MCP server commands), trusted folders, agents",
+    ),
     subtree(".clinerules", "Cline rules and workflows"),
     subtree(".roo", "Roo Code rules and modes"),
     subtree(".roomodes", "Roo Code custom modes"),
@@ -100,6 +122,14 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
     subtree(
         ".aider.conf.yml",
         "aider configuration (lint and test commands it runs)",
+    ),
+    subtree(
+        ".aider.model.settings.yml",
+        "aider model settings (API base URLs and extra request parameters)",
+    ),
+    subtree(
+        ".aider.model.metadata.json",
+        "aider model metadata (which provider and endpoint a model name means)",
     ),
     subtree(".amazonq", "Amazon Q Developer rules and MCP configuration"),
     subtree(".junie", "JetBrains Junie guidelines"),
@@ -109,7 +139,34 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         "opencode.json",
         "opencode configuration (MCP servers, permissions)",
     ),
+    subtree(
+        ".config/opencode",
+        "opencode global configuration, agents and plugins",
+    ),
+    subtree(
+        ".amp",
+        "Amp workspace settings (MCP servers, tool permissions)",
+    ),
+    subtree(
+        ".config/amp",
+        "Amp user settings (MCP servers, allowed commands) and AGENTS.md",
+    ),
+    subtree(
+        ".config/goose",
+        "Goose configuration: extensions are commands it starts; permissions",
+    ),
+    subtree(".kilocode", "Kilo Code rules and MCP servers"),
+    subtree(".qwen", "Qwen Code settings (MCP servers) and memory"),
     subtree("CRUSH.md", "Crush memory"),
+    subtree(
+        "crush.json",
+        "Crush configuration (MCP servers, language server commands)",
+    ),
+    subtree(
+        ".crush.json",
+        "Crush configuration (MCP servers, language server commands)",
+    ),
+    subtree(".config/crush", "Crush global configuration"),
     subtree("WARP.md", "Warp agent rules"),
     subtree(".goosehints", "Goose instructions"),
     subtree(".rules", "Zed agent rules"),
@@ -171,6 +228,26 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
     subtree(".config/git", "XDG git config, attributes and ignore"),
     subtree(".git-credentials", "credentials git sends"),
     subtree(".lfsconfig", "git-lfs endpoints"),
+    subtree(
+        ".githooks",
+        "the conventional core.hooksPath directory: hooks git runs once configured",
+    ),
+    // Other version control.
+    subtree(
+        ".hg/hgrc",
+        "Mercurial repository config: hooks and extensions run on hg commands",
+    ),
+    subtree(
+        ".hg/sharedpath",
+        "points Mercurial at another repository's store and config",
+    ),
+    subtree(".hgrc", "Mercurial user config: hooks, extensions, aliases"),
+    subtree(".config/hg", "Mercurial user config (XDG)"),
+    subtree(
+        ".jj/repo/config.toml",
+        "Jujutsu repository config: aliases, fix tools and diff commands",
+    ),
+    subtree(".config/jj", "Jujutsu user config"),
     // Shells and terminals.
     subtree(".bashrc", "bash startup"),
     subtree(".bash_profile", "bash login startup"),
@@ -190,6 +267,32 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
     subtree(".login", "csh login"),
     subtree(".logout", "csh logout"),
     subtree(".config/fish", "fish startup and functions"),
+    subtree(".bashrc.d", "sourced by the default .bashrc (Fedora, RHEL)"),
+    subtree(".config/zsh", "zsh startup when ZDOTDIR points here"),
+    subtree(
+        ".oh-my-zsh",
+        "oh-my-zsh, sourced by .zshrc: plugins, themes, custom scripts",
+    ),
+    subtree(
+        ".nvm",
+        "nvm.sh, sourced by .bashrc; the node binaries it selects",
+    ),
+    subtree(
+        ".pyenv",
+        "pyenv, run by the shell's startup (`pyenv init`); shims and versions",
+    ),
+    subtree(
+        ".sdkman",
+        "sdkman-init.sh, sourced by the shell's startup; its candidates",
+    ),
+    subtree(
+        ".asdf",
+        "asdf, sourced by the shell's startup; shims and plugins",
+    ),
+    subtree(
+        ".rustup",
+        "rustup toolchains and settings (overrides, linked toolchains) behind every cargo",
+    ),
     subtree(
         ".inputrc",
         "readline key bindings (can type and run commands)",
@@ -203,6 +306,113 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         ".local/bin",
         "early in PATH: a program dropped here shadows real ones",
     ),
+    subtree(
+        ".local/lib",
+        "Python user site-packages: `.pth` lines run at every Python start, usercustomize.py, the modules of the programs in .local/bin",
+    ),
+    subtree(
+        "sitecustomize.py",
+        "imported by Python at every start from any directory on its path (PYTHONPATH)",
+    ),
+    subtree(
+        "usercustomize.py",
+        "imported by Python at every start from the user site directory",
+    ),
+    subtree(
+        ".ipython",
+        "IPython profiles: startup scripts and config run at every start",
+    ),
+    subtree(
+        ".jupyter",
+        "Jupyter config files (Python) run at every start",
+    ),
+    subtree(
+        ".Rprofile",
+        "R runs it at every start (home and project directory)",
+    ),
+    subtree(".irbrc", "Ruby irb runs it at every start"),
+    subtree(".pryrc", "Ruby pry runs it at every start"),
+    subtree(
+        ".psqlrc",
+        "psql runs it at every start (`\\!` runs shell commands)",
+    ),
+    subtree(
+        ".sqliterc",
+        "sqlite3 runs it at every start (`.shell`, `.system`)",
+    ),
+    subtree(".gdbinit", "gdb runs it at start (shell commands, Python)"),
+    subtree(
+        ".lldbinit",
+        "lldb runs it at start (shell commands, Python)",
+    ),
+    subtree(
+        ".curlrc",
+        "options for every curl: a proxy or output file redirects the human's downloads",
+    ),
+    subtree(
+        ".wgetrc",
+        "options for every wget: a proxy redirects the human's downloads",
+    ),
+    subtree(
+        ".config/gh",
+        "GitHub CLI: aliases run shell commands; hosts.yml holds the token",
+    ),
+    // Terminal multiplexers, terminals and prompts.
+    subtree(
+        ".tmux.conf",
+        "tmux config: run-shell and if-shell run commands when the server starts",
+    ),
+    subtree(".config/tmux", "tmux config (XDG)"),
+    subtree(
+        ".screenrc",
+        "GNU screen config: opens windows running commands",
+    ),
+    subtree(
+        ".config/kitty",
+        "kitty config: startup sessions and key mappings launch programs",
+    ),
+    subtree(
+        ".wezterm.lua",
+        "WezTerm config: Lua run at every start, can spawn programs",
+    ),
+    subtree(".config/wezterm", "WezTerm config (XDG)"),
+    subtree(
+        ".config/alacritty",
+        "Alacritty config: key bindings run commands",
+    ),
+    subtree(
+        ".config/starship.toml",
+        "starship prompt: custom modules run commands at every prompt",
+    ),
+    // Desktop sessions and user services: run at the human's next login.
+    subtree(".xprofile", "sourced by display managers at X login"),
+    subtree(".xinitrc", "run by startx"),
+    subtree(".xsession", "run as the X session by display managers"),
+    subtree(".xsessionrc", "sourced by Debian's X session startup"),
+    subtree(
+        ".pam_environment",
+        "environment set at login by pam_env where user files are enabled (LD_PRELOAD, PATH)",
+    ),
+    subtree(
+        ".config/environment.d",
+        "environment of the user's systemd services (LD_PRELOAD, PATH)",
+    ),
+    subtree(
+        ".config/autostart",
+        "XDG autostart: programs run at desktop login",
+    ),
+    subtree(
+        ".config/systemd",
+        "systemd user units and drop-ins: services, timers, ExecStart",
+    ),
+    subtree(".local/share/systemd", "systemd user units"),
+    subtree(
+        ".local/share/applications",
+        "desktop entries: one named like an installed program replaces its launcher (Exec=)",
+    ),
+    subtree(".config/i3", "i3 config: exec lines run at login"),
+    subtree(".config/sway", "sway config: exec lines run at login"),
+    subtree(".config/hypr", "Hyprland config: exec lines run at login"),
     // Editors and IDEs.
     subtree(
         ".vscode",
@@ -213,6 +423,11 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         ".devcontainer",
         "dev container: postCreateCommand and image run on open",
     ),
+    subtree(
+        ".devcontainer.json",
+        "dev container (single-file form): postCreateCommand and image run on open",
+    ),
+    subtree(".gitpod.yml", "Gitpod tasks run when a workspace starts"),
     subtree(
         ".idea",
         "JetBrains run configurations, external tools, startup tasks",
@@ -231,7 +446,48 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
     subtree(".dir-locals.el", "emacs directory variables (eval forms)"),
     subtree(".dir-locals-2.el", "emacs directory variables (eval forms)"),
     subtree(".zed", "Zed settings and tasks"),
+    subtree(
+        ".config/zed",
+        "Zed user settings, tasks and language servers",
+    ),
     subtree(".helix", "Helix language servers (commands)"),
+    subtree(
+        ".config/helix",
+        "Helix user config: language servers (commands)",
+    ),
+    subtree(
+        ".local/share/nvim",
+        "neovim site directory and plugin managers' plugins, run at every start",
+    ),
+    subtree(
+        ".config/Code/User",
+        "VS Code user settings (terminal profiles, tasks, MCP servers), keybindings",
+    ),
+    subtree(
+        ".config/Code - OSS/User",
+        "Code - OSS user settings (as VS Code's)",
+    ),
+    subtree(
+        ".config/VSCodium/User",
+        "VSCodium user settings (as VS Code's)",
+    ),
+    subtree(".config/Cursor/User", "Cursor user settings (as VS Code's)"),
+    subtree(
+        ".config/Windsurf/User",
+        "Windsurf user settings (as VS Code's)",
+    ),
+    subtree(
+        ".vscode-server",
+        "VS Code remote server: extensions and machine settings",
+    ),
+    subtree(
+        ".config/JetBrains",
+        "JetBrains IDE options: external tools, run configurations, plugins",
+    ),
+    subtree(
+        ".config/sublime-text",
+        "Sublime Text packages (Python plugins) and build systems",
+    ),
     subtree("*.sublime-project", "Sublime Text build systems"),
     // CI and commit hooks: run with the repository's secrets on push, or on the human's commit.
     subtree(
@@ -275,6 +531,14 @@ pub const BUILTIN_RULES: &[BuiltinRule] = &[
         "yarn config: yarnPath runs any script on every yarn command",
     ),
     subtree(".pnpmfile.cjs", "pnpm hooks run on install"),
+    subtree(
+        "bunfig.toml",
+        "bun: preload scripts run on `bun run` and `bun test`",
+    ),
+    subtree(
+        ".tool-versions",
+        "asdf/mise versions: a `path:` version runs programs from any directory",
+    ),
     subtree(
         ".cargo",
         "cargo config: target runners, aliases, env; installed binaries",
@@ -596,6 +860,26 @@ mod tests {
             "x/.git",
             "my.code-workspace",
             ".github/workflows/ci.yml",
+            "/home/u/.claude.json",
+            ".copilot/mcp-config.json",
+            ".codeium/windsurf/mcp_config.json",
+            ".config/amp/settings.json",
+            ".amp/settings.json",
+            ".config/goose/config.yaml",
+            ".tmux.conf",
+            ".config/tmux/tmux.conf",
+            ".config/systemd/user/evil.service",
+            ".config/autostart/evil.desktop",
+            ".local/lib/python3.12/site-packages/evil.pth",
+            "lib/sitecustomize.py",
+            ".config/Code/User/settings.json",
+            ".config/Code - OSS/User/tasks.json",
+            "repo/.hg/hgrc",
+            ".gitpod.yml",
+            ".githooks/pre-commit",
+            ".devcontainer.json",
+            ".psqlrc",
+            ".xprofile",
         ] {
             assert!(
                 p.match_path(Path::new(path)).is_some(),
@@ -609,6 +893,12 @@ mod tests {
             "gitconfig",
             ".code-workspace.md",
             "src/git",
+            "models/checkpoint.pth",
+            ".claude.json.example",
+            ".env",
+            ".config/Code/logs/main.log",
+            ".local/share/fonts/x.ttf",
+            ".hg/store/data",
         ] {
             assert!(
                 p.match_path(Path::new(path)).is_none(),
@@ -638,6 +928,13 @@ mod tests {
             ".g\u{200c}it/hooks/x",
             ".BASHRC",
             ".git./config",
+            ".Claude.JSON",
+            "\u{ff0e}tmux.conf", // full-width full stop
+            ".config/\u{17f}ystemd/user/x.service",
+            ".HG/HGRC",
+            ".xprofile. ",
+            ".config/CODE/USER/settings.json",
+            ".loc\u{200b}al/lib/python3/site-packages/x.pth",
         ] {
             assert!(p.match_path(Path::new(path)).is_some(), "{path:?}");
         }

@@ -62,6 +62,33 @@ const EXECUTED_OR_OBEYED: &[&str] = &[
     "GEMINI.md",
     "sub/.git",
     "sub/deep/AGENTS.md",
+    // Agent runtimes' user and workspace configuration (MCP servers are commands).
+    ".claude.json",
+    ".copilot/mcp-config.json",
+    ".codeium/windsurf/mcp_config.json",
+    ".config/amp/settings.json",
+    ".amp/settings.json",
+    ".config/goose/config.yaml",
+    // Sessions, terminals and services that run commands at the human's next login or start.
+    ".tmux.conf",
+    ".config/tmux/tmux.conf",
+    ".screenrc",
+    ".config/autostart/agent.desktop",
+    ".config/systemd/user/agent.service",
+    ".config/environment.d/agent.conf",
+    ".xprofile",
+    ".pam_environment",
+    // Interpreters and editors that run code from configuration.
+    ".local/lib/python3.12/site-packages/agent.pth",
+    "sitecustomize.py",
+    ".config/Code/User/settings.json",
+    ".config/helix/languages.toml",
+    ".psqlrc",
+    // Other version control and CI.
+    ".hg/hgrc",
+    ".githooks/pre-commit",
+    ".gitpod.yml",
+    ".devcontainer.json",
 ];
 
 /// Spellings that name a protected entry on a case-insensitive or normalizing file system.
@@ -74,6 +101,12 @@ const SPELLED: &[&str] = &[
     ".bash\u{ad}rc",                 // soft hyphen
     ".BASHRC",
     "Sub/.GIT/Config",
+    ".Claude.JSON",                             // case
+    "\u{ff0e}tmux.conf",                        // full-width full stop: `.tmux.conf`
+    ".config/\u{17f}ystemd/user/agent.service", // long s: `.config/systemd`
+    ".HG/HGRC",
+    ".xprofile. ",                             // trailing dot and space (SMB, NTFS)
+    ".config/Code/U\u{200d}ser/settings.json", // zero-width joiner
 ];
 
 fn start() -> Option<Daemon> {
@@ -111,6 +144,23 @@ fn start() -> Option<Daemon> {
             ".idea",
             "sub/deep",
             "src",
+            ".copilot",
+            ".codeium/windsurf",
+            ".config/amp",
+            ".amp",
+            ".config/goose",
+            ".config/tmux",
+            ".config/autostart",
+            ".config/systemd/user",
+            ".config/environment.d",
+            ".local/lib/python3.12/site-packages",
+            ".config/Code/User",
+            ".config/helix",
+            ".hg",
+            ".githooks",
+            ".HG",
+            ".config/\u{17f}ystemd/user",
+            ".config/Code/U\u{200d}ser",
         ] {
             std::fs::create_dir_all(repo.join(d)).unwrap();
         }
@@ -119,6 +169,10 @@ fn start() -> Option<Daemon> {
             ".zlogout",
             ".github/workflows/ci.yml",
             "src/main.rs",
+            ".tmux.conf",
+            ".psqlrc",
+            ".config/systemd/user/agent.service",
+            ".Tmux.Conf",
         ] {
             std::fs::write(repo.join(f), "original\n").unwrap();
         }
@@ -254,7 +308,7 @@ fn verbd_exec_cannot_write_them_either() {
     let Some(d) = start() else { return };
     let script = r#"
 cd "$1"
-for p in .git/modules/sub/config .git/modules/sub/hooks/pre-commit.sample .bash_aliases .zlogout .github/workflows/ci.yml src/main.rs; do
+for p in .git/modules/sub/config .git/modules/sub/hooks/pre-commit.sample .bash_aliases .zlogout .github/workflows/ci.yml .tmux.conf .Tmux.Conf .psqlrc .config/systemd/user/agent.service src/main.rs; do
   echo x >> "$p" 2>/dev/null && echo "WROTE $p"
 done
 echo done

@@ -11,13 +11,15 @@
 //! `truncated`/`withheld` say so (see `crate::scrub`, "Not an oracle").
 //! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies are sealed
 //! memfds passed to this child only (`/proc/self/fd/N`) and live only for the duration of the
-//! call. Path parameters are pinned again here (`crate::pinned`): the child gets the descriptor
-//! as `/proc/self/fd/N`, and a path that resolves differently than when it was checked refuses
-//! the run.
+//! call. Path parameters are pinned again here (`crate::pinned`), all of them before anything
+//! is created or started: the child gets each descriptor as `/proc/self/fd/N`, and a path that
+//! resolves differently than when it was checked refuses the run. A new entry (a parameter with
+//! `create = true`) is then created by this module as an empty file — only inside the profile's
+//! write roots and never under a protected name — and handed over as that file, never by name.
 #![forbid(unsafe_code)]
 
-use crate::pinned::PinnedPath;
-use crate::policy::template::{ArgPart, RenderedArg, RenderedArgv};
+use crate::pinned::{NewFileAttributes, Pinned, PinnedPath};
+use crate::policy::template::{ArgPart, PathArg, RenderedArg, RenderedArgv};
 use crate::protocol::ExitInfo;
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::{ScrubStream, Scrubber};
@@ -106,6 +108,11 @@ pub enum ExecError {
         was: crate::pinned::Resolution,
         now: crate::pinned::Resolution,
     },
+    #[error(
+        "path parameter {}: {reason}; nothing was created or executed",
+        path.display()
+    )]
+    NewFileRefused { path: PathBuf, reason: String },
     #[error("sandbox setup failed: {0}")]
     Sandbox(#[from] crate::sandbox::SandboxError),
     #[error("the sandbox could not be applied in the child (stage: {stage}); nothing was executed")]
@@ -134,12 +141,12 @@ impl Drop for ProcessGroupGuard {
     }
 }
 
-/// Descriptors handed to one child: the pinned path parameters and the secret copies of its
-/// call. They stay open in the daemon until the child has exited.
+/// Descriptors handed to one child: the pinned path parameters (one per path) and the secret
+/// copies of its call. They stay open in the daemon until the child has exited.
 #[derive(Default)]
 struct Handed {
     secret_copies: Vec<(String, SecretCopy)>,
-    paths: Vec<PinnedPath>,
+    paths: Vec<(PathBuf, PinnedPath)>,
 }
 
 impl Handed {
@@ -147,7 +154,7 @@ impl Handed {
         self.secret_copies
             .iter()
             .map(|(_, c)| c.raw_fd())
-            .chain(self.paths.iter().map(PinnedPath::raw_fd))
+            .chain(self.paths.iter().map(|(_, pinned)| pinned.raw_fd()))
             .collect()
     }
 }
@@ -184,25 +191,83 @@ fn resolve(
                 handed.secret_copies.push((name.clone(), copy));
             }
             ArgPart::Path(arg) => {
-                let pinned = crate::pinned::pin(&arg.root, &arg.path).map_err(|source| {
-                    ExecError::PathPin {
-                        path: arg.path.clone(),
-                        source,
-                    }
-                })?;
-                if pinned.resolution() != arg.resolution {
-                    return Err(ExecError::PathChanged {
-                        path: arg.path.clone(),
-                        was: arg.resolution,
-                        now: pinned.resolution(),
-                    });
-                }
+                let (_, pinned) = handed
+                    .paths
+                    .iter()
+                    .find(|(path, _)| *path == arg.path)
+                    .expect("every path parameter is pinned before argv is built");
                 out.extend_from_slice(pinned.argv_text().as_bytes());
-                handed.paths.push(pinned);
             }
         }
     }
     Ok(OsStr::from_bytes(&out).to_os_string())
+}
+
+/// Pins every path parameter of the call again (each path once, however often it is used),
+/// compares each with what was checked, and only when all match creates the new files among
+/// them. So a refused run creates nothing.
+fn pin_paths<'a>(
+    args: impl Iterator<Item = &'a PathArg>,
+    sandbox: &PreparedSandbox,
+) -> Result<Vec<(PathBuf, PinnedPath)>, ExecError> {
+    let mut pinned: Vec<(PathBuf, Pinned)> = Vec::new();
+    for arg in args {
+        if pinned.iter().any(|(path, _)| *path == arg.path) {
+            continue;
+        }
+        let now =
+            crate::pinned::pin(&arg.root, &arg.path).map_err(|source| ExecError::PathPin {
+                path: arg.path.clone(),
+                source,
+            })?;
+        if now.resolution() != arg.resolution {
+            return Err(ExecError::PathChanged {
+                path: arg.path.clone(),
+                was: arg.resolution,
+                now: now.resolution(),
+            });
+        }
+        pinned.push((arg.path.clone(), now));
+    }
+    let spec = sandbox.spec();
+    for (path, entry) in &pinned {
+        if let Pinned::New(_) = entry {
+            may_create(spec, path)?;
+        }
+    }
+    let attributes = NewFileAttributes {
+        mode: 0o666 & !spec.umask,
+        owner: spec.run_as.map(|r| (r.uid, r.gid)),
+    };
+    pinned
+        .into_iter()
+        .map(|(path, entry)| match entry {
+            Pinned::Existing(file) => Ok((path, file)),
+            Pinned::New(entry) => entry
+                .create_file(attributes)
+                .map(|file| (path.clone(), file))
+                .map_err(|source| ExecError::PathPin { path, source }),
+        })
+        .collect()
+}
+
+/// The daemon creates a new file outside any sandbox, so it checks what the sandbox would: the
+/// file lies inside one of the profile's write roots and its name is not protected.
+fn may_create(spec: &crate::sandbox::SandboxSpec, path: &Path) -> Result<(), ExecError> {
+    let refuse = |reason: String| ExecError::NewFileRefused {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !spec.write.iter().any(|root| path.starts_with(root)) {
+        return Err(refuse(format!(
+            "a new file may be created only inside a write root of sandbox `{}`, and this is not (a dry run has none)",
+            spec.name
+        )));
+    }
+    if let Some(hit) = spec.protected.match_path(path) {
+        return Err(refuse(format!("{hit}: never created for a verb")));
+    }
+    Ok(())
 }
 
 /// One stream read to its end but not yet finished: whether it was cut is known only once the
@@ -262,7 +327,20 @@ async fn capture<'a, R: AsyncRead + Unpin>(
 
 /// Run the call. Returns after the child exited (or was killed) and both pipes are drained.
 pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
-    let mut handed = Handed::default();
+    let path_args = req
+        .argv
+        .args()
+        .iter()
+        .chain(req.env.iter().map(|(_, value)| value))
+        .flat_map(RenderedArg::parts)
+        .filter_map(|part| match part {
+            ArgPart::Path(arg) => Some(arg),
+            _ => None,
+        });
+    let mut handed = Handed {
+        paths: pin_paths(path_args, req.sandbox)?,
+        ..Handed::default()
+    };
     let mut args = Vec::with_capacity(req.argv.args().len());
     for arg in req.argv.args() {
         args.push(resolve(arg, req.secrets, &mut handed)?);

@@ -944,6 +944,20 @@ fn build_verb(
                 }
             }
         }
+        let is_path = |p: &str| {
+            params
+                .get(p)
+                .is_some_and(|param| matches!(param.kind, ParamKind::Path { .. }))
+        };
+        if let Some(problem) = element.misplaced_path(is_path) {
+            ctx.at(
+                span.clone(),
+                format!(
+                    "verb `{name}`: {what} element {:?}: {problem}",
+                    element.text()
+                ),
+            );
+        }
         for s in element.secrets() {
             if !secrets.contains_key(s) {
                 ctx.at(
@@ -992,6 +1006,15 @@ fn build_verb(
         for (key, value) in &env {
             check_element(ctx, value, false, &format!("env {key}"));
         }
+        check_new_file_params(
+            ctx,
+            &span,
+            name,
+            &params,
+            dry_run.as_ref(),
+            &env,
+            sandboxes.get(&sandbox),
+        );
         for p in params.keys() {
             if !used.contains(p) {
                 ctx.at(
@@ -1096,6 +1119,54 @@ fn build_verb(
     })
 }
 
+/// A path parameter with `create = true` makes the daemon create a file before the run, outside
+/// any sandbox: only where the verb's own profile may write, and never for a dry run (which runs
+/// before approval, without write roots).
+fn check_new_file_params(
+    ctx: &mut Ctx,
+    span: &Range<usize>,
+    verb: &str,
+    params: &BTreeMap<String, Param>,
+    dry_run: Option<&Template>,
+    env: &[(String, ElementTemplate)],
+    profile: Option<&SandboxSpec>,
+) {
+    let creating = params.values().filter_map(|p| match &p.kind {
+        ParamKind::Path {
+            roots,
+            create: true,
+            opened_by: PathOpener::Child,
+        } => Some((p.name.as_str(), roots)),
+        _ => None,
+    });
+    for (param, roots) in creating {
+        let in_dry_run = dry_run.iter().flat_map(|d| d.elements()).map(|(e, _)| e);
+        let in_env = env.iter().map(|(_, e)| e).filter(|_| dry_run.is_some());
+        if in_dry_run
+            .chain(in_env)
+            .any(|e| e.params().any(|p| p == param))
+        {
+            ctx.at(
+                span.clone(),
+                format!("verb `{verb}`: parameter `{param}` creates a file (`create = true`), so it cannot reach the dry run, which runs before approval"),
+            );
+        }
+        let Some(profile) = profile else { continue };
+        for root in roots {
+            if !profile.write.iter().any(|w| root.starts_with(w)) {
+                ctx.at(
+                    span.clone(),
+                    format!(
+                        "verb `{verb}`: parameter `{param}` creates files under {} (`create = true`), which is not inside a write root of sandbox `{}`; add the directory to its `write`, or drop `create`",
+                        root.display(),
+                        profile.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
 fn build_file_verb(
     ctx: &mut Ctx,
     name: &str,
@@ -1169,7 +1240,7 @@ fn build_file_verb(
             "path",
             ParamKind::Path {
                 roots: raw.roots.clone(),
-                must_exist: false,
+                create: matches!(op, FileOp::Write | FileOp::Append),
                 opened_by: PathOpener::FileVerb,
             },
             true,
@@ -1228,7 +1299,7 @@ fn build_param(
         RawParamType::Int => &["min", "max"],
         RawParamType::String => &["pattern", "max_length"],
         RawParamType::Bool => &["flag"],
-        RawParamType::Path => &["roots", "must_exist"],
+        RawParamType::Path => &["roots", "must_exist", "create"],
         RawParamType::Duration => &["max_duration"],
         RawParamType::Sql => &[
             "allow",
@@ -1249,6 +1320,7 @@ fn build_param(
         ("flag", raw.flag.is_some()),
         ("roots", raw.roots.is_some()),
         ("must_exist", raw.must_exist.is_some()),
+        ("create", raw.create.is_some()),
         ("max_duration", raw.max_duration.is_some()),
         ("allow", raw.allow.is_some()),
         ("deny_functions", raw.deny_functions.is_some()),
@@ -1325,9 +1397,21 @@ fn build_param(
                     ctx.at(span.clone(), format!("{here}: root {r:?} must be absolute"));
                 }
             }
+            let create = raw.create.unwrap_or(false);
+            match (raw.must_exist, create) {
+                (Some(false), _) => ctx.at(
+                    span.clone(),
+                    format!("{here}: `must_exist = false` no longer lets a path name a new entry (the program would resolve the new name itself, after the check, and follow a symlink planted there); a path names an existing file or directory, or, with `create = true`, a new file the daemon creates just before the run"),
+                ),
+                (Some(true), true) => ctx.at(
+                    span.clone(),
+                    format!("{here}: `must_exist = true` and `create = true` contradict each other"),
+                ),
+                _ => {}
+            }
             ParamKind::Path {
                 roots,
-                must_exist: raw.must_exist.unwrap_or(false),
+                create,
                 opened_by: PathOpener::Child,
             }
         }

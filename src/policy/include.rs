@@ -267,6 +267,7 @@ fn narrow(pack: &mut RawPack, table: &RawIncludeTable, origin: &str) -> Vec<Stri
             p.max_length = None;
             p.roots = None;
             p.must_exist = None;
+            p.create = None;
             p.max_duration = None;
             p.allow = None;
             p.deny_functions = None;

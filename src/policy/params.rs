@@ -4,9 +4,10 @@
 //! and the rule that failed. Invariants: NUL, CR and LF are refused in every type except `sql`,
 //! which takes LF and TAB (still no NUL, CR or other control character); a string is
 //! matched by an anchored pattern; a path is absolute, normalized, has no `..`, and lies under a
-//! declared root, reached beneath it without any symlink (`crate::pinned`; an existing file or
-//! directory, or a new entry in an existing directory). The child gets the pinned descriptor,
-//! not the name (`policy::template`, `exec`). Option injection (a value that would
+//! declared root, reached beneath it without any symlink (`crate::pinned`): an existing file (with
+//! a single link) or directory, or — only where the parameter declares `create` — a new entry in
+//! an existing directory, which the executor creates itself. The child gets the pinned
+//! descriptor, not the name (`policy::template`, `exec`). Option injection (a value that would
 //! begin an argv element with `-`) is checked by the template, which knows element positions.
 #![forbid(unsafe_code)]
 
@@ -71,7 +72,10 @@ pub enum ParamKind {
     },
     Path {
         roots: Vec<PathBuf>,
-        must_exist: bool,
+        /// May name an entry that does not exist yet: the executor creates it as an empty file
+        /// just before the run (`crate::pinned::NewEntry::create_file`). Without it, a path
+        /// that does not exist is refused.
+        create: bool,
         /// Who opens the path. A command verb's path is resolved beneath its root here and
         /// handed to the child as that descriptor; a file verb's own `path` is opened beneath
         /// its root by `crate::files` (openat2, no symlinks), which also refuses protected
@@ -136,13 +140,14 @@ impl ParamKind {
                 source, max_length, ..
             } => format!("string /{source}/ (max {max_length} bytes)"),
             ParamKind::Bool { flag } => format!("bool (true adds {flag})"),
-            ParamKind::Path { roots, .. } => format!(
-                "path under {}",
+            ParamKind::Path { roots, create, .. } => format!(
+                "path under {}{}",
                 roots
                     .iter()
                     .map(|r| r.display().to_string())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                if *create { " (or a new file)" } else { "" }
             ),
             ParamKind::Duration { max } => match max {
                 Some(m) => format!("duration (e.g. 30s, 5m; max {}s)", m.as_secs()),
@@ -268,14 +273,14 @@ impl Param {
             },
             ParamKind::Path {
                 roots,
-                must_exist,
+                create,
                 opened_by,
             } => {
                 let path_check = match opened_by {
                     PathOpener::Child => path_check,
                     PathOpener::FileVerb => PathCheck::Lexical,
                 };
-                self.validate_path(value, roots, *must_exist, path_check)
+                self.validate_path(value, roots, *create, path_check)
             }
             ParamKind::Duration { max } => {
                 let d = parse_duration(value).map_err(|e| self.reject("duration", e))?;
@@ -325,7 +330,7 @@ impl Param {
         &self,
         value: &str,
         roots: &[PathBuf],
-        must_exist: bool,
+        create: bool,
         path_check: PathCheck,
     ) -> Result<String, ParamRejection> {
         let path = Path::new(value);
@@ -381,8 +386,13 @@ impl Param {
         }
         let root = root_of(roots, &normalized).expect("checked under a root above");
         match crate::pinned::resolve(root, &normalized) {
-            Ok(resolution) if must_exist && resolution.kind == PinKind::NewEntry => {
-                return Err(self.reject("path-exists", format!("{value:?} does not exist")));
+            Ok(resolution) if !create && resolution.kind == PinKind::NewEntry => {
+                return Err(self.reject(
+                    "path-exists",
+                    format!(
+                        "{value:?} does not exist (this parameter names existing files and directories only)"
+                    ),
+                ));
             }
             Ok(_) => {}
             Err(PinError::Symlink { .. }) => {
@@ -393,7 +403,7 @@ impl Param {
                     ),
                 ));
             }
-            Err(PinError::NoParent { .. }) if must_exist => {
+            Err(PinError::NoParent { .. }) if !create => {
                 return Err(self.reject("path-exists", format!("{value:?} does not exist")));
             }
             Err(PinError::NoParent { .. }) => {
@@ -407,6 +417,9 @@ impl Param {
                     "path-type",
                     format!("{value:?} is not a regular file or a directory"),
                 ));
+            }
+            Err(e @ PinError::HardLinked { .. }) => {
+                return Err(self.reject("path-hardlink", e.to_string()));
             }
             Err(e) => return Err(self.reject("path-open", e.to_string())),
         }
@@ -583,7 +596,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
         let p = param(ParamKind::Path {
             roots: vec![root.clone()],
-            must_exist: false,
+            create: false,
             opened_by: PathOpener::Child,
         });
         let ok = root.join("ok.txt");
@@ -604,6 +617,19 @@ mod tests {
             rules(format!("{}/link", root.display())),
             "path-symlink-escape"
         );
+        let new = format!("{}/new.txt", root.display());
+        assert_eq!(rules(new.clone()), "path-exists");
+        std::fs::hard_link(&ok, root.join("second-name")).unwrap();
+        assert_eq!(rules(ok.display().to_string()), "path-hardlink");
+        // Only a parameter that declares `create` names a new entry (in an existing directory).
+        let output = param(ParamKind::Path {
+            roots: vec![root.clone()],
+            create: true,
+            opened_by: PathOpener::Child,
+        });
+        assert_eq!(output.validate(&new).unwrap(), new);
+        let orphan = format!("{}/no/such/new.txt", root.display());
+        assert_eq!(output.validate(&orphan).unwrap_err().rule, "path-parent");
     }
 
     #[test]
@@ -613,7 +639,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
         let p = param(ParamKind::Path {
             roots: vec![root.clone()],
-            must_exist: true,
+            create: false,
             opened_by: PathOpener::Child,
         });
         let absent = format!("{}/no/such/file.log", root.display());

@@ -377,6 +377,7 @@ pub struct RawParam {
     pub flag: Option<String>,
     pub roots: Option<Vec<PathBuf>>,
     pub must_exist: Option<bool>,
+    pub create: Option<bool>,
     pub max_duration: Option<String>,
     #[serde(default)]
     pub allow_dash: bool,

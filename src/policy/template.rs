@@ -8,7 +8,10 @@
 //! - `${secret:NAME}` substitutes a secret's value at exec time; `${secret_file:NAME}` substitutes
 //!   the path of a private per-call copy of it. Rendered argv shown to people keeps the placeholder.
 //! - A `path` parameter renders as a [`PathArg`]: shown as the validated path, handed to the
-//!   child as `/proc/self/fd/N` of the descriptor the executor pins (see `crate::pinned`).
+//!   child as `/proc/self/fd/N` of the descriptor the executor pins (see `crate::pinned`). It
+//!   ends its element, after nothing but an option's name (checked at load with
+//!   [`ElementTemplate::misplaced_path`]): text after it would be a name the program resolves
+//!   itself, below the pinned entry.
 //! - A bool parameter must be a whole element `{flag}`: it renders as its flag, or vanishes.
 //! - `[` and `]` as whole elements delimit an optional group: the group is rendered only when every
 //!   non-bool parameter inside it has a value (`[ --since {since} ]`). Groups do not nest. An
@@ -227,6 +230,44 @@ impl ElementTemplate {
         })
     }
 
+    /// Why a path parameter of this element would not reach the program as exactly the pinned
+    /// entry, if it would not (`is_path` says which parameters are paths). The program gets
+    /// `/proc/self/fd/N` in place of the value: anything after it in the same element
+    /// (`{dir}/config`, `{dir}{name}`) would be a name the program resolves below the pinned
+    /// entry, unchecked, and text before it may only be an option's name or a separator
+    /// (`--file=`, `-f`, `@`), never the start of a longer path (`/mnt{path}`, `.{path}`).
+    pub fn misplaced_path(&self, is_path: impl Fn(&str) -> bool) -> Option<String> {
+        let (index, name) = self.pieces.iter().enumerate().find_map(|(i, p)| match p {
+            Piece::Param(n) if is_path(n) => Some((i, n)),
+            _ => None,
+        })?;
+        if index + 1 < self.pieces.len() {
+            return Some(format!(
+                "text after path parameter `{name}` would be resolved by the program below the pinned entry, never checked; make the whole path the parameter (its own element, or after an option's `=`)"
+            ));
+        }
+        match &self.pieces[..index] {
+            [] => None,
+            [Piece::Literal(prefix)] if is_option_prefix(prefix) => None,
+            _ => Some(format!(
+                "text before path parameter `{name}` must end with `=`, `:`, `,` or `@`, or be a one-letter option such as `-f`: anything else would make the program open a different path than the one checked"
+            )),
+        }
+    }
+
+    /// The element as written in the policy (placeholders and escaped braces restored).
+    pub fn text(&self) -> String {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Literal(t) => t.replace('{', "{{").replace('}', "}}"),
+                Piece::Param(n) => format!("{{{n}}}"),
+                Piece::Secret(n) => format!("${{secret:{n}}}"),
+                Piece::SecretFile(n) => format!("${{secret_file:{n}}}"),
+            })
+            .collect()
+    }
+
     /// The parameter this element is, when it is exactly `{name}`.
     pub fn sole_param(&self) -> Option<&str> {
         match self.pieces.as_slice() {
@@ -321,6 +362,15 @@ fn pin_path(name: &str, value: &str, roots: &[PathBuf]) -> Result<PathArg, Param
         root: root.to_path_buf(),
         resolution,
     })
+}
+
+/// May `prefix` come right before a path in one element: an option's name and its separator
+/// (`--out=`, `-f`, `file:`, `@`)?
+fn is_option_prefix(prefix: &str) -> bool {
+    let short_option = prefix.len() == 2
+        && prefix.starts_with('-')
+        && prefix.as_bytes()[1].is_ascii_alphanumeric();
+    short_option || prefix.ends_with(['=', ':', ',', '@'])
 }
 
 fn push_text(parts: &mut Vec<ArgPart>, text: &str) {
@@ -562,6 +612,39 @@ mod tests {
                 "{literal}"
             ]
         );
+    }
+
+    #[test]
+    fn a_path_parameter_ends_its_element_after_at_most_an_option_name() {
+        let misplaced = |element: &str| {
+            ElementTemplate::parse(element)
+                .unwrap()
+                .misplaced_path(|p| p == "file")
+        };
+        for fine in [
+            "{file}",
+            "--out={file}",
+            "-f{file}",
+            "@{file}",
+            "file:{file}",
+            "{unit}x",
+        ] {
+            assert_eq!(misplaced(fine), None, "{fine}");
+        }
+        for (bad, said) in [
+            ("{file}/config", "text after path parameter `file`"),
+            ("{file}{unit}", "text after path parameter `file`"),
+            ("{file}${secret:tok}", "text after path parameter `file`"),
+            ("/mnt{file}", "text before path parameter `file`"),
+            (".{file}", "text before path parameter `file`"),
+            ("--x{file}", "text before path parameter `file`"),
+            ("{unit}={file}", "text before path parameter `file`"),
+        ] {
+            let problem = misplaced(bad).unwrap_or_else(|| panic!("{bad} was accepted"));
+            assert!(problem.contains(said), "{bad}: {problem}");
+        }
+        let element = ElementTemplate::parse("{{x}}-{file}/${secret:tok}").unwrap();
+        assert_eq!(element.text(), "{{x}}-{file}/${secret:tok}");
     }
 
     #[test]
