@@ -9,7 +9,8 @@
 //! by root or the daemon user, not writable by group/other, parents likewise, no set-id bit,
 //! optional sha256 pin); per sandbox profile, a canary child (the verbd binary itself, in a hidden
 //! mode) that must FAIL to write outside the write roots and to a protected name, get EPERM from a
-//! denied syscall, fail to open a network socket when the network is off, and see no_new_privs,
+//! denied syscall, fail to open a network socket when the network is off, fail to reach an unlisted
+//! Unix socket by `connect` or by datagram (`SOCK_DGRAM`, `SOCK_RAW`), and see no_new_privs,
 //! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
 //! secret sources' ownership and modes; file verbs' roots; and, when serving, the daemon's identity,
 //! socket mode and group, state dir and journal.
@@ -38,6 +39,10 @@ pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
 /// The canary finds here a listening Unix socket outside the profile's `unix_sockets`, which its
 /// connect must not reach (the connect broker of `sandbox::unix_broker`).
 const CANARY_SOCKET_ENV: &str = "VERBD_CANARY_UNLISTED_SOCKET";
+
+/// The canary finds here a bound datagram Unix socket, which no datagram it sends may reach
+/// (`AF_UNIX` sockets other than stream and seqpacket cannot be created, `SOCK_RAW` included).
+const CANARY_DATAGRAM_ENV: &str = "VERBD_CANARY_UNLISTED_DATAGRAM";
 
 /// One named check.
 #[derive(Debug, Clone, Serialize)]
@@ -567,7 +572,8 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             "the self-test needs a writable temporary directory".into(),
         )
     })?;
-    cmd.env(CANARY_SOCKET_ENV, &unlisted.path);
+    cmd.env(CANARY_SOCKET_ENV, &unlisted.path)
+        .env(CANARY_DATAGRAM_ENV, &unlisted.datagram_path);
     let unsandboxed =
         cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
@@ -592,6 +598,16 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             name: "unix-socket".into(),
             confined: false,
             detail: format!("a connection reached {}", unlisted.path.display()),
+        });
+    }
+    if let Some(datagram) = unlisted.datagram_received() {
+        findings.push(CanaryFinding {
+            name: "unix-datagram".into(),
+            confined: false,
+            detail: format!(
+                "the datagram {datagram:?} reached {}",
+                unlisted.datagram_path.display()
+            ),
         });
     }
     if findings.is_empty() {
@@ -626,12 +642,14 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     }
 }
 
-/// A listening Unix socket in a fresh directory, open to every uid (so only the sandbox can stop
-/// a connect), removed on drop.
+/// A listening Unix socket and a bound datagram socket in a fresh directory, open to every uid
+/// (so only the sandbox can stop a connect or a datagram), removed on drop.
 struct UnlistedSocket {
     dir: PathBuf,
     path: PathBuf,
     listener: std::os::unix::net::UnixListener,
+    datagram_path: PathBuf,
+    datagram: std::os::unix::net::UnixDatagram,
 }
 
 impl UnlistedSocket {
@@ -646,22 +664,35 @@ impl UnlistedSocket {
         let socket = UnlistedSocket {
             path: dir.join("unlisted.sock"),
             listener: std::os::unix::net::UnixListener::bind(dir.join("unlisted.sock"))?,
+            datagram_path: dir.join("unlisted.dgram"),
+            datagram: std::os::unix::net::UnixDatagram::bind(dir.join("unlisted.dgram"))?,
             dir,
         };
         std::fs::set_permissions(&socket.dir, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::set_permissions(&socket.path, std::fs::Permissions::from_mode(0o777))?;
+        for path in [&socket.path, &socket.datagram_path] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))?;
+        }
         socket.listener.set_nonblocking(true)?;
+        socket.datagram.set_nonblocking(true)?;
         Ok(socket)
     }
 
     fn was_reached(&self) -> bool {
         self.listener.accept().is_ok()
     }
+
+    /// The first datagram that arrived, if any.
+    fn datagram_received(&self) -> Option<String> {
+        let mut buffer = [0u8; 64];
+        let n = self.datagram.recv(&mut buffer).ok()?;
+        Some(String::from_utf8_lossy(&buffer[..n]).into_owned())
+    }
 }
 
 impl Drop for UnlistedSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.datagram_path);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -785,6 +816,10 @@ pub fn canary_main(
             Err(e) => report("unix-socket", true, format!("connect: {e}")),
         }
     }
+    if let Some(path) = std::env::var_os(CANARY_DATAGRAM_ENV) {
+        let (confined, detail) = send_unix_datagrams(Path::new(&path));
+        report("unix-datagram", confined, detail);
+    }
     let nnp = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
     report(
         "no-new-privs",
@@ -831,6 +866,47 @@ pub fn canary_main(
     }
     println!("{}", lines.join("\n"));
     0
+}
+
+/// Tries to send a datagram to `path` from an `AF_UNIX` socket of every type the kernel makes a
+/// datagram socket of (`SOCK_DGRAM`, and `SOCK_RAW`, which `AF_UNIX` turns into one). Confined
+/// when every socket was refused with EPERM.
+fn send_unix_datagrams(path: &Path) -> (bool, String) {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, sendto, socket};
+    let Ok(address) = UnixAddr::new(path) else {
+        return (
+            false,
+            format!("{} is not a Unix socket address", path.display()),
+        );
+    };
+    let mut outcomes = Vec::new();
+    let mut confined = true;
+    for (name, kind) in [
+        ("SOCK_DGRAM", SockType::Datagram),
+        ("SOCK_RAW", SockType::Raw),
+    ] {
+        match socket(AddressFamily::Unix, kind, SockFlag::SOCK_CLOEXEC, None) {
+            Err(nix::errno::Errno::EPERM) => outcomes.push(format!("socket({name}): EPERM")),
+            Err(e) => {
+                confined = false;
+                outcomes.push(format!("socket({name}) failed with {e}, not EPERM"));
+            }
+            Ok(fd) => {
+                confined = false;
+                let sent = sendto(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    name.as_bytes(),
+                    &address,
+                    nix::sys::socket::MsgFlags::empty(),
+                );
+                outcomes.push(match sent {
+                    Ok(n) => format!("socket({name}) was created and sent {n} bytes"),
+                    Err(e) => format!("socket({name}) was created (sendto: {e})"),
+                });
+            }
+        }
+    }
+    (confined, outcomes.join(" and "))
 }
 
 fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {
