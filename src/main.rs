@@ -167,6 +167,8 @@ enum Command {
         #[arg(long)]
         network_none: bool,
         #[arg(long)]
+        fast_open_refused: bool,
+        #[arg(long)]
         keeps_capabilities: bool,
     },
     /// The audit journal
@@ -305,13 +307,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outside,
             protected,
             network_none,
+            fast_open_refused,
             keeps_capabilities,
-        } => Ok(cli::local::canary(
-            &outside,
-            protected.as_deref(),
+        } => Ok(cli::local::canary(&verbd::selftest::CanaryPlan {
+            outside,
+            protected,
             network_none,
+            fast_open_refused,
             keeps_capabilities,
-        )),
+        })),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {

@@ -560,6 +560,9 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if spec.network == Network::None {
         cmd.arg("--network-none");
     }
+    if spec.network != Network::Full {
+        cmd.arg("--fast-open-refused");
+    }
     if let Some(root) = spec.write.first() {
         cmd.arg("--protected").arg(root.join("CLAUDE.md"));
     }
@@ -731,13 +734,27 @@ fn parse_finding(line: &str) -> Option<CanaryFinding> {
     })
 }
 
+/// What the canary child tries (its hidden subcommand's flags).
+#[derive(Debug, Clone)]
+pub struct CanaryPlan {
+    /// A directory outside every write root: creating a file there must fail.
+    pub outside: PathBuf,
+    /// A protected name inside a write root: opening it for writing must fail.
+    pub protected: Option<PathBuf>,
+    /// The profile has `network = "none"`: an `AF_INET` socket must be refused.
+    pub network_none: bool,
+    /// The profile's network is not `full`: a `MSG_FASTOPEN` send must be refused.
+    pub fast_open_refused: bool,
+    /// The profile keeps capabilities: the empty-sets probe is skipped.
+    pub keeps_capabilities: bool,
+}
+
 /// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
-pub fn canary_main(
-    outside: &Path,
-    protected: Option<&Path>,
-    network_none: bool,
-    keeps_caps: bool,
-) -> i32 {
+pub fn canary_main(plan: &CanaryPlan) -> i32 {
+    let outside = plan.outside.as_path();
+    let protected = plan.protected.as_deref();
+    let network_none = plan.network_none;
+    let keeps_caps = plan.keeps_capabilities;
     let mut lines = Vec::new();
     let mut report = |name: &str, confined: bool, detail: String| {
         lines.push(format!(
@@ -804,6 +821,20 @@ pub fn canary_main(
         ) {
             Ok(_) => report("network", false, "socket(AF_INET) succeeded".into()),
             Err(e) => report("network", true, format!("socket(AF_INET): {e}")),
+        }
+    }
+    if plan.fast_open_refused {
+        // fd -1: the filter answers before the kernel would look at the descriptor (EBADF).
+        let flags = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_FASTOPEN);
+        match nix::sys::socket::send(-1, b"", flags) {
+            Err(nix::errno::Errno::EPERM) => {
+                report("fast-open", true, "send(MSG_FASTOPEN): EPERM".into())
+            }
+            other => report(
+                "fast-open",
+                false,
+                format!("send(MSG_FASTOPEN) reached the kernel: {other:?}"),
+            ),
         }
     }
     if let Some(path) = std::env::var_os(CANARY_SOCKET_ENV) {

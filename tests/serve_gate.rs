@@ -196,6 +196,7 @@ fn failing_self_test_never_serves() {
                 "seccomp: mode 0",
                 "capabilities: effective=",
                 "unix-socket: connected to",
+                "fast-open: send(MSG_FASTOPEN) reached the kernel",
                 "unix-datagram: socket(SOCK_DGRAM) was created",
                 "unix-datagram: the datagram \"SOCK_DGRAM\" reached",
             ] {

@@ -82,13 +82,8 @@ pub fn selftest(
 }
 
 /// The sandbox canary the self-test runs inside each profile.
-pub fn canary(
-    outside: &Path,
-    protected: Option<&Path>,
-    network_none: bool,
-    keeps_capabilities: bool,
-) -> ExitCode {
-    let code = verbd::selftest::canary_main(outside, protected, network_none, keeps_capabilities);
+pub fn canary(plan: &verbd::selftest::CanaryPlan) -> ExitCode {
+    let code = verbd::selftest::canary_main(plan);
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 

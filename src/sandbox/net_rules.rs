@@ -7,7 +7,9 @@
 //! Landlock governs neither UDP nor other protocols. The connect broker (module `unix_broker`)
 //! performs every `connect` on the child's behalf and applies the same port list itself (its own
 //! connect is not under the child's Landlock domain); the Landlock layer keeps holding for
-//! `bind` and for connects that bypass `connect(2)` (TCP Fast Open through `sendmsg`).
+//! `bind`. Landlock hooks only `connect(2)`: TCP Fast Open, which connects inside
+//! `sendto`/`sendmsg` (`MSG_FASTOPEN`), passes it, so the seccomp argument filter refuses those
+//! flags instead.
 //!
 //! Invariant: built once per profile at policy load, cloned (one `dup`) per spawn, like the
 //! filesystem template; an `Err` means the kernel lacks Landlock network rules (ABI ≥ 4), and the

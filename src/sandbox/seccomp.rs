@@ -24,7 +24,11 @@
 //!    `sendmsg`, seqpacket sockets ignore it, so both send only to the peer their `connect`
 //!    reached); and, by network mode, `socket` of any family
 //!    other than `AF_UNIX` (`none`) or other than `AF_UNIX` and TCP over `AF_INET`/`AF_INET6`
-//!    (`connect_tcp`; the Landlock TCP port rules of module `net_rules` govern the ports);
+//!    (`connect_tcp`; the Landlock TCP port rules of module `net_rules` govern the ports); and,
+//!    in every mode but `full`, `sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` (TCP Fast Open
+//!    connects inside the send call, where neither the connect broker nor Landlock's TCP rule,
+//!    which hooks only `connect(2)`, would see it; `TCP_FASTOPEN_CONNECT` stays allowed: the
+//!    brokered `connect` fixes the destination and a later send's address is ignored);
 //! 3. the **connect filter**: `connect` answers `SECCOMP_RET_USER_NOTIF`, so every connect waits
 //!    for the broker outside the sandbox (module `unix_broker`), which decides on its own copy of
 //!    the address and connects on the child's behalf. Installed last, with
@@ -71,6 +75,19 @@ const fn type_args(sock_type: libc::c_int) -> [u64; 4] {
 const STREAM_TYPE_ARGS: [u64; 4] = type_args(libc::SOCK_STREAM);
 /// "seqpacket", in every accepted spelling.
 const SEQPACKET_TYPE_ARGS: [u64; 4] = type_args(libc::SOCK_SEQPACKET);
+
+/// `MSG_FASTOPEN`: send the data with the SYN of a connect made by the send call itself.
+const MSG_FASTOPEN: u64 = libc::MSG_FASTOPEN as u64;
+
+/// The send calls that take message flags, with the index of their flags argument:
+/// `sendto(fd, buf, len, flags, addr, addrlen)`, `sendmsg(fd, msg, flags)`,
+/// `sendmmsg(fd, msgvec, vlen, flags)` (the kernel overwrites each message's own `msg_flags`
+/// with the argument).
+const FLAGS_ARGUMENT_OF_SEND: [(i64, u8); 3] = [
+    (libc::SYS_sendto, 3),
+    (libc::SYS_sendmsg, 2),
+    (libc::SYS_sendmmsg, 3),
+];
 
 /// `AUDIT_ARCH_X86_64`: EM_X86_64 (62) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
 const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
@@ -200,6 +217,20 @@ fn argument_program(network: &Network) -> Result<BpfProgram, SandboxError> {
     let socket_rules = socket_rules(network)?;
     rules.insert(libc::SYS_socket, socket_rules.clone());
     rules.insert(libc::SYS_socketpair, socket_rules);
+    if *network != Network::Full {
+        // TCP Fast Open connects inside the send call, to the address it carries: neither the
+        // connect broker nor Landlock's TCP rule (it hooks `connect(2)` only) would see it.
+        for (syscall, flags_arg) in FLAGS_ARGUMENT_OF_SEND {
+            rules.insert(
+                syscall,
+                vec![rule(&[(
+                    flags_arg,
+                    SeccompCmpOp::MaskedEq(MSG_FASTOPEN),
+                    MSG_FASTOPEN,
+                )])?],
+            );
+        }
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -432,6 +463,35 @@ mod tests {
                 }
                 (libc::BPF_RET, _) => return i.k,
                 other => panic!("unexpected instruction {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fast_open_sends_are_refused_unless_the_network_is_full() {
+        let eperm = ret_errno(libc::EPERM);
+        let fastopen = libc::MSG_FASTOPEN as u64;
+        for network in [
+            Network::None,
+            Network::Full,
+            Network::ConnectTcp(vec![5432]),
+        ] {
+            let program = argument_program(&network).unwrap();
+            for (nr, flags_arg) in FLAGS_ARGUMENT_OF_SEND {
+                for flags in [0, libc::MSG_NOSIGNAL as u64, libc::MSG_DONTWAIT as u64] {
+                    let call = |flags: u64| {
+                        let mut args = [3, 0, 0, 0, 0, 0];
+                        args[usize::from(flags_arg)] = flags;
+                        run_call(&program, nr, args)
+                    };
+                    assert_eq!(call(flags), libc::SECCOMP_RET_ALLOW, "{network:?} {nr}");
+                    let want = if network == Network::Full {
+                        libc::SECCOMP_RET_ALLOW
+                    } else {
+                        eperm
+                    };
+                    assert_eq!(call(flags | fastopen), want, "{network:?} {nr} fastopen");
+                }
             }
         }
     }
