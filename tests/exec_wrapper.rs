@@ -151,3 +151,69 @@ fn print_status_reports_the_confinement() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not defined"));
 }
+
+const NOREAD_UID: u32 = 61762;
+
+/// A profile without `read` gets the documented default read roots: `/usr/bin/id` runs under it,
+/// as a verb and under `verbd exec`, and the default roots still do not include the temp dir.
+#[test]
+fn a_profile_without_read_runs_programs_from_the_default_read_roots() {
+    if !require_root("a_profile_without_read_runs_programs_from_the_default_read_roots") {
+        return;
+    }
+    let policy = format!(
+        r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [{NOREAD_UID}]
+[sandbox.noread]
+write = ["@DIR@/work"]
+[verb.whoami]
+description = "id"
+category = "read-only"
+roles = ["agent"]
+sandbox = "noread"
+command = "/usr/bin/id -u"
+"#
+    );
+    let daemon = Daemon::start_with(&policy, |dir| {
+        std::fs::create_dir(dir.join("work")).unwrap();
+    });
+    daemon.open_socket();
+    let out = daemon.cli_as(NOREAD_UID, &["call", "--json", "whoami"]);
+    println!("verb: {out:?}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit"]["code"], 0, "{v}");
+
+    std::fs::write(daemon.path("secret-in-tmp"), "not in a default root").unwrap();
+    let exec = |program: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["exec", "--policy"])
+            .arg(&daemon.policy)
+            .args(["--profile", "noread", "--"])
+            .args(program)
+            .uid(NOREAD_UID)
+            .gid(NOREAD_UID)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        println!("{program:?}: {out:?}");
+        out
+    };
+    let out = exec(&["/usr/bin/id", "-u"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        NOREAD_UID.to_string()
+    );
+    // Positive control for the boundary: a file outside the default roots stays unreadable.
+    let out = exec(&["/bin/cat", daemon.path("secret-in-tmp").to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+}
