@@ -198,8 +198,8 @@ type Sandboxes = BTreeMap<String, Arc<PreparedSandbox>>;
 
 /// Every profile, and the read-only twins for dry runs.
 fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadError> {
-    // Only profiles of verbs with a dry run need the read-only twin (each prepare walks the
-    // write roots for Landlock).
+    // Only profiles of verbs with a dry run need the read-only twin (each prepare opens every
+    // root for Landlock).
     let dry_run_profiles: BTreeSet<&str> = policy
         .verbs
         .values()

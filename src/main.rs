@@ -163,8 +163,6 @@ enum Command {
         #[arg(long)]
         outside: PathBuf,
         #[arg(long)]
-        protected: Option<PathBuf>,
-        #[arg(long)]
         network_none: bool,
         #[arg(long)]
         fast_open_refused: bool,
@@ -305,13 +303,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => cli::local::selftest(policy, state_dir, json),
         Command::Canary {
             outside,
-            protected,
             network_none,
             fast_open_refused,
             keeps_capabilities,
         } => Ok(cli::local::canary(&verbd::selftest::CanaryPlan {
             outside,
-            protected,
             network_none,
             fast_open_refused,
             keeps_capabilities,

@@ -8,7 +8,7 @@
 //! Checks: the policy's embedded examples; every verb binary (absolute, regular, executable, owned
 //! by root or the daemon user, not writable by group/other, parents likewise, no set-id bit,
 //! optional sha256 pin); per sandbox profile, a canary child (the verbd binary itself, in a hidden
-//! mode) that must FAIL to write outside the write roots and to a protected name, get EPERM from a
+//! mode) that must FAIL to write outside the write roots, get EPERM from a
 //! denied syscall, fail to open a network socket when the network is off, fail to reach an unlisted
 //! Unix socket by `connect` or by datagram (`SOCK_DGRAM`, `SOCK_RAW`), and see no_new_privs,
 //! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
@@ -563,9 +563,6 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if spec.network != Network::Full {
         cmd.arg("--fast-open-refused");
     }
-    if let Some(root) = spec.write.first() {
-        cmd.arg("--protected").arg(root.join("CLAUDE.md"));
-    }
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
     }
@@ -739,8 +736,6 @@ fn parse_finding(line: &str) -> Option<CanaryFinding> {
 pub struct CanaryPlan {
     /// A directory outside every write root: creating a file there must fail.
     pub outside: PathBuf,
-    /// A protected name inside a write root: opening it for writing must fail.
-    pub protected: Option<PathBuf>,
     /// The profile has `network = "none"`: an `AF_INET` socket must be refused.
     pub network_none: bool,
     /// The profile's network is not `full`: a `MSG_FASTOPEN` send must be refused.
@@ -752,7 +747,6 @@ pub struct CanaryPlan {
 /// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
 pub fn canary_main(plan: &CanaryPlan) -> i32 {
     let outside = plan.outside.as_path();
-    let protected = plan.protected.as_deref();
     let network_none = plan.network_none;
     let keeps_caps = plan.keeps_capabilities;
     let mut lines = Vec::new();
@@ -777,27 +771,6 @@ pub fn canary_main(plan: &CanaryPlan) -> i32 {
             );
         }
         Err(e) => report("write-outside", true, e.to_string()),
-    }
-    if let Some(path) = protected {
-        let existed = path.exists();
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-        {
-            Ok(_) => {
-                if !existed {
-                    let _ = std::fs::remove_file(path);
-                }
-                report(
-                    "write-protected",
-                    false,
-                    format!("opened {} for writing", path.display()),
-                );
-            }
-            Err(e) => report("write-protected", true, e.to_string()),
-        }
     }
     match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
         Ok(()) => report(

@@ -30,7 +30,12 @@ pub fn exec(
                 .join(", ")
         );
     };
-    let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())?;
+    // Without a mount namespace, protected entries of the write roots are kept read-only by
+    // splitting the roots.
+    let prepared = verbd::sandbox::PreparedSandbox::prepare_with(
+        spec.clone(),
+        verbd::sandbox::WriteRoots::ProtectedReadOnly,
+    )?;
     let err = match verbd::sandbox::exec_confined(&prepared, program, args, print_status) {
         Err(e) => e,
         Ok(never) => match never {},

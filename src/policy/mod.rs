@@ -601,9 +601,38 @@ impl Policy {
                     None => continue,
                 },
             };
+            self.refuse_protected_path(param, &value)
+                .map_err(Refusal::Invalid)?;
             args.insert(param.name.clone(), value);
         }
         Ok(args)
+    }
+
+    /// A command verb's path parameter never names a protected entry or anything beneath one:
+    /// its write roots are granted whole (module `sandbox::fs_rules`), so this check, on the
+    /// validated (normalized, symlink-free) path, is what keeps a program that writes its
+    /// argument away from `CLAUDE.md`, `.git/hooks/…` and the rest of the list. File verbs check
+    /// their own path beneath their root (`crate::files`).
+    fn refuse_protected_path(&self, param: &Param, value: &str) -> Result<(), ParamRejection> {
+        if !matches!(
+            param.kind,
+            params::ParamKind::Path {
+                opened_by: params::PathOpener::Child,
+                ..
+            }
+        ) {
+            return Ok(());
+        }
+        match self.protected.match_path(std::path::Path::new(value)) {
+            None => Ok(()),
+            Some(hit) => Err(ParamRejection {
+                param: param.name.clone(),
+                rule: "path-protected",
+                message: format!(
+                    "{value:?} is a {hit}: path parameters never name protected entries"
+                ),
+            }),
+        }
     }
 
     fn render(

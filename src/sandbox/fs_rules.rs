@@ -1,9 +1,20 @@
 //! The Landlock filesystem template of a sandbox profile, built once in the parent.
 //!
+//! Read roots get read and execute access; write roots are granted one of two ways
+//! ([`WriteRoots`]):
+//!
+//! - **whole** (verbs, and `verbd exec` in a mount namespace): the root with every filesystem
+//!   right, so entries can be created, renamed and removed anywhere in it, as in any Landlock or
+//!   bwrap sandbox. A verb's protected names are kept by its typed parameters (a path parameter
+//!   never names a protected entry, `Policy::validate_args`) and by the file verbs; `verbd exec`
+//!   adds read-only bind mounts over the protected entries;
+//! - **split** around protected entries (`verbd exec` where the host offers no user namespace),
+//!   described below.
+//!
 //! Landlock can only add access, never subtract it, and a rule on a directory covers everything
 //! beneath it. To keep protected names (see [`crate::protected`]) inside a write root both
-//! unmodifiable and uncreatable without user namespaces, a write root is **split**: the root
-//! directory itself gets read access only, and each existing entry gets its own grant:
+//! unmodifiable and uncreatable without user namespaces, a split write root gets read access on
+//! the root directory itself only, and each existing entry gets its own grant:
 //!
 //! - a protected entry gets nothing beyond the read access of its parent (readable, not
 //!   writable, not removable, not replaceable);
@@ -15,7 +26,7 @@
 //!   (`.git` for `.git/hooks`) or an ancestor of a protected absolute path: then it is split the
 //!   same way (so `.git/objects` is writable whole while `.git/hooks` and `.git/config` are not).
 //!
-//! Trade-offs (documented for operators):
+//! Trade-offs of the split (documented for operators):
 //! - new entries cannot be created, and existing ones cannot be removed or renamed, directly in a
 //!   write root or in any split directory (e.g. `.git` itself: `git commit` cannot create
 //!   `.git/index.lock`). Tools that need scratch space should use an existing subdirectory of the
@@ -53,6 +64,16 @@ pub const SPLIT_DEPTH: usize = 3;
 /// too broad (narrow the write root instead).
 pub const WALK_ENTRY_LIMIT: usize = 100_000;
 
+/// How a profile's write roots are granted (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteRoots {
+    /// Each write root whole: create, rename and remove anywhere in it.
+    Whole,
+    /// Split around the protected entries existing at build time: those stay read-only, and
+    /// nothing can be created at the top of a root or in a split directory.
+    ProtectedReadOnly,
+}
+
 /// One grant of the template.
 struct Grant {
     path: PathBuf,
@@ -73,8 +94,11 @@ fn file_write_access() -> BitFlags<AccessFs> {
 
 /// Builds the template ruleset: handled = all filesystem rights of the pinned ABI, scoped for
 /// signals and abstract Unix sockets.
-pub(super) fn build_template(spec: &SandboxSpec) -> Result<RulesetCreated, SandboxError> {
-    let grants = plan(spec)?;
+pub(super) fn build_template(
+    spec: &SandboxSpec,
+    write_roots: WriteRoots,
+) -> Result<RulesetCreated, SandboxError> {
+    let grants = plan(spec, write_roots)?;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -101,7 +125,7 @@ fn landlock_error(err: landlock::RulesetError) -> SandboxError {
 }
 
 /// Resolves and validates every path of the profile and lists the grants.
-fn plan(spec: &SandboxSpec) -> Result<Vec<Grant>, SandboxError> {
+fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError> {
     let mut grants = Vec::new();
     for path in &spec.read {
         let canonical = existing(spec, path)?;
@@ -141,27 +165,34 @@ fn plan(spec: &SandboxSpec) -> Result<Vec<Grant>, SandboxError> {
         }
     }
     for (given, root) in &write_roots {
+        let metadata = std::fs::metadata(root).map_err(|e| path_error(spec, given, &e))?;
+        if !metadata.is_dir() {
+            grants.push(Grant {
+                path: root.clone(),
+                access: file_write_access(),
+            });
+            continue;
+        }
+        if mode == WriteRoots::Whole {
+            grants.push(Grant {
+                path: root.clone(),
+                access: dir_write_access(),
+            });
+            continue;
+        }
         let mut walk = Walk {
             protected: &spec.protected,
             visited: 0,
             grants: Vec::new(),
         };
-        let metadata = std::fs::metadata(root).map_err(|e| path_error(spec, given, &e))?;
-        if metadata.is_dir() {
-            walk.split_dir(root, 0).map_err(|e| match e {
-                WalkError::TooLarge => SandboxError::WalkTooLarge {
-                    profile: spec.name.clone(),
-                    root: given.clone(),
-                    limit: WALK_ENTRY_LIMIT,
-                },
-                WalkError::Io(path, err) => path_error(spec, &path, &err),
-            })?;
-        } else {
-            walk.grants.push(Grant {
-                path: root.clone(),
-                access: file_write_access(),
-            });
-        }
+        walk.split_dir(root, 0).map_err(|e| match e {
+            WalkError::TooLarge => SandboxError::WalkTooLarge {
+                profile: spec.name.clone(),
+                root: given.clone(),
+                limit: WALK_ENTRY_LIMIT,
+            },
+            WalkError::Io(path, err) => path_error(spec, &path, &err),
+        })?;
         grants.append(&mut walk.grants);
     }
     grants.push(Grant {
@@ -305,7 +336,7 @@ mod tests {
             std::fs::write(root.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
-        let grants = plan(&spec_with_write(&root)).unwrap();
+        let grants = plan(&spec_with_write(&root), WriteRoots::ProtectedReadOnly).unwrap();
         assert_eq!(granted(&grants, &root), Some(read_access()));
         assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
         assert_eq!(granted(&grants, &root.join("link")), None);
@@ -334,15 +365,33 @@ mod tests {
     }
 
     #[test]
+    fn whole_write_roots_get_one_grant_with_every_right() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join("CLAUDE.md"), "x").unwrap();
+        let grants = plan(&spec_with_write(&root), WriteRoots::Whole).unwrap();
+        assert_eq!(granted(&grants, &root), Some(dir_write_access()));
+        assert_eq!(granted(&grants, &root.join(".git")), None);
+        assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
+    }
+
+    #[test]
     fn bad_roots_are_refused_with_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let err = plan(&spec_with_write(&missing)).err().unwrap().to_string();
+        let err = plan(&spec_with_write(&missing), WriteRoots::Whole)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("nope"), "{err}");
         std::fs::create_dir(dir.path().join(".claude")).unwrap();
-        let err = plan(&spec_with_write(&dir.path().join(".claude")))
-            .err()
-            .unwrap();
+        let err = plan(
+            &spec_with_write(&dir.path().join(".claude")),
+            WriteRoots::Whole,
+        )
+        .err()
+        .unwrap();
         assert!(
             matches!(err, SandboxError::ProtectedWriteRoot { .. }),
             "{err}"
@@ -350,9 +399,11 @@ mod tests {
         let mut spec = spec_with_write(dir.path());
         std::fs::create_dir(dir.path().join("in")).unwrap();
         spec.write.push(dir.path().join("in"));
-        assert!(matches!(
-            plan(&spec),
-            Err(SandboxError::NestedWriteRoots { .. })
-        ));
+        for mode in [WriteRoots::Whole, WriteRoots::ProtectedReadOnly] {
+            assert!(matches!(
+                plan(&spec, mode),
+                Err(SandboxError::NestedWriteRoots { .. })
+            ));
+        }
     }
 }

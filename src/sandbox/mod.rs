@@ -2,8 +2,9 @@
 //! applied to a child between `fork` and `execve` — or to the current process by `verbd exec`.
 //!
 //! A [`SandboxSpec`] (one `[sandbox.NAME]` table of the policy) is compiled once, at policy load,
-//! into a [`PreparedSandbox`]: the Landlock template ruleset (see [`fs_rules`] for how protected
-//! names inside write roots stay read-only without user namespaces, and the trade-offs), the BPF
+//! into a [`PreparedSandbox`]: the Landlock template ruleset (see [`fs_rules`]: write roots
+//! granted whole for verbs, or split around protected names for `verbd exec` without user
+//! namespaces, and the trade-offs), the BPF
 //! programs (module `seccomp`: their shape and the attach-cost measurements), the highest
 //! capability number and the rlimit values. Per spawn, [`PreparedSandbox::install`] clones the
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
@@ -49,6 +50,7 @@ use seccompiler::BpfProgram;
 
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
+pub use fs_rules::WriteRoots;
 use seccomp::FilterUse;
 
 /// Network access of sandboxed children. In every mode a `connect` to a pathname Unix socket
@@ -103,7 +105,7 @@ pub struct SandboxSpec {
     pub name: String,
     /// Read and execute roots.
     pub read: Vec<PathBuf>,
-    /// Write roots (read + write); protected names inside them stay read-only.
+    /// Write roots (read + write), granted as [`WriteRoots`] says.
     pub write: Vec<PathBuf>,
     pub protected: crate::protected::ProtectedNames,
     pub network: Network,
@@ -240,10 +242,18 @@ impl fmt::Debug for PreparedSandbox {
 }
 
 impl PreparedSandbox {
-    /// Validates and compiles a profile. Every path must exist; Landlock must support the pinned
-    /// ABI.
+    /// Validates and compiles a profile for verbs: write roots granted whole. Every path must
+    /// exist; Landlock must support the pinned ABI.
     pub fn prepare(spec: SandboxSpec) -> Result<PreparedSandbox, SandboxError> {
-        let template = fs_rules::build_template(&spec)?;
+        Self::prepare_with(spec, WriteRoots::Whole)
+    }
+
+    /// [`prepare`](Self::prepare), with the write roots granted as `write_roots` says.
+    pub fn prepare_with(
+        spec: SandboxSpec,
+        write_roots: WriteRoots,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        let template = fs_rules::build_template(&spec, write_roots)?;
         let net_template = net_rules::build(&spec.network)?;
         for path in &spec.unix_sockets {
             if !path.is_absolute() || path.as_os_str().len() >= 108 {
