@@ -371,6 +371,7 @@ fn selftest_100_verbs(c: &mut Criterion) {
         b.iter(|| {
             let report = verbd::selftest::run(&verbd::selftest::Context {
                 policy: &policy,
+                private: &[],
                 daemon_uid: 0,
                 canary_exe: exe.clone(),
                 serving: None,

@@ -168,6 +168,8 @@ enum Command {
         fast_open_refused: bool,
         #[arg(long)]
         keeps_capabilities: bool,
+        #[arg(long)]
+        private: Vec<PathBuf>,
     },
     /// The audit journal
     Audit {
@@ -306,11 +308,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             network_none,
             fast_open_refused,
             keeps_capabilities,
+            private,
         } => Ok(cli::local::canary(&verbd::selftest::CanaryPlan {
             outside,
             network_none,
             fast_open_refused,
             keeps_capabilities,
+            private,
         })),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => match command {

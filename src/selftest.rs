@@ -8,7 +8,8 @@
 //! Checks: the policy's embedded examples; every verb binary (absolute, regular, executable, owned
 //! by root or the daemon user, not writable by group/other, parents likewise, no set-id bit,
 //! optional sha256 pin); per sandbox profile, a canary child (the verbd binary itself, in a hidden
-//! mode) that must FAIL to write outside the write roots, get EPERM from a
+//! mode) that must FAIL to write outside the write roots and to read any of the daemon's private
+//! paths (policy, secret sources, credentials, state directory), get EPERM from a
 //! denied syscall, fail to open a network socket when the network is off, fail to reach an unlisted
 //! Unix socket by `connect` or by datagram (`SOCK_DGRAM`, `SOCK_RAW`), and see no_new_privs,
 //! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
@@ -134,6 +135,8 @@ impl Report {
 /// What the self-test needs to know beyond the policy.
 pub struct Context<'a> {
     pub policy: &'a Policy,
+    /// The daemon's private paths (`Loader::private_paths`): every canary must fail to read each.
+    pub private: &'a [PathBuf],
     /// The uid the daemon runs as (after its privilege drop).
     pub daemon_uid: u32,
     /// The verbd binary, run as the sandbox canary.
@@ -530,7 +533,10 @@ fn check_sandbox(report: &mut Report, ctx: &Context, spec: &SandboxSpec) {
 fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, String)> {
     // The canary is the verbd binary: let it be loaded (the binary and the system libraries);
     // nothing about writes, syscalls, network or capabilities changes.
-    let mut canary_spec = spec.clone();
+    let mut canary_spec = SandboxSpec {
+        private: ctx.private.to_vec(),
+        ..spec.clone()
+    };
     for extra in [
         ctx.canary_exe.as_path(),
         Path::new("/lib"),
@@ -562,6 +568,9 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     }
     if spec.network != Network::Full {
         cmd.arg("--fast-open-refused");
+    }
+    for private in ctx.private.iter().filter(|p| p.exists()) {
+        cmd.arg("--private").arg(private);
     }
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
@@ -742,6 +751,8 @@ pub struct CanaryPlan {
     pub fast_open_refused: bool,
     /// The profile keeps capabilities: the empty-sets probe is skipped.
     pub keeps_capabilities: bool,
+    /// The daemon's private paths: reading each must fail.
+    pub private: Vec<PathBuf>,
 }
 
 /// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
@@ -771,6 +782,27 @@ pub fn canary_main(plan: &CanaryPlan) -> i32 {
             );
         }
         Err(e) => report("write-outside", true, e.to_string()),
+    }
+    if !plan.private.is_empty() {
+        let readable: Vec<String> = plan
+            .private
+            .iter()
+            .filter(|path| readable(path))
+            .map(|path| path.display().to_string())
+            .collect();
+        if readable.is_empty() {
+            report(
+                "private-paths",
+                true,
+                format!("none of {} readable", plan.private.len()),
+            );
+        } else {
+            report(
+                "private-paths",
+                false,
+                format!("read the daemon's {}", readable.join(", ")),
+            );
+        }
     }
     match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
         Ok(()) => report(
@@ -870,6 +902,15 @@ pub fn canary_main(plan: &CanaryPlan) -> i32 {
     }
     println!("{}", lines.join("\n"));
     0
+}
+
+/// Can this process read `path` (list it, for a directory)?
+fn readable(path: &Path) -> bool {
+    use std::io::Read;
+    if path.is_dir() {
+        return std::fs::read_dir(path).is_ok();
+    }
+    std::fs::File::open(path).is_ok_and(|mut file| file.read(&mut [0u8; 1]).is_ok())
 }
 
 /// Tries to send a datagram to `path` from an `AF_UNIX` socket of every type the kernel makes a

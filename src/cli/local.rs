@@ -56,7 +56,10 @@ pub fn selftest(
     state_dir: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let loader = Loader::new(PolicySource::from_flag(policy));
+    let mut loader = Loader::new(PolicySource::from_flag(policy));
+    if let Some(dir) = &state_dir {
+        loader = loader.with_state_dir(dir.clone());
+    }
     let policy = match loader.compile() {
         Ok(p) => p,
         Err(e) => {

@@ -620,6 +620,7 @@ fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
             .filter(|p| p.exists())
             .collect(),
         write: Vec::new(),
+        private: Vec::new(),
         protected: protected.clone(),
         network: Network::None,
         keep_capabilities: Vec::new(),

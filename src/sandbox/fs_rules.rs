@@ -1,7 +1,18 @@
 //! The Landlock filesystem template of a sandbox profile, built once in the parent.
 //!
-//! Read roots get read and execute access; write roots are granted one of two ways
-//! ([`WriteRoots`]):
+//! Read roots get read and execute access, except the daemon's private paths
+//! ([`SandboxSpec::private`]: the policy and its includes, secret sources,
+//! `$CREDENTIALS_DIRECTORY`, the state directory), which no child may read or write whatever its
+//! profile says. A read root that contains one is **split around it**: along the path from the
+//! root to each private path, every directory gets at most `ReadDir` (its names can be listed,
+//! unless a private directory lies beneath it: `ReadDir` would hold for that one too) and each
+//! of its other entries gets its own read grant; the private entry gets nothing. Symlinks
+//! met on the way get nothing (a link's target is judged on its own, as with a whole grant,
+//! where a target outside the root was never readable either). Entries created later in a split
+//! directory are not readable until the profile is prepared again (a reload). A read root inside
+//! a private path, and a write root that contains or lies inside one, are refused.
+//!
+//! Write roots are granted one of two ways ([`WriteRoots`]):
 //!
 //! - **whole** (verbs, and `verbd exec` in a mount namespace): the root with every filesystem
 //!   right, so entries can be created, renamed and removed anywhere in it, as in any Landlock or
@@ -129,21 +140,52 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
     let mut grants = Vec::new();
     for path in &spec.read {
         let canonical = existing(spec, path)?;
-        // A single file (e.g. /dev/zero) gets the file subset of the read rights: Landlock
-        // refuses directory-only rights on a non-directory.
-        let access = if canonical.is_dir() {
-            read_access()
-        } else {
-            read_access() & file_write_access()
-        };
-        grants.push(Grant {
-            path: canonical,
-            access,
-        });
+        if let Some(private) = spec.private.iter().find(|p| canonical.starts_with(p)) {
+            return Err(SandboxError::PrivateRoot {
+                profile: spec.name.clone(),
+                kind: "read root",
+                root: path.clone(),
+                private: private.clone(),
+            });
+        }
+        let inside: Vec<&Path> = spec
+            .private
+            .iter()
+            .filter(|p| p.starts_with(&canonical))
+            .map(PathBuf::as_path)
+            .collect();
+        if inside.is_empty() {
+            grants.push(Grant {
+                access: read_grant(canonical.is_dir()),
+                path: canonical,
+            });
+            continue;
+        }
+        let mut visited = 0;
+        split_read_dir(&canonical, &inside, &mut visited, &mut grants).map_err(|e| match e {
+            WalkError::TooLarge => SandboxError::WalkTooLarge {
+                profile: spec.name.clone(),
+                root: path.clone(),
+                limit: WALK_ENTRY_LIMIT,
+            },
+            WalkError::Io(path, err) => path_error(spec, &path, &err),
+        })?;
     }
     let mut write_roots = Vec::new();
     for path in &spec.write {
         let canonical = existing(spec, path)?;
+        if let Some(private) = spec
+            .private
+            .iter()
+            .find(|p| canonical.starts_with(p) || p.starts_with(&canonical))
+        {
+            return Err(SandboxError::PrivateRoot {
+                profile: spec.name.clone(),
+                kind: "write root",
+                root: path.clone(),
+                private: private.clone(),
+            });
+        }
         if let Some(hit) = spec.protected.match_path(&canonical) {
             return Err(SandboxError::ProtectedWriteRoot {
                 profile: spec.name.clone(),
@@ -200,6 +242,77 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
         access: file_write_access() & !AccessFs::Execute,
     });
     Ok(grants)
+}
+
+/// The read rights for a directory, or their file subset for anything else (e.g. /dev/zero):
+/// Landlock refuses directory-only rights on a non-directory.
+fn read_grant(is_dir: bool) -> BitFlags<AccessFs> {
+    if is_dir {
+        read_access()
+    } else {
+        read_access() & file_write_access()
+    }
+}
+
+/// Grants every entry of `dir` read access, except the private paths in `private` (all
+/// beneath `dir`): a private entry gets nothing, a directory leading to one is split the same
+/// way, a symlink gets nothing. `dir` itself gets `ReadDir` (its names can be listed) only when
+/// every private path beneath it is an existing non-directory: Landlock's `ReadDir` holds for
+/// every directory beneath, so a private directory (the state directory) would be listable.
+fn split_read_dir(
+    dir: &Path,
+    private: &[&Path],
+    visited: &mut usize,
+    grants: &mut Vec<Grant>,
+) -> Result<(), WalkError> {
+    let only_private_files = private
+        .iter()
+        .all(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()));
+    if only_private_files {
+        grants.push(Grant {
+            path: dir.to_path_buf(),
+            access: AccessFs::ReadDir.into(),
+        });
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // Vanished while walking: granting nothing is the safe answer.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(WalkError::Io(dir.to_path_buf(), e)),
+        };
+        *visited += 1;
+        if *visited > WALK_ENTRY_LIMIT {
+            return Err(WalkError::TooLarge);
+        }
+        let path = entry.path();
+        if private.iter().any(|p| *p == path) {
+            continue;
+        }
+        let file_type = match entry.file_type() {
+            Ok(file_type) => file_type,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(WalkError::Io(path, e)),
+        };
+        if file_type.is_symlink() {
+            continue;
+        }
+        let below: Vec<&Path> = private
+            .iter()
+            .copied()
+            .filter(|p| p.starts_with(&path))
+            .collect();
+        if file_type.is_dir() && !below.is_empty() {
+            split_read_dir(&path, &below, visited, grants)?;
+            continue;
+        }
+        grants.push(Grant {
+            access: read_grant(file_type.is_dir()),
+            path,
+        });
+    }
+    Ok(())
 }
 
 fn existing(spec: &SandboxSpec, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -304,6 +417,7 @@ mod tests {
             name: "t".into(),
             read: vec![],
             write: vec![root.to_path_buf()],
+            private: vec![],
             protected: ProtectedNames::builtin(),
             network: Network::None,
             keep_capabilities: vec![],
@@ -374,6 +488,85 @@ mod tests {
         assert_eq!(granted(&grants, &root), Some(dir_write_access()));
         assert_eq!(granted(&grants, &root.join(".git")), None);
         assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
+    }
+
+    #[test]
+    fn read_roots_are_split_around_private_paths_and_write_roots_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["etc/verbd/secrets", "etc/ssl", "state"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "etc/passwd",
+            "etc/verbd/policy.toml",
+            "etc/verbd/pack.toml",
+            "etc/verbd/secrets/pg",
+            "state/journal.jsonl",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("state"), root.join("etc/state-link")).unwrap();
+        let mut spec = spec_with_write(&root.join("etc/ssl"));
+        spec.read = vec![root.clone(), root.join("state/../etc/ssl")];
+        spec.private = vec![
+            root.join("etc/verbd/policy.toml"),
+            root.join("etc/verbd/secrets/pg"),
+            root.join("state"),
+        ];
+        let grants = plan(&spec, WriteRoots::Whole).unwrap();
+        let read_dir = BitFlags::from(AccessFs::ReadDir);
+        assert_eq!(
+            granted(&grants, &root),
+            None,
+            "the state directory is beneath"
+        );
+        assert_eq!(granted(&grants, &root.join("etc")), Some(read_dir));
+        assert_eq!(granted(&grants, &root.join("etc/verbd")), Some(read_dir));
+        assert_eq!(
+            granted(&grants, &root.join("etc/verbd/secrets")),
+            Some(read_dir)
+        );
+        assert_eq!(granted(&grants, &root.join("etc/verbd/policy.toml")), None);
+        assert_eq!(granted(&grants, &root.join("etc/verbd/secrets/pg")), None);
+        assert_eq!(granted(&grants, &root.join("etc/state-link")), None);
+        assert_eq!(
+            granted(&grants, &root.join("etc/verbd/pack.toml")),
+            Some(read_grant(false))
+        );
+        assert_eq!(
+            granted(&grants, &root.join("etc/passwd")),
+            Some(read_grant(false))
+        );
+        assert!(
+            grants
+                .iter()
+                .all(|g| !g.path.starts_with(root.join("state")))
+        );
+
+        spec.read = vec![root.join("state")];
+        assert!(matches!(
+            plan(&spec, WriteRoots::Whole),
+            Err(SandboxError::PrivateRoot {
+                kind: "read root",
+                ..
+            })
+        ));
+        spec.read = vec![];
+        for write in [root.clone(), root.join("state")] {
+            spec.write = vec![write];
+            let err = plan(&spec, WriteRoots::Whole).err().unwrap();
+            assert!(
+                matches!(
+                    err,
+                    SandboxError::PrivateRoot {
+                        kind: "write root",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -107,6 +107,10 @@ pub struct SandboxSpec {
     pub read: Vec<PathBuf>,
     /// Write roots (read + write), granted as [`WriteRoots`] says.
     pub write: Vec<PathBuf>,
+    /// The daemon's private paths (canonical): no child reads or writes them, whatever `read`
+    /// and `write` say (read roots are split around them, write roots may not touch them; see
+    /// [`fs_rules`]). Set by the loader for daemon children; empty for `verbd exec`.
+    pub private: Vec<PathBuf>,
     pub protected: crate::protected::ProtectedNames,
     pub network: Network,
     /// Capabilities the child keeps (default none).
@@ -133,6 +137,7 @@ impl SandboxSpec {
             name: name.into(),
             read: Vec::new(),
             write: Vec::new(),
+            private: Vec::new(),
             protected: crate::protected::ProtectedNames::builtin(),
             network: Network::None,
             keep_capabilities: Vec::new(),
@@ -159,6 +164,15 @@ pub enum SandboxError {
         profile: String,
         path: PathBuf,
         rule: String,
+    },
+    #[error(
+        "sandbox `{profile}`: {kind} {root:?} touches {private:?}, a private path of the daemon (its policy, a secret source, the credentials or the state directory), which no child may read or write; narrow the root, or move the daemon's file out of it"
+    )]
+    PrivateRoot {
+        profile: String,
+        kind: &'static str,
+        root: PathBuf,
+        private: PathBuf,
     },
     #[error(
         "sandbox `{profile}`: write root {inner:?} lies inside write root {outer:?}; list only the outer one"
