@@ -189,6 +189,11 @@ enum Command {
         #[arg(long, value_enum)]
         print_config: Option<verbd::adapters::mcp::config::Client>,
     },
+    /// Sandbox profiles: what they allow, and which rule decides (offline)
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
     /// Policy tools (work offline, no daemon needed)
     Policy {
         #[command(subcommand)]
@@ -217,6 +222,36 @@ enum HookCommand {
         #[arg(long)]
         print_settings: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum SandboxCommand {
+    /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
+    /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private
+    /// paths out of reach), or with --exec as `verbd exec` does. Exit 0 allowed, 1 denied.
+    Why {
+        /// Policy holding the profile (default: the embedded demo policy)
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Explain the profile as `verbd exec` applies it
+        #[arg(long)]
+        exec: bool,
+        profile: String,
+        path: PathBuf,
+        #[arg(value_enum, default_value = "read")]
+        access: WhyAccess,
+    },
+}
+
+/// The access `verbd sandbox why` asks about.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum WhyAccess {
+    Read,
+    Write,
+    Exec,
 }
 
 fn main() -> ExitCode {
@@ -316,6 +351,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             keeps_capabilities,
             private,
         })),
+        Command::Sandbox {
+            command:
+                SandboxCommand::Why {
+                    policy,
+                    state_dir,
+                    exec,
+                    profile,
+                    path,
+                    access,
+                },
+        } => cli::local::sandbox_why(
+            policy,
+            state_dir,
+            exec,
+            &profile,
+            &path,
+            match access {
+                WhyAccess::Read => verbd::sandbox::FsAccess::Read,
+                WhyAccess::Write => verbd::sandbox::FsAccess::Write,
+                WhyAccess::Exec => verbd::sandbox::FsAccess::Exec,
+            },
+        ),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {

@@ -636,12 +636,13 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
         .collect();
     if escaped.is_empty() {
         Ok(format!(
-            "canary confined: {}",
+            "canary confined: {}; {}",
             findings
                 .iter()
                 .map(|f| f.name.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            prepared.denial_log()
         ))
     } else {
         Err((

@@ -50,6 +50,60 @@ pub fn exec(
     ))
 }
 
+/// `verbd sandbox why`: what `profile`'s Landlock rules decide for `access` to `path`. Exit 0
+/// allowed, 1 denied.
+pub fn sandbox_why(
+    policy: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    exec: bool,
+    profile: &str,
+    path: &Path,
+    access: verbd::sandbox::FsAccess,
+) -> anyhow::Result<ExitCode> {
+    let loader = Loader::new(PolicySource::from_flag(policy));
+    let policy = loader.compile()?;
+    let Some(spec) = policy.sandboxes.get(profile) else {
+        bail!(
+            "profile `{profile}` is not defined in {} (defined: {})",
+            policy.origin,
+            policy
+                .sandboxes
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let (spec, mode, how) = if exec {
+        (
+            spec.clone(),
+            verbd::sandbox::WriteRoots::ProtectedReadOnly,
+            "as `verbd exec` applies it: write roots split around protected names",
+        )
+    } else {
+        let state_dir = state_dir
+            .or_else(|| policy.daemon.state_dir.clone())
+            .unwrap_or_else(verbd::paths::default_state_dir);
+        let private = loader.with_state_dir(state_dir).private_paths(&policy);
+        (
+            verbd::sandbox::SandboxSpec {
+                private,
+                ..spec.clone()
+            },
+            verbd::sandbox::WriteRoots::Whole,
+            "as the daemon runs its verbs: write roots whole, its private paths out of reach",
+        )
+    };
+    let explanation = verbd::sandbox::explain(&spec, mode, path, access)?;
+    println!("profile `{profile}` of {}, {how}", policy.origin);
+    print!("{explanation}");
+    Ok(if explanation.allowed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CHECK_FAILED)
+    })
+}
+
 /// `verbd selftest`: the loader's compile and self-test steps, offline. Exit 1 on any FAIL.
 pub fn selftest(
     policy: Option<PathBuf>,

@@ -64,8 +64,50 @@ use super::{SandboxError, SandboxSpec};
 use crate::protected::ProtectedNames;
 
 /// The Landlock ABI the sandbox requires: V6 (Linux 6.12) adds the signal and abstract-socket
-/// scopes.
+/// scopes. Every restriction verbd relies on is in V6; V7 only adds audit logging, which is used
+/// where the kernel has it ([`DenialLog`]) and never required.
 pub const PINNED_ABI: ABI = ABI::V6;
+
+/// Where Landlock denials of a sandboxed program are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialLog {
+    /// Landlock ABI ≥ 7 (Linux 6.15): the domain is created with `log_new_exec`
+    /// (`LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`), so denials *after* `execve` — the verb's
+    /// program's own — go to the kernel audit log (`AUDIT_LANDLOCK_ACCESS` records naming the
+    /// access and the path, once the audit subsystem is enabled: auditd, or `audit=1`).
+    Audit,
+    /// An older kernel: denials are not logged. The sandbox is the same.
+    Unavailable { kernel_abi: i32 },
+}
+
+impl DenialLog {
+    /// The first Landlock ABI with audit logging.
+    pub const FIRST_ABI: i32 = 7;
+
+    /// What the running kernel offers.
+    pub fn of_kernel() -> DenialLog {
+        let kernel_abi = super::landlock_kernel_abi();
+        if kernel_abi >= Self::FIRST_ABI {
+            DenialLog::Audit
+        } else {
+            DenialLog::Unavailable { kernel_abi }
+        }
+    }
+}
+
+impl std::fmt::Display for DenialLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DenialLog::Audit => f.write_str(
+                "Landlock denials are logged to the kernel audit log (ABI 7 log_new_exec)",
+            ),
+            DenialLog::Unavailable { kernel_abi } => write!(
+                f,
+                "Landlock denials are not logged (kernel Landlock ABI {kernel_abi}; logging needs ABI 7, Linux 6.15)"
+            ),
+        }
+    }
+}
 
 /// How many directory levels below a write root the walk looks for protected entries (the root's
 /// own entries are level 1).
@@ -89,6 +131,40 @@ pub enum WriteRoots {
 struct Grant {
     path: PathBuf,
     access: BitFlags<AccessFs>,
+    origin: Origin,
+}
+
+/// The profile entry a grant comes from (shown by `verbd sandbox why`). Each holds the root's
+/// canonical path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    ReadRoot(PathBuf),
+    /// An entry of a read root split around the daemon's private paths.
+    ReadRootSplit(PathBuf),
+    WriteRoot(PathBuf),
+    /// An entry of a write root split around protected names.
+    WriteRootSplit(PathBuf),
+    DevNull,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::ReadRoot(root) => write!(f, "read root {}", root.display()),
+            Origin::ReadRootSplit(root) => write!(
+                f,
+                "read root {} (split around the daemon's private paths)",
+                root.display()
+            ),
+            Origin::WriteRoot(root) => write!(f, "write root {} (granted whole)", root.display()),
+            Origin::WriteRootSplit(root) => write!(
+                f,
+                "write root {} (split around protected names)",
+                root.display()
+            ),
+            Origin::DevNull => f.write_str("/dev/null (writable in every profile)"),
+        }
+    }
 }
 
 fn read_access() -> BitFlags<AccessFs> {
@@ -104,10 +180,11 @@ fn file_write_access() -> BitFlags<AccessFs> {
 }
 
 /// Builds the template ruleset: handled = all filesystem rights of the pinned ABI, scoped for
-/// signals and abstract Unix sockets.
+/// signals and abstract Unix sockets, denials logged as `log` says.
 pub(super) fn build_template(
     spec: &SandboxSpec,
     write_roots: WriteRoots,
+    log: DenialLog,
 ) -> Result<RulesetCreated, SandboxError> {
     let grants = plan(spec, write_roots)?;
     let mut ruleset = Ruleset::default()
@@ -118,6 +195,9 @@ pub(super) fn build_template(
         .map_err(landlock_error)?
         .create()
         .map_err(landlock_error)?;
+    if log == DenialLog::Audit {
+        ruleset = ruleset.log_new_exec(true).map_err(landlock_error)?;
+    }
     for grant in grants {
         let fd = PathFd::new(&grant.path).map_err(|e| SandboxError::Path {
             profile: spec.name.clone(),
@@ -157,12 +237,17 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
         if inside.is_empty() {
             grants.push(Grant {
                 access: read_grant(canonical.is_dir()),
+                origin: Origin::ReadRoot(canonical.clone()),
                 path: canonical,
             });
             continue;
         }
-        let mut visited = 0;
-        split_read_dir(&canonical, &inside, &mut visited, &mut grants).map_err(|e| match e {
+        let mut split = SplitRead {
+            origin: Origin::ReadRootSplit(canonical.clone()),
+            visited: 0,
+            grants: &mut grants,
+        };
+        split.dir(&canonical, &inside).map_err(|e| match e {
             WalkError::TooLarge => SandboxError::WalkTooLarge {
                 profile: spec.name.clone(),
                 root: path.clone(),
@@ -212,6 +297,7 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
             grants.push(Grant {
                 path: root.clone(),
                 access: file_write_access(),
+                origin: Origin::WriteRoot(root.clone()),
             });
             continue;
         }
@@ -219,10 +305,12 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
             grants.push(Grant {
                 path: root.clone(),
                 access: dir_write_access(),
+                origin: Origin::WriteRoot(root.clone()),
             });
             continue;
         }
         let mut walk = Walk {
+            origin: Origin::WriteRootSplit(root.clone()),
             protected: &spec.protected,
             visited: 0,
             grants: Vec::new(),
@@ -240,6 +328,7 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
     grants.push(Grant {
         path: PathBuf::from("/dev/null"),
         access: file_write_access() & !AccessFs::Execute,
+        origin: Origin::DevNull,
     });
     Ok(grants)
 }
@@ -254,65 +343,72 @@ fn read_grant(is_dir: bool) -> BitFlags<AccessFs> {
     }
 }
 
-/// Grants every entry of `dir` read access, except the private paths in `private` (all
-/// beneath `dir`): a private entry gets nothing, a directory leading to one is split the same
-/// way, a symlink gets nothing. `dir` itself gets `ReadDir` (its names can be listed) only when
-/// every private path beneath it is an existing non-directory: Landlock's `ReadDir` holds for
-/// every directory beneath, so a private directory (the state directory) would be listable.
-fn split_read_dir(
-    dir: &Path,
-    private: &[&Path],
-    visited: &mut usize,
-    grants: &mut Vec<Grant>,
-) -> Result<(), WalkError> {
-    let only_private_files = private
-        .iter()
-        .all(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()));
-    if only_private_files {
-        grants.push(Grant {
-            path: dir.to_path_buf(),
-            access: AccessFs::ReadDir.into(),
-        });
-    }
-    let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            // Vanished while walking: granting nothing is the safe answer.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(WalkError::Io(dir.to_path_buf(), e)),
-        };
-        *visited += 1;
-        if *visited > WALK_ENTRY_LIMIT {
-            return Err(WalkError::TooLarge);
-        }
-        let path = entry.path();
-        if private.iter().any(|p| *p == path) {
-            continue;
-        }
-        let file_type = match entry.file_type() {
-            Ok(file_type) => file_type,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(WalkError::Io(path, e)),
-        };
-        if file_type.is_symlink() {
-            continue;
-        }
-        let below: Vec<&Path> = private
+/// The walk of a read root split around private paths.
+struct SplitRead<'a> {
+    origin: Origin,
+    visited: usize,
+    grants: &'a mut Vec<Grant>,
+}
+
+impl SplitRead<'_> {
+    /// Grants every entry of `dir` read access, except the private paths in `private` (all
+    /// beneath `dir`): a private entry gets nothing, a directory leading to one is split the
+    /// same way, a symlink gets nothing. `dir` itself gets `ReadDir` (its names can be listed)
+    /// only when every private path beneath it is an existing non-directory: Landlock's
+    /// `ReadDir` holds for every directory beneath, so a private directory (the state
+    /// directory) would be listable.
+    fn dir(&mut self, dir: &Path, private: &[&Path]) -> Result<(), WalkError> {
+        let only_private_files = private
             .iter()
-            .copied()
-            .filter(|p| p.starts_with(&path))
-            .collect();
-        if file_type.is_dir() && !below.is_empty() {
-            split_read_dir(&path, &below, visited, grants)?;
-            continue;
+            .all(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()));
+        if only_private_files {
+            self.grant(dir.to_path_buf(), AccessFs::ReadDir.into());
         }
-        grants.push(Grant {
-            access: read_grant(file_type.is_dir()),
+        let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                // Vanished while walking: granting nothing is the safe answer.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(dir.to_path_buf(), e)),
+            };
+            self.visited += 1;
+            if self.visited > WALK_ENTRY_LIMIT {
+                return Err(WalkError::TooLarge);
+            }
+            let path = entry.path();
+            if private.iter().any(|p| *p == path) {
+                continue;
+            }
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(path, e)),
+            };
+            if file_type.is_symlink() {
+                continue;
+            }
+            let below: Vec<&Path> = private
+                .iter()
+                .copied()
+                .filter(|p| p.starts_with(&path))
+                .collect();
+            if file_type.is_dir() && !below.is_empty() {
+                self.dir(&path, &below)?;
+                continue;
+            }
+            self.grant(path, read_grant(file_type.is_dir()));
+        }
+        Ok(())
+    }
+
+    fn grant(&mut self, path: PathBuf, access: BitFlags<AccessFs>) {
+        self.grants.push(Grant {
             path,
+            access,
+            origin: self.origin.clone(),
         });
     }
-    Ok(())
 }
 
 fn existing(spec: &SandboxSpec, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -333,6 +429,7 @@ enum WalkError {
 }
 
 struct Walk<'a> {
+    origin: Origin,
     protected: &'a ProtectedNames,
     visited: usize,
     grants: Vec<Grant>,
@@ -347,6 +444,7 @@ impl Walk<'_> {
         self.grants.push(Grant {
             path: dir.to_path_buf(),
             access: read_access(),
+            origin: self.origin.clone(),
         });
         let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
         for entry in entries {
@@ -377,6 +475,7 @@ impl Walk<'_> {
                 self.grants.push(Grant {
                     path,
                     access: file_write_access(),
+                    origin: self.origin.clone(),
                 });
                 continue;
             }
@@ -388,6 +487,7 @@ impl Walk<'_> {
             self.grants.push(Grant {
                 path,
                 access: dir_write_access(),
+                origin: self.origin.clone(),
             });
         }
         // The root (depth 0) is always split: otherwise protected names could be created in it.
@@ -405,6 +505,176 @@ impl Walk<'_> {
 /// path? Then granting it whole would let the protected entry be created or replaced.
 fn leads_to_protected(protected: &ProtectedNames, path: &Path) -> bool {
     protected.leads_to(path)
+}
+
+/// An access `verbd sandbox why` asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsAccess {
+    /// Read a file, or list a directory.
+    Read,
+    /// Modify a file (and remove or replace it), create a file in a directory, or create a
+    /// path that does not exist yet.
+    Write,
+    /// Execute a file.
+    Exec,
+}
+
+/// One right the kernel checks for an access, where it checks it, and what decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RightCheck {
+    /// What the right lets the program do (`read`, `modify`, `create it`, …).
+    pub action: &'static str,
+    /// The path Landlock checks the right on (the target, or its directory for creating and
+    /// removing entries).
+    pub checked_on: PathBuf,
+    /// The grants that give the right: their origin and the path each is attached to. Empty:
+    /// denied.
+    pub granted_by: Vec<String>,
+}
+
+/// What a profile's Landlock rules decide for one access to one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The path as given and as resolved (symlinks followed, as the kernel would).
+    pub given: PathBuf,
+    pub resolved: PathBuf,
+    pub access: FsAccess,
+    /// The first check decides; the others (removing or replacing what is written) are shown
+    /// because a split write root decides them differently.
+    pub checks: Vec<RightCheck>,
+    /// Why nothing grants it, when that is known: a private path, a protected entry.
+    pub notes: Vec<String>,
+}
+
+impl Explanation {
+    /// Does the profile allow the access (its first check)?
+    pub fn allowed(&self) -> bool {
+        self.checks
+            .first()
+            .is_some_and(|c| !c.granted_by.is_empty())
+    }
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let access = match self.access {
+            FsAccess::Read => "read",
+            FsAccess::Write => "write",
+            FsAccess::Exec => "exec",
+        };
+        write!(f, "{access} {}", self.given.display())?;
+        if self.resolved != self.given {
+            write!(f, " (resolves to {})", self.resolved.display())?;
+        }
+        writeln!(f, ": {}", if self.allowed() { "ALLOWED" } else { "DENIED" })?;
+        for check in &self.checks {
+            write!(
+                f,
+                "  {} (checked on {}): ",
+                check.action,
+                check.checked_on.display()
+            )?;
+            if check.granted_by.is_empty() {
+                writeln!(f, "denied, no rule grants it")?;
+            } else {
+                writeln!(f, "allowed by {}", check.granted_by.join("; "))?;
+            }
+        }
+        for note in &self.notes {
+            writeln!(f, "  note: {note}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Explains what the profile's Landlock rules (as [`plan`] builds them for `mode`) decide for
+/// `access` to `path`: which rights the kernel checks where, and which grants give them.
+/// Filesystem rules only: the seccomp filters and the connect broker decide other things.
+pub fn explain(
+    spec: &SandboxSpec,
+    mode: WriteRoots,
+    path: &Path,
+    access: FsAccess,
+) -> Result<Explanation, SandboxError> {
+    let grants = plan(spec, mode)?;
+    let missing = |e: io::Error| path_error(spec, path, &e);
+    let (resolved, metadata) = match std::fs::canonicalize(path) {
+        Ok(resolved) => {
+            let metadata = std::fs::metadata(&resolved).map_err(missing)?;
+            (resolved, Some(metadata))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && access == FsAccess::Write => {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(missing(e));
+            };
+            (
+                std::fs::canonicalize(parent).map_err(missing)?.join(name),
+                None,
+            )
+        }
+        Err(e) => return Err(missing(e)),
+    };
+    let parent = resolved.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let is_dir = metadata.as_ref().is_some_and(|m| m.is_dir());
+    let wanted: Vec<(&'static str, &Path, AccessFs)> = match (access, &metadata) {
+        (FsAccess::Read, _) if is_dir => vec![("list", &resolved, AccessFs::ReadDir)],
+        (FsAccess::Read, _) => vec![("read", &resolved, AccessFs::ReadFile)],
+        (FsAccess::Exec, _) => vec![("execute", &resolved, AccessFs::Execute)],
+        (FsAccess::Write, None) => vec![("create it", &parent, AccessFs::MakeReg)],
+        (FsAccess::Write, Some(_)) if is_dir => vec![
+            ("create a file in it", &resolved, AccessFs::MakeReg),
+            ("remove or rename it", &parent, AccessFs::RemoveDir),
+        ],
+        (FsAccess::Write, Some(_)) => vec![
+            ("modify", &resolved, AccessFs::WriteFile),
+            ("remove or replace it", &parent, AccessFs::RemoveFile),
+        ],
+    };
+    let checks = wanted
+        .into_iter()
+        .map(|(action, checked_on, right)| RightCheck {
+            action,
+            checked_on: checked_on.to_path_buf(),
+            granted_by: grants
+                .iter()
+                .filter(|g| checked_on.starts_with(&g.path) && g.access.contains(right))
+                .map(|g| format!("{} (rule on {})", g.origin, g.path.display()))
+                .collect(),
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if let Some(private) = spec.private.iter().find(|p| resolved.starts_with(p)) {
+        notes.push(format!(
+            "{} is a private path of the daemon (policy, secret source, credentials or state directory): no child reaches it",
+            private.display()
+        ));
+    }
+    if mode == WriteRoots::ProtectedReadOnly
+        && let Some(root) = spec
+            .write
+            .iter()
+            .filter_map(|w| std::fs::canonicalize(w).ok())
+            .find(|w| resolved.starts_with(w))
+    {
+        if let Some(hit) = spec.protected.match_path(&resolved) {
+            notes.push(format!(
+                "a {hit} inside write root {}: the split keeps it read-only",
+                root.display()
+            ));
+        } else if access == FsAccess::Write && metadata.is_none() {
+            notes.push(format!(
+                "write root {} is split around protected names: new entries can be created only inside its subdirectories granted whole",
+                root.display()
+            ));
+        }
+    }
+    Ok(Explanation {
+        given: path.to_path_buf(),
+        resolved,
+        access,
+        checks,
+        notes,
+    })
 }
 
 #[cfg(test)]
@@ -567,6 +837,81 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn explain_names_the_deciding_rule_and_the_reason_for_a_denial() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("repo/src")).unwrap();
+        std::fs::write(root.join("repo/CLAUDE.md"), "x").unwrap();
+        std::fs::write(root.join("policy.toml"), "x").unwrap();
+        let mut spec = spec_with_write(&root.join("repo"));
+        spec.read = vec![root.clone()];
+        spec.private = vec![root.join("policy.toml")];
+        let memory = root.join("repo/CLAUDE.md");
+
+        let whole = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Write).unwrap();
+        assert!(whole.allowed(), "{whole}");
+        assert!(
+            whole.checks[0].granted_by[0].starts_with("write root"),
+            "{whole}"
+        );
+
+        let split = explain(
+            &spec,
+            WriteRoots::ProtectedReadOnly,
+            &memory,
+            FsAccess::Write,
+        )
+        .unwrap();
+        assert!(!split.allowed(), "{split}");
+        assert!(
+            split.to_string().contains("protected name `claude.md`"),
+            "{split}"
+        );
+        let new = root.join("repo/new.py");
+        let top = explain(&spec, WriteRoots::ProtectedReadOnly, &new, FsAccess::Write).unwrap();
+        assert!(
+            !top.allowed() && top.to_string().contains("split around"),
+            "{top}"
+        );
+        let nested = root.join("repo/src/new.rs");
+        assert!(
+            explain(
+                &spec,
+                WriteRoots::ProtectedReadOnly,
+                &nested,
+                FsAccess::Write
+            )
+            .unwrap()
+            .allowed()
+        );
+
+        let policy = explain(
+            &spec,
+            WriteRoots::Whole,
+            &root.join("policy.toml"),
+            FsAccess::Read,
+        )
+        .unwrap();
+        assert!(!policy.allowed(), "{policy}");
+        assert!(
+            policy.to_string().contains("private path of the daemon"),
+            "{policy}"
+        );
+        let read = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Read).unwrap();
+        assert!(read.allowed(), "{read}");
+        let exec = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Exec).unwrap();
+        assert!(exec.allowed(), "the read root grants execute: {exec}");
+        let outside = explain(
+            &spec,
+            WriteRoots::Whole,
+            Path::new("/etc/hostname"),
+            FsAccess::Read,
+        )
+        .unwrap();
+        assert!(!outside.allowed(), "{outside}");
     }
 
     #[test]

@@ -50,7 +50,7 @@ use seccompiler::BpfProgram;
 
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
-pub use fs_rules::WriteRoots;
+pub use fs_rules::{DenialLog, Explanation, FsAccess, WriteRoots, explain};
 use seccomp::FilterUse;
 
 /// Network access of sandboxed children. In every mode a `connect` to a pathname Unix socket
@@ -234,6 +234,7 @@ const SECCOMP_FLAGS: libc::c_ulong = 0;
 /// A profile compiled for spawning: built once at policy load, shared by every spawn.
 pub struct PreparedSandbox {
     spec: SandboxSpec,
+    denial_log: DenialLog,
     template: RulesetCreated,
     daemon_filters: Arc<Vec<BpfProgram>>,
     exec_filters: Arc<Vec<BpfProgram>>,
@@ -267,8 +268,9 @@ impl PreparedSandbox {
         spec: SandboxSpec,
         write_roots: WriteRoots,
     ) -> Result<PreparedSandbox, SandboxError> {
-        let template = fs_rules::build_template(&spec, write_roots)?;
-        let net_template = net_rules::build(&spec.network)?;
+        let denial_log = DenialLog::of_kernel();
+        let template = fs_rules::build_template(&spec, write_roots, denial_log)?;
+        let net_template = net_rules::build(&spec.network, denial_log)?;
         for path in &spec.unix_sockets {
             if !path.is_absolute() || path.as_os_str().len() >= 108 {
                 return Err(SandboxError::UnixSocketPath {
@@ -303,6 +305,7 @@ impl PreparedSandbox {
         ];
         Ok(PreparedSandbox {
             spec,
+            denial_log,
             template,
             daemon_filters,
             exec_filters,
@@ -318,6 +321,11 @@ impl PreparedSandbox {
     /// The profile this was built from.
     pub fn spec(&self) -> &SandboxSpec {
         &self.spec
+    }
+
+    /// Whether this profile's Landlock denials are logged.
+    pub fn denial_log(&self) -> DenialLog {
+        self.denial_log
     }
 
     /// Test hook: make `stage` fail in every child of this profile, so spawns fail before exec.
@@ -661,8 +669,9 @@ pub fn exec_confined(
             .read_to_string(&mut after)
             .map_err(SandboxError::Status)?;
         let landlock_status = format!(
-            "fully enforced at pinned ABI {}, signals and abstract sockets scoped",
-            fs_rules::PINNED_ABI as i32
+            "fully enforced at pinned ABI {}, signals and abstract sockets scoped; {}",
+            fs_rules::PINNED_ABI as i32,
+            prepared.denial_log
         );
         let report = format!(
             "verbd exec: profile `{}` applied\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",

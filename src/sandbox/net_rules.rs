@@ -21,6 +21,7 @@ use landlock::{
     RulesetCreatedAttr,
 };
 
+use super::fs_rules::DenialLog;
 use super::{Network, SandboxError};
 
 /// The oldest Landlock ABI with TCP port rules.
@@ -28,7 +29,10 @@ const NET_ABI: ABI = ABI::V4;
 
 /// The port ruleset of `network`, or `None` when the mode needs none (`none`: no TCP socket can
 /// exist; `full`: no restriction).
-pub(super) fn build(network: &Network) -> Result<Option<RulesetCreated>, SandboxError> {
+pub(super) fn build(
+    network: &Network,
+    log: DenialLog,
+) -> Result<Option<RulesetCreated>, SandboxError> {
     let Network::ConnectTcp(ports) = network else {
         return Ok(None);
     };
@@ -38,6 +42,9 @@ pub(super) fn build(network: &Network) -> Result<Option<RulesetCreated>, Sandbox
         .map_err(net_error)?
         .create()
         .map_err(net_error)?;
+    if log == DenialLog::Audit {
+        ruleset = ruleset.log_new_exec(true).map_err(net_error)?;
+    }
     for &port in ports {
         ruleset = ruleset
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
