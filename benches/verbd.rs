@@ -377,6 +377,7 @@ fn selftest_100_verbs(c: &mut Criterion) {
                 serving: None,
                 state_dir: None,
                 secrets: None,
+                exec_namespaces: None,
             });
             assert!(report.passed(), "{}", report.render());
         })

@@ -201,12 +201,16 @@ impl Loader {
                 };
             }
         };
-        let (serving, state_dir) = match scope {
+        // Only the offline self-test probes namespaces: the probe forks a child that allocates,
+        // which a multithreaded daemon must not do.
+        let (serving, state_dir, exec_namespaces) = match scope {
             Scope::Serving { state_dir, socket } => {
-                (Some(selftest::Serving { state_dir, socket }), None)
+                (Some(selftest::Serving { state_dir, socket }), None, None)
             }
-            Scope::Reload => (None, None),
-            Scope::Offline { state_dir } => (None, state_dir),
+            Scope::Reload => (None, None, None),
+            Scope::Offline { state_dir } => {
+                (None, state_dir, Some(crate::sandbox::probe_namespaces()))
+            }
         };
         let private = self.private_paths(policy);
         selftest::run(&selftest::Context {
@@ -217,6 +221,7 @@ impl Loader {
             serving,
             state_dir,
             secrets,
+            exec_namespaces,
         })
     }
 

@@ -138,6 +138,10 @@ enum Command {
         /// Print the achieved Landlock ABI, seccomp mode, no_new_privs and capabilities to stderr
         #[arg(long)]
         print_status: bool,
+        /// Keep protected entries with the Landlock-only split even where a user and mount
+        /// namespace is available (also: VERBD_EXEC_LANDLOCK_ONLY=1)
+        #[arg(long)]
+        landlock_only: bool,
         program: PathBuf,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
@@ -228,7 +232,8 @@ enum HookCommand {
 enum SandboxCommand {
     /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
     /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private
-    /// paths out of reach), or with --exec as `verbd exec` does. Exit 0 allowed, 1 denied.
+    /// paths out of reach), or with --exec as `verbd exec` would on this host (mount namespace or
+    /// Landlock-only split). Exit 0 allowed, 1 denied.
     Why {
         /// Policy holding the profile (default: the embedded demo policy)
         #[arg(long)]
@@ -330,9 +335,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             policy,
             profile,
             print_status,
+            landlock_only,
             program,
             args,
-        } => cli::local::exec(policy, &profile, print_status, &program, &args),
+        } => cli::local::exec(
+            policy,
+            &profile,
+            print_status,
+            landlock_only,
+            &program,
+            &args,
+        ),
         Command::Selftest {
             policy,
             state_dir,

@@ -147,6 +147,9 @@ pub struct Context<'a> {
     pub state_dir: Option<&'a Path>,
     /// Loaded secrets, when available (their warnings are reported).
     pub secrets: Option<&'a crate::secrets::SecretStore>,
+    /// Whether `verbd exec` can use a user and mount namespace on this host (probed by the
+    /// offline `verbd selftest`, a single-threaded process; not by the daemon): reported.
+    pub exec_namespaces: Option<crate::sandbox::NamespaceSupport>,
 }
 
 /// Facts about a running daemon.
@@ -207,6 +210,18 @@ pub fn run(ctx: &Context) -> Report {
     }
     for spec in policy.sandboxes.values() {
         check_sandbox(&mut report, ctx, spec);
+    }
+    if let Some(support) = &ctx.exec_namespaces {
+        // Informational, like the `policy` line: either answer is a working `verbd exec`.
+        report.push(
+            "exec-isolation",
+            Ok(match support {
+                crate::sandbox::NamespaceSupport::Available => "verbd exec keeps protected entries with a user + mount namespace on this host (the probe's read-only bind refused a write): new entries can be created anywhere in the write roots".to_string(),
+                crate::sandbox::NamespaceSupport::Unavailable(reason) => format!(
+                    "verbd exec uses the Landlock-only split on this host ({reason}): no new entry directly in a write root"
+                ),
+            }),
+        );
     }
     let agent_uids = agent_uids(policy);
     for (name, source) in &policy.secrets {

@@ -26,9 +26,14 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
         std::fs::create_dir_all(repo.join(sub)).unwrap();
     }
     std::fs::write(repo.join(".git/config"), "[core]\n").unwrap();
-    // An existing protected file deeper in the tree: the profile's walk finds and excludes it.
-    // (A protected name *created later* inside a subdirectory granted whole is not stopped by
-    // Landlock — the documented trade-off; the file verbs and the hook cover every depth.)
+    // Existing protected files, at the top and deeper in the tree: the profile's walk finds them
+    // (read-only binds in a mount namespace, excluded from the Landlock split otherwise). A
+    // protected name that does not exist yet can be created under a mount namespace, and, in
+    // either mode, inside a subdirectory granted whole — the documented trade-off
+    // (`exec_protected` has both modes); the file verbs and the hook cover every depth.
+    for top in ["CLAUDE.md", "AGENTS.md"] {
+        std::fs::write(repo.join(top), "memory\n").unwrap();
+    }
     std::fs::write(repo.join("docs/CLAUDE.md"), "memory\n").unwrap();
     std::fs::create_dir(dir.path().join("outside")).unwrap();
     let policy = dir.path().join("policy.toml");
@@ -82,7 +87,10 @@ fn exec_confines_a_script_as_root() {
     let (dir, policy) = setup();
     assert_confined(&run(dir.path(), &policy, None));
     assert!(!dir.path().join("outside/escaped").exists());
-    assert!(!dir.path().join("repo/CLAUDE.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("repo/CLAUDE.md")).unwrap(),
+        "memory\n"
+    );
     // Control: without verbd exec the same script does all of it (the test can fail).
     let out = Command::new("/bin/sh")
         .args(["-c", SCRIPT, "agent"])
@@ -100,7 +108,16 @@ fn exec_needs_no_privileges() {
     }
     let (dir, policy) = setup();
     let repo = dir.path().join("repo");
-    for path in ["", "src", "docs", "docs/CLAUDE.md", ".git", ".git/hooks"] {
+    for path in [
+        "",
+        "src",
+        "docs",
+        "docs/CLAUDE.md",
+        "CLAUDE.md",
+        "AGENTS.md",
+        ".git",
+        ".git/hooks",
+    ] {
         let p = repo.join(path);
         nix::unistd::chown(
             &p,

@@ -226,13 +226,15 @@ fn landlock_denials_are_audited_for_verbd_exec_and_for_verbs() {
     println!("audit: {line}");
 }
 
-/// `verbd sandbox why …`: (exit code, stdout).
-fn why(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(BIN)
-        .args(["sandbox", "why"])
-        .args(args)
-        .output()
-        .unwrap();
+/// `verbd sandbox why …` (with `VERBD_EXEC_LANDLOCK_ONLY` when `landlock_only`): (exit code,
+/// stdout).
+fn why(landlock_only: bool, args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["sandbox", "why"]).args(args);
+    if landlock_only {
+        cmd.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("why {args:?}: {}", text(&out));
     (out.status.code(), stdout)
@@ -252,44 +254,56 @@ def write(path):
     with open(path, "a") as f:
         f.write("x")
 attempt("memory-write", lambda: write(repo + "/CLAUDE.md"))
+attempt("memory-remove", lambda: os.unlink(repo + "/CLAUDE.md"))
 attempt("new-top-level", lambda: write(repo + "/new.py"))
 attempt("new-in-src", lambda: write(repo + "/src/new.rs"))
 attempt("read-hostname", lambda: open("/etc/hostname").read())
 "#;
 
+/// In both modes of `verbd exec`, each answer of `sandbox why --exec` matches what a real
+/// confined child observed for the same access (a write's second check, removing, for
+/// `memory-remove`).
 #[test]
 fn sandbox_why_agrees_with_a_real_confined_child() {
     if !require_root("sandbox_why_agrees_with_a_real_confined_child") {
         return;
     }
+    for landlock_only in [false, true] {
+        why_agrees_in_one_mode(landlock_only);
+    }
+}
+
+fn why_agrees_in_one_mode(landlock_only: bool) {
     let dir = open_tempdir();
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(repo.join("src")).unwrap();
     std::fs::write(repo.join("CLAUDE.md"), "memory").unwrap();
     let policy = exec_policy(dir.path());
     let policy_arg = policy.to_str().unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "exec",
-            "--policy",
-            policy_arg,
-            "--profile",
-            "agent",
-            "--",
-            PYTHON,
-            "-c",
-        ])
-        .arg(OBSERVE)
-        .arg(&repo)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut exec = Command::new(BIN);
+    exec.args([
+        "exec",
+        "--policy",
+        policy_arg,
+        "--profile",
+        "agent",
+        "--",
+        PYTHON,
+        "-c",
+    ])
+    .arg(OBSERVE)
+    .arg(&repo)
+    .stdout(Stdio::piped());
+    if landlock_only {
+        exec.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+    }
+    let mut child = exec.spawn().unwrap();
     let observed: Vec<String> = BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map(Result::unwrap)
         .collect();
     assert!(child.wait().unwrap().success());
-    println!("observed: {observed:?}");
+    println!("observed (landlock only: {landlock_only}): {observed:?}");
     let outcome = |name: &str| -> bool {
         observed
             .iter()
@@ -298,6 +312,12 @@ fn sandbox_why_agrees_with_a_real_confined_child() {
             == "0"
     };
     let path = |rel: &str| repo.join(rel).to_str().unwrap().to_string();
+    let exec_args = |target: &str, access: &str| -> (Option<i32>, String) {
+        why(
+            landlock_only,
+            &["--exec", "--policy", policy_arg, "agent", target, access],
+        )
+    };
     for (name, target, access) in [
         ("memory-write", path("CLAUDE.md"), "write"),
         ("new-top-level", path("new.py"), "write"),
@@ -310,7 +330,7 @@ fn sandbox_why_agrees_with_a_real_confined_child() {
         } else {
             target
         };
-        let (code, stdout) = why(&["--exec", "--policy", policy_arg, "agent", &asked, access]);
+        let (code, stdout) = exec_args(&asked, access);
         let allowed = outcome(name);
         assert_eq!(
             code == Some(0),
@@ -322,21 +342,35 @@ fn sandbox_why_agrees_with_a_real_confined_child() {
             "{stdout}"
         );
     }
-    let (_, memory) = why(&[
-        "--exec",
-        "--policy",
-        policy_arg,
-        "agent",
-        &path("CLAUDE.md"),
-        "write",
-    ]);
-    assert!(memory.contains("protected name `claude.md`"), "{memory}");
+    let (_, memory) = exec_args(&path("CLAUDE.md"), "write");
+    let remove = memory
+        .lines()
+        .find(|l| l.contains("remove or replace it"))
+        .unwrap_or_else(|| panic!("{memory}"));
+    assert_eq!(
+        remove.contains(": allowed by"),
+        outcome("memory-remove"),
+        "{memory}"
+    );
+    if landlock_only {
+        assert!(memory.contains("Landlock-only split"), "{memory}");
+        assert!(memory.contains("protected name `claude.md`"), "{memory}");
+    } else {
+        assert!(memory.contains("user + mount namespace"), "{memory}");
+        assert!(memory.contains("read-only bind mount of"), "{memory}");
+    }
 
     // As the daemon builds the profile: the write root is whole, the policy is private.
-    let (code, memory) = why(&["--policy", policy_arg, "agent", &path("CLAUDE.md"), "write"]);
+    let (code, memory) = why(
+        landlock_only,
+        &["--policy", policy_arg, "agent", &path("CLAUDE.md"), "write"],
+    );
     assert_eq!(code, Some(0), "{memory}");
     assert!(memory.contains("granted whole"), "{memory}");
-    let (code, private) = why(&["--policy", policy_arg, "agent", policy_arg, "read"]);
+    let (code, private) = why(
+        landlock_only,
+        &["--policy", policy_arg, "agent", policy_arg, "read"],
+    );
     assert_eq!(code, Some(1), "{private}");
     assert!(private.contains("private path of the daemon"), "{private}");
 }

@@ -14,6 +14,7 @@ pub fn exec(
     policy: Option<PathBuf>,
     profile: &str,
     print_status: bool,
+    landlock_only: bool,
     program: &Path,
     args: &[OsString],
 ) -> anyhow::Result<ExitCode> {
@@ -30,12 +31,9 @@ pub fn exec(
                 .join(", ")
         );
     };
-    // Without a mount namespace, protected entries of the write roots are kept read-only by
-    // splitting the roots.
-    let prepared = verbd::sandbox::PreparedSandbox::prepare_with(
-        spec.clone(),
-        verbd::sandbox::WriteRoots::ProtectedReadOnly,
-    )?;
+    let isolation =
+        verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(landlock_only));
+    let prepared = verbd::sandbox::PreparedSandbox::prepare_for_exec(spec.clone(), isolation)?;
     let err = match verbd::sandbox::exec_confined(&prepared, program, args, print_status) {
         Err(e) => e,
         Ok(never) => match never {},
@@ -48,6 +46,17 @@ pub fn exec(
             126
         },
     ))
+}
+
+/// Why `verbd exec` must use the Landlock-only split, when the operator asked for it.
+fn forced_landlock_only(flag: bool) -> Option<String> {
+    if flag {
+        Some("forced by --landlock-only".into())
+    } else if std::env::var_os(verbd::sandbox::LANDLOCK_ONLY_ENV).is_some() {
+        Some(format!("forced by {}", verbd::sandbox::LANDLOCK_ONLY_ENV))
+    } else {
+        None
+    }
 }
 
 /// `verbd sandbox why`: what `profile`'s Landlock rules decide for `access` to `path`. Exit 0
@@ -74,28 +83,44 @@ pub fn sandbox_why(
                 .join(", ")
         );
     };
-    let (spec, mode, how) = if exec {
-        (
-            spec.clone(),
-            verbd::sandbox::WriteRoots::ProtectedReadOnly,
-            "as `verbd exec` applies it: write roots split around protected names",
-        )
+    let explanation = if exec {
+        // As `verbd exec` would run here and now: the same choice of isolation.
+        let isolation = verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(false));
+        let how = match &isolation {
+            verbd::sandbox::ExecIsolation::MountNamespace => {
+                "as `verbd exec` applies it on this host: user + mount namespace, write roots whole, protected entries read-only binds".to_string()
+            }
+            verbd::sandbox::ExecIsolation::LandlockOnly { reason } => format!(
+                "as `verbd exec` applies it on this host: Landlock-only split ({reason})"
+            ),
+        };
+        let mode = match isolation {
+            verbd::sandbox::ExecIsolation::MountNamespace => verbd::sandbox::WriteRoots::Whole,
+            verbd::sandbox::ExecIsolation::LandlockOnly { .. } => {
+                verbd::sandbox::WriteRoots::ProtectedReadOnly
+            }
+        };
+        let prepared = verbd::sandbox::PreparedSandbox::prepare_for_exec(spec.clone(), isolation)?;
+        let mounts = prepared
+            .exec_isolation()
+            .map_or(&[][..], |(_, mounts)| mounts);
+        println!("profile `{profile}` of {}, {how}", policy.origin);
+        verbd::sandbox::explain(spec, mode, mounts, path, access)?
     } else {
         let state_dir = state_dir
             .or_else(|| policy.daemon.state_dir.clone())
             .unwrap_or_else(verbd::paths::default_state_dir);
         let private = loader.with_state_dir(state_dir).private_paths(&policy);
-        (
-            verbd::sandbox::SandboxSpec {
-                private,
-                ..spec.clone()
-            },
-            verbd::sandbox::WriteRoots::Whole,
-            "as the daemon runs its verbs: write roots whole, its private paths out of reach",
-        )
+        let spec = verbd::sandbox::SandboxSpec {
+            private,
+            ..spec.clone()
+        };
+        println!(
+            "profile `{profile}` of {}, as the daemon runs its verbs: write roots whole, its private paths out of reach",
+            policy.origin
+        );
+        verbd::sandbox::explain(&spec, verbd::sandbox::WriteRoots::Whole, &[], path, access)?
     };
-    let explanation = verbd::sandbox::explain(&spec, mode, path, access)?;
-    println!("profile `{profile}` of {}, {how}", policy.origin);
     print!("{explanation}");
     Ok(if explanation.allowed() {
         ExitCode::SUCCESS

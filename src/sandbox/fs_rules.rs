@@ -500,6 +500,132 @@ impl Walk<'_> {
     }
 }
 
+/// A bind mount `verbd exec` makes in its own mount namespace over an existing entry of a write
+/// root (module `namespace`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedMount {
+    pub path: PathBuf,
+    pub kind: MountKind,
+}
+
+/// The read-only bind of `mounts` that `path` lies in, described.
+fn read_only_mount(mounts: &[ProtectedMount], path: &Path) -> Option<String> {
+    mounts
+        .iter()
+        .find(|m| m.kind == MountKind::ReadOnly && path.starts_with(&m.path))
+        .map(|m| format!("the read-only bind mount of {} (EROFS)", m.path.display()))
+}
+
+/// What a [`ProtectedMount`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    /// A read-only bind of the entry onto itself (recursively): it cannot be modified, and as a
+    /// mount point it cannot be removed, renamed or replaced.
+    ReadOnly,
+    /// A writable bind of a directory onto itself: its content stays writable, but as a mount
+    /// point it cannot be removed, renamed or replaced — so a protected entry inside cannot be
+    /// moved away with it (`.git` itself, and every directory leading to a protected entry).
+    Pin,
+}
+
+/// The mounts that keep the protected entries existing in `spec`'s write roots (within
+/// [`SPLIT_DEPTH`] levels, deeper along prefixes of protected rules) unmodifiable and in place,
+/// outer ones first (a bind made later inside one stays visible). Symlinks are skipped (a mount
+/// cannot sit on a symlink): they are returned as the second list.
+pub(super) fn protected_mounts(
+    spec: &SandboxSpec,
+) -> Result<(Vec<ProtectedMount>, Vec<PathBuf>), SandboxError> {
+    let mut finder = MountFinder {
+        protected: &spec.protected,
+        visited: 0,
+        mounts: Vec::new(),
+        symlinks: Vec::new(),
+    };
+    for given in &spec.write {
+        // A protected write root is refused by `plan`; a file root has no entries.
+        let root = existing(spec, given)?;
+        if !root.is_dir() {
+            continue;
+        }
+        finder.find(&root, 0).map_err(|e| match e {
+            WalkError::TooLarge => SandboxError::WalkTooLarge {
+                profile: spec.name.clone(),
+                root: given.clone(),
+                limit: WALK_ENTRY_LIMIT,
+            },
+            WalkError::Io(path, err) => path_error(spec, &path, &err),
+        })?;
+    }
+    Ok((finder.mounts, finder.symlinks))
+}
+
+struct MountFinder<'a> {
+    protected: &'a ProtectedNames,
+    visited: usize,
+    mounts: Vec<ProtectedMount>,
+    symlinks: Vec<PathBuf>,
+}
+
+impl MountFinder<'_> {
+    /// Adds the mounts for the protected entries under `dir`; whether there were any.
+    fn find(&mut self, dir: &Path, depth: usize) -> Result<bool, WalkError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| WalkError::Io(dir.to_path_buf(), e))?;
+        let mut found = false;
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(dir.to_path_buf(), e)),
+            };
+            self.visited += 1;
+            if self.visited > WALK_ENTRY_LIMIT {
+                return Err(WalkError::TooLarge);
+            }
+            let path = entry.path();
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(WalkError::Io(path, e)),
+            };
+            if file_type.is_symlink() {
+                if self.protected.match_path(&path).is_some() {
+                    self.symlinks.push(path);
+                }
+                continue;
+            }
+            if self.protected.keeps_read_only(&path, file_type.is_dir()) {
+                self.mounts.push(ProtectedMount {
+                    path,
+                    kind: MountKind::ReadOnly,
+                });
+                found = true;
+                continue;
+            }
+            if !file_type.is_dir() {
+                continue;
+            }
+            // An entry-only protected directory (`.git`) stays in place with its content
+            // writable; so does every directory leading to a protected entry.
+            let entry_only = self.protected.match_path(&path).is_some();
+            let look_inside =
+                entry_only || depth + 1 < SPLIT_DEPTH || leads_to_protected(self.protected, &path);
+            let mark = self.mounts.len();
+            let inside = look_inside && self.find(&path, depth + 1)?;
+            if entry_only || inside {
+                self.mounts.insert(
+                    mark,
+                    ProtectedMount {
+                        path,
+                        kind: MountKind::Pin,
+                    },
+                );
+                found = true;
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// Is `path` a proper prefix of a protected rule: it ends with the first components of a
 /// multi-component name (`…/.git` for `.git/hooks`), or it is an ancestor of a protected absolute
 /// path? Then granting it whole would let the protected entry be created or replaced.
@@ -530,6 +656,15 @@ pub struct RightCheck {
     /// The grants that give the right: their origin and the path each is attached to. Empty:
     /// denied.
     pub granted_by: Vec<String>,
+    /// A bind mount of `verbd exec`'s mount namespace that refuses it although Landlock grants
+    /// it (read-only: `EROFS`; a mount point cannot be removed or renamed: `EBUSY`).
+    pub blocked_by: Option<String>,
+}
+
+impl RightCheck {
+    fn allowed(&self) -> bool {
+        !self.granted_by.is_empty() && self.blocked_by.is_none()
+    }
 }
 
 /// What a profile's Landlock rules decide for one access to one path.
@@ -549,9 +684,7 @@ pub struct Explanation {
 impl Explanation {
     /// Does the profile allow the access (its first check)?
     pub fn allowed(&self) -> bool {
-        self.checks
-            .first()
-            .is_some_and(|c| !c.granted_by.is_empty())
+        self.checks.first().is_some_and(RightCheck::allowed)
     }
 }
 
@@ -574,10 +707,14 @@ impl std::fmt::Display for Explanation {
                 check.action,
                 check.checked_on.display()
             )?;
-            if check.granted_by.is_empty() {
-                writeln!(f, "denied, no rule grants it")?;
-            } else {
-                writeln!(f, "allowed by {}", check.granted_by.join("; "))?;
+            match (&check.blocked_by, check.granted_by.is_empty()) {
+                (_, true) => writeln!(f, "denied, no rule grants it")?,
+                (Some(mount), false) => writeln!(
+                    f,
+                    "denied by {mount}, although {} grants it",
+                    check.granted_by.join("; ")
+                )?,
+                (None, false) => writeln!(f, "allowed by {}", check.granted_by.join("; "))?,
             }
         }
         for note in &self.notes {
@@ -587,12 +724,14 @@ impl std::fmt::Display for Explanation {
     }
 }
 
-/// Explains what the profile's Landlock rules (as [`plan`] builds them for `mode`) decide for
-/// `access` to `path`: which rights the kernel checks where, and which grants give them.
-/// Filesystem rules only: the seccomp filters and the connect broker decide other things.
+/// Explains what the profile's Landlock rules (as [`plan`] builds them for `mode`) and the bind
+/// mounts of `verbd exec`'s mount namespace (`mounts`, empty otherwise) decide for `access` to
+/// `path`: which rights the kernel checks where, and which grants give them. Filesystem rules
+/// only: the seccomp filters and the connect broker decide other things.
 pub fn explain(
     spec: &SandboxSpec,
     mode: WriteRoots,
+    mounts: &[ProtectedMount],
     path: &Path,
     access: FsAccess,
 ) -> Result<Explanation, SandboxError> {
@@ -616,23 +755,50 @@ pub fn explain(
     };
     let parent = resolved.parent().unwrap_or(Path::new("/")).to_path_buf();
     let is_dir = metadata.as_ref().is_some_and(|m| m.is_dir());
-    let wanted: Vec<(&'static str, &Path, AccessFs)> = match (access, &metadata) {
-        (FsAccess::Read, _) if is_dir => vec![("list", &resolved, AccessFs::ReadDir)],
-        (FsAccess::Read, _) => vec![("read", &resolved, AccessFs::ReadFile)],
-        (FsAccess::Exec, _) => vec![("execute", &resolved, AccessFs::Execute)],
-        (FsAccess::Write, None) => vec![("create it", &parent, AccessFs::MakeReg)],
+    // Each right, where Landlock checks it, and what a bind mount would refuse: writing beneath
+    // a read-only bind, or moving an entry that is itself a mount point.
+    let writes = |p: &Path| read_only_mount(mounts, p);
+    let moves = |entry: &Path, dir: &Path| {
+        mounts
+            .iter()
+            .find(|m| m.path == entry)
+            .map(|m| format!("the mount point {} (EBUSY)", m.path.display()))
+            .or_else(|| read_only_mount(mounts, dir))
+    };
+    let wanted: Vec<(&'static str, &Path, AccessFs, Option<String>)> = match (access, &metadata) {
+        (FsAccess::Read, _) if is_dir => vec![("list", &resolved, AccessFs::ReadDir, None)],
+        (FsAccess::Read, _) => vec![("read", &resolved, AccessFs::ReadFile, None)],
+        (FsAccess::Exec, _) => vec![("execute", &resolved, AccessFs::Execute, None)],
+        (FsAccess::Write, None) => {
+            vec![("create it", &parent, AccessFs::MakeReg, writes(&parent))]
+        }
         (FsAccess::Write, Some(_)) if is_dir => vec![
-            ("create a file in it", &resolved, AccessFs::MakeReg),
-            ("remove or rename it", &parent, AccessFs::RemoveDir),
+            (
+                "create a file in it",
+                &resolved,
+                AccessFs::MakeReg,
+                writes(&resolved),
+            ),
+            (
+                "remove or rename it",
+                &parent,
+                AccessFs::RemoveDir,
+                moves(&resolved, &parent),
+            ),
         ],
         (FsAccess::Write, Some(_)) => vec![
-            ("modify", &resolved, AccessFs::WriteFile),
-            ("remove or replace it", &parent, AccessFs::RemoveFile),
+            ("modify", &resolved, AccessFs::WriteFile, writes(&resolved)),
+            (
+                "remove or replace it",
+                &parent,
+                AccessFs::RemoveFile,
+                moves(&resolved, &parent),
+            ),
         ],
     };
     let checks = wanted
         .into_iter()
-        .map(|(action, checked_on, right)| RightCheck {
+        .map(|(action, checked_on, right, blocked_by)| RightCheck {
             action,
             checked_on: checked_on.to_path_buf(),
             granted_by: grants
@@ -640,6 +806,7 @@ pub fn explain(
                 .filter(|g| checked_on.starts_with(&g.path) && g.access.contains(right))
                 .map(|g| format!("{} (rule on {})", g.origin, g.path.display()))
                 .collect(),
+            blocked_by,
         })
         .collect();
     let mut notes = Vec::new();
@@ -851,7 +1018,7 @@ mod tests {
         spec.private = vec![root.join("policy.toml")];
         let memory = root.join("repo/CLAUDE.md");
 
-        let whole = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Write).unwrap();
+        let whole = explain(&spec, WriteRoots::Whole, &[], &memory, FsAccess::Write).unwrap();
         assert!(whole.allowed(), "{whole}");
         assert!(
             whole.checks[0].granted_by[0].starts_with("write root"),
@@ -861,6 +1028,7 @@ mod tests {
         let split = explain(
             &spec,
             WriteRoots::ProtectedReadOnly,
+            &[],
             &memory,
             FsAccess::Write,
         )
@@ -871,7 +1039,14 @@ mod tests {
             "{split}"
         );
         let new = root.join("repo/new.py");
-        let top = explain(&spec, WriteRoots::ProtectedReadOnly, &new, FsAccess::Write).unwrap();
+        let top = explain(
+            &spec,
+            WriteRoots::ProtectedReadOnly,
+            &[],
+            &new,
+            FsAccess::Write,
+        )
+        .unwrap();
         assert!(
             !top.allowed() && top.to_string().contains("split around"),
             "{top}"
@@ -881,6 +1056,7 @@ mod tests {
             explain(
                 &spec,
                 WriteRoots::ProtectedReadOnly,
+                &[],
                 &nested,
                 FsAccess::Write
             )
@@ -891,6 +1067,7 @@ mod tests {
         let policy = explain(
             &spec,
             WriteRoots::Whole,
+            &[],
             &root.join("policy.toml"),
             FsAccess::Read,
         )
@@ -900,18 +1077,77 @@ mod tests {
             policy.to_string().contains("private path of the daemon"),
             "{policy}"
         );
-        let read = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Read).unwrap();
+        let read = explain(&spec, WriteRoots::Whole, &[], &memory, FsAccess::Read).unwrap();
         assert!(read.allowed(), "{read}");
-        let exec = explain(&spec, WriteRoots::Whole, &memory, FsAccess::Exec).unwrap();
+        let exec = explain(&spec, WriteRoots::Whole, &[], &memory, FsAccess::Exec).unwrap();
         assert!(exec.allowed(), "the read root grants execute: {exec}");
         let outside = explain(
             &spec,
             WriteRoots::Whole,
+            &[],
             Path::new("/etc/hostname"),
             FsAccess::Read,
         )
         .unwrap();
         assert!(!outside.allowed(), "{outside}");
+
+        // verbd exec's mount namespace: Landlock grants the write, the read-only bind refuses it
+        // and the mount point cannot be moved; a new file beside it is allowed.
+        let (mounts, _) = protected_mounts(&spec).unwrap();
+        let bound = explain(&spec, WriteRoots::Whole, &mounts, &memory, FsAccess::Write).unwrap();
+        assert!(!bound.allowed(), "{bound}");
+        assert!(
+            bound.checks.iter().all(|c| c.blocked_by.is_some()),
+            "{bound}"
+        );
+        assert!(
+            bound.to_string().contains("read-only bind mount of"),
+            "{bound}"
+        );
+        assert!(bound.to_string().contains("EBUSY"), "{bound}");
+        assert!(
+            explain(&spec, WriteRoots::Whole, &mounts, &new, FsAccess::Write)
+                .unwrap()
+                .allowed()
+        );
+    }
+
+    #[test]
+    fn protected_mounts_pin_the_way_to_each_protected_entry_outer_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in [".git/hooks", ".git/objects", "docs/deep", "src"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "CLAUDE.md",
+            ".git/config",
+            "docs/deep/AGENTS.md",
+            "src/lib.rs",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("CLAUDE.md", root.join("GEMINI.md")).unwrap();
+        let (mounts, symlinks) = protected_mounts(&spec_with_write(&root)).unwrap();
+        let kind = |rel: &str| {
+            mounts
+                .iter()
+                .position(|m| m.path == root.join(rel))
+                .map(|i| (i, mounts[i].kind))
+        };
+        assert_eq!(kind("CLAUDE.md").map(|k| k.1), Some(MountKind::ReadOnly));
+        assert_eq!(kind(".git/hooks").map(|k| k.1), Some(MountKind::ReadOnly));
+        assert_eq!(kind(".git/config").map(|k| k.1), Some(MountKind::ReadOnly));
+        assert_eq!(kind(".git/objects"), None);
+        assert_eq!(kind("src"), None);
+        let (git, _) = kind(".git").unwrap();
+        let (docs, _) = kind("docs").unwrap();
+        let (deep, _) = kind("docs/deep").unwrap();
+        let (agents, _) = kind("docs/deep/AGENTS.md").unwrap();
+        assert_eq!(mounts[git].kind, MountKind::Pin);
+        assert!(git < kind(".git/hooks").unwrap().0);
+        assert!(docs < deep && deep < agents, "{mounts:?}");
+        assert_eq!(symlinks, vec![root.join("GEMINI.md")]);
     }
 
     #[test]

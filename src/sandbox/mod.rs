@@ -32,6 +32,7 @@
 mod child;
 pub mod exec_env;
 pub mod fs_rules;
+mod namespace;
 mod net_rules;
 mod seccomp;
 pub mod unix_broker;
@@ -50,7 +51,10 @@ use seccompiler::BpfProgram;
 
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
-pub use fs_rules::{DenialLog, Explanation, FsAccess, WriteRoots, explain};
+pub use fs_rules::{
+    DenialLog, Explanation, FsAccess, MountKind, ProtectedMount, WriteRoots, explain,
+};
+pub use namespace::{NamespaceError, Support as NamespaceSupport, probe as probe_namespaces};
 use seccomp::FilterUse;
 
 /// Network access of sandboxed children. In every mode a `connect` to a pathname Unix socket
@@ -214,6 +218,8 @@ pub enum SandboxError {
     NulInArgument,
     #[error("cannot read the process status: {0}")]
     Status(io::Error),
+    #[error("{0}")]
+    Namespace(NamespaceError),
     #[error("cannot execute {program:?}: {source}")]
     Exec { program: PathBuf, source: io::Error },
     #[error(
@@ -234,6 +240,7 @@ const SECCOMP_FLAGS: libc::c_ulong = 0;
 /// A profile compiled for spawning: built once at policy load, shared by every spawn.
 pub struct PreparedSandbox {
     spec: SandboxSpec,
+    write_roots: WriteRoots,
     denial_log: DenialLog,
     template: RulesetCreated,
     daemon_filters: Arc<Vec<BpfProgram>>,
@@ -244,6 +251,95 @@ pub struct PreparedSandbox {
     keep_mask: u64,
     rlimits: RlimitTable,
     forced_failure: Option<Stage>,
+    /// Set by [`PreparedSandbox::prepare_for_exec`].
+    exec: Option<ExecSetup>,
+}
+
+/// How `verbd exec` keeps the protected entries of its write roots (docs/policy.md has the table
+/// of what each guarantees).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecIsolation {
+    /// A user and mount namespace: write roots granted whole (new entries anywhere), existing
+    /// protected entries read-only bind mounts, the directories leading to them pinned in place.
+    MountNamespace,
+    /// Landlock alone: write roots split around protected entries.
+    LandlockOnly { reason: String },
+}
+
+/// `verbd exec` uses the Landlock-only split when this is set (to anything), even where user
+/// namespaces are available: for tests and operators (`--landlock-only` does the same).
+pub const LANDLOCK_ONLY_ENV: &str = "VERBD_EXEC_LANDLOCK_ONLY";
+
+impl ExecIsolation {
+    /// The isolation `verbd exec` gets for `spec` on this host: the Landlock-only split when
+    /// `forced` names why, when the profile needs the host's identity (`run_as`, kept
+    /// capabilities), or when the namespace probe fails; the mount namespace otherwise.
+    /// Forks a probe child: call from a single-threaded process.
+    pub fn choose(spec: &SandboxSpec, forced: Option<String>) -> ExecIsolation {
+        let landlock_only = |reason: String| ExecIsolation::LandlockOnly { reason };
+        if let Some(reason) = forced {
+            return landlock_only(reason);
+        }
+        if spec.run_as.is_some() {
+            return landlock_only(
+                "the profile sets run_as, a uid a user namespace mapping only the caller cannot switch to".into(),
+            );
+        }
+        if !spec.keep_capabilities.is_empty() {
+            return landlock_only(
+                "the profile keeps capabilities, which must be the host's, not a user namespace's"
+                    .into(),
+            );
+        }
+        match namespace::probe() {
+            namespace::Support::Available => ExecIsolation::MountNamespace,
+            namespace::Support::Unavailable(reason) => landlock_only(reason),
+        }
+    }
+}
+
+/// What `verbd exec` sets up besides the sandbox's stages.
+#[derive(Debug, Clone)]
+struct ExecSetup {
+    isolation: ExecIsolation,
+    /// The binds made in the mount namespace (empty for the Landlock-only split).
+    mounts: Vec<ProtectedMount>,
+    /// Protected symlinks of the write roots, which no mount can pin.
+    unpinned_symlinks: Vec<PathBuf>,
+}
+
+impl ExecSetup {
+    /// One line for `--print-status`.
+    fn describe(&self) -> String {
+        match &self.isolation {
+            ExecIsolation::MountNamespace => {
+                let read_only = self
+                    .mounts
+                    .iter()
+                    .filter(|m| m.kind == MountKind::ReadOnly)
+                    .count();
+                let mut line = format!(
+                    "protected entries: user + mount namespace: write roots whole (new entries anywhere); {read_only} existing protected entries are read-only bind mounts, {} directories pinned in place",
+                    self.mounts.len() - read_only
+                );
+                if !self.unpinned_symlinks.is_empty() {
+                    let names: Vec<String> = self
+                        .unpinned_symlinks
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect();
+                    line.push_str(&format!(
+                        "; protected symlinks that can be removed and recreated: {}",
+                        names.join(", ")
+                    ));
+                }
+                line
+            }
+            ExecIsolation::LandlockOnly { reason } => format!(
+                "protected entries: Landlock-only split ({reason}): existing protected entries read-only; no new entry directly in a write root or a split directory"
+            ),
+        }
+    }
 }
 
 impl fmt::Debug for PreparedSandbox {
@@ -305,6 +401,7 @@ impl PreparedSandbox {
         ];
         Ok(PreparedSandbox {
             spec,
+            write_roots,
             denial_log,
             template,
             daemon_filters,
@@ -315,7 +412,39 @@ impl PreparedSandbox {
             keep_mask,
             rlimits,
             forced_failure: None,
+            exec: None,
         })
+    }
+
+    /// Prepares a profile for `verbd exec` under `isolation`: write roots whole and the mounts
+    /// that keep protected entries in a mount namespace, or split for the Landlock-only mode.
+    pub fn prepare_for_exec(
+        spec: SandboxSpec,
+        isolation: ExecIsolation,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        let (write_roots, (mounts, unpinned_symlinks)) = match isolation {
+            ExecIsolation::MountNamespace => {
+                (WriteRoots::Whole, fs_rules::protected_mounts(&spec)?)
+            }
+            ExecIsolation::LandlockOnly { .. } => {
+                (WriteRoots::ProtectedReadOnly, (Vec::new(), Vec::new()))
+            }
+        };
+        let mut prepared = Self::prepare_with(spec, write_roots)?;
+        prepared.exec = Some(ExecSetup {
+            isolation,
+            mounts,
+            unpinned_symlinks,
+        });
+        Ok(prepared)
+    }
+
+    /// The isolation and the mounts `verbd exec` uses (after
+    /// [`prepare_for_exec`](Self::prepare_for_exec)).
+    pub fn exec_isolation(&self) -> Option<(&ExecIsolation, &[ProtectedMount])> {
+        self.exec
+            .as_ref()
+            .map(|setup| (&setup.isolation, setup.mounts.as_slice()))
     }
 
     /// The profile this was built from.
@@ -568,7 +697,9 @@ fn landlock_kernel_abi() -> i32 {
 
 /// Applies the profile to the current, single-threaded process and execs `program` (absolute,
 /// relative with a `/`, or looked up in `PATH`). Without `setsid`, so an interactive program keeps
-/// its terminal, and without the parent-death signal. Works unprivileged: without CAP_SETPCAP the
+/// its terminal, and without the parent-death signal. A profile prepared with
+/// [`PreparedSandbox::prepare_for_exec`] for [`ExecIsolation::MountNamespace`] enters its user
+/// and mount namespace first (module `namespace`). Works unprivileged: without CAP_SETPCAP the
 /// bounding set is left alone (`no_new_privs` makes it moot); `run_as` needs CAP_SETUID and
 /// CAP_SETGID and is refused otherwise. Returns only on failure.
 pub fn exec_confined(
@@ -648,6 +779,13 @@ pub fn exec_confined(
     drop(broker_end);
     // This process's own status (the file opened above names the parent, now the broker).
     let status_file = std::fs::File::open("/proc/self/status").map_err(SandboxError::Status)?;
+    if let Some(setup) = &prepared.exec
+        && setup.isolation == ExecIsolation::MountNamespace
+    {
+        namespace::enter(&setup.mounts).map_err(SandboxError::Namespace)?;
+        // The child holds CAP_SETPCAP in its new user namespace: empty the bounding set too.
+        plan.drop_bounding = true;
+    }
     plan.apply().map_err(|failure| {
         if failure.stage == Stage::Seccomp && failure.errno == libc::EBUSY {
             // The kernel allows one seccomp listener per process tree.
@@ -673,8 +811,18 @@ pub fn exec_confined(
             fs_rules::PINNED_ABI as i32,
             prepared.denial_log
         );
+        let protected = match (&prepared.exec, prepared.write_roots) {
+            (Some(setup), _) => setup.describe(),
+            (None, WriteRoots::Whole) => {
+                "protected entries: not kept (write roots whole, no mount namespace)".into()
+            }
+            (None, WriteRoots::ProtectedReadOnly) => {
+                "protected entries: Landlock-only split: existing protected entries read-only"
+                    .into()
+            }
+        };
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
+            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status),
             connect_policy.describe(),
