@@ -12,7 +12,11 @@
 //! paths (policy, secret sources, credentials, state directory), get EPERM from a
 //! denied syscall, fail to open a network socket when the network is off, fail to reach an unlisted
 //! Unix socket by `connect` or by datagram (`SOCK_DGRAM`, `SOCK_RAW`), and see no_new_privs,
-//! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
+//! seccomp filter mode and empty capabilities; per profile, one child confined by exactly that
+//! profile that executes (`AT_EXECVE_CHECK`) every program its verbs and the notifier run, with
+//! their `#!` interpreters and loaders, and reads their libraries (`programs:PROFILE`, failing
+//! naming the verb, the profile and the file; `AT_EXECVE_CHECK` does not look at the loader, so it
+//! is checked on its own); a corpus of hostile values against every parameter;
 //! secret sources' ownership and modes; file verbs' roots; and, when serving, the daemon's identity,
 //! socket mode and group, state dir and journal.
 #![forbid(unsafe_code)]
@@ -211,6 +215,7 @@ pub fn run(ctx: &Context) -> Report {
     for spec in policy.sandboxes.values() {
         check_sandbox(&mut report, ctx, spec);
     }
+    check_programs_start(&mut report, ctx);
     if let Some(support) = &ctx.exec_namespaces {
         // Informational, like the `policy` line: either answer is a working `verbd exec`.
         report.push(
@@ -529,6 +534,130 @@ fn check_binary_path(
         ))
     })();
     report.push(name, result);
+}
+
+/// Who runs which program in which profile: `(profile, who, program)`, `who` as messages name it.
+fn programs_by_profile(policy: &Policy) -> BTreeMap<&str, Vec<(String, &Path)>> {
+    let mut by_profile: BTreeMap<&str, Vec<(String, &Path)>> = BTreeMap::new();
+    for verb in policy.verbs.values() {
+        if let VerbAction::Command { template, dry_run } = &verb.action {
+            let entry = by_profile.entry(verb.sandbox.as_str()).or_default();
+            entry.push((format!("verb `{}`", verb.name), template.program()));
+            if let Some(dry_run) = dry_run {
+                entry.push((format!("verb `{}` (dry run)", verb.name), dry_run.program()));
+            }
+        }
+    }
+    if let Some(notify) = &policy.approvals.notify {
+        by_profile
+            .entry(policy.approvals.notify_sandbox.as_str())
+            .or_default()
+            .push(("approvals.notify".into(), notify.program()));
+    }
+    by_profile
+}
+
+/// For every (program, profile) pair of the policy: the program, its interpreters and its
+/// libraries can be executed and read inside exactly that profile — observed by one child per
+/// profile, confined by the profile as the daemon prepares it (module `program_files` lists the
+/// files, `PreparedSandbox::observe` tries them).
+fn check_programs_start(report: &mut Report, ctx: &Context) {
+    let mut needed_by_program: BTreeMap<
+        &Path,
+        Result<Vec<crate::program_files::NeededFile>, String>,
+    > = BTreeMap::new();
+    for (profile, programs) in programs_by_profile(ctx.policy) {
+        let Some(spec) = ctx.policy.sandboxes.get(profile) else {
+            continue;
+        };
+        let result = (|| -> Result<String, (String, String)> {
+            let mut problems = Vec::new();
+            let mut checks: Vec<(PathBuf, bool)> = Vec::new();
+            for (_, program) in &programs {
+                let needed = needed_by_program.entry(program).or_insert_with(|| {
+                    crate::program_files::needed(program).map_err(|e| e.to_string())
+                });
+                match needed {
+                    Ok(files) => {
+                        for file in files.iter() {
+                            let check = (file.path.clone(), file.execute);
+                            if !checks.contains(&check) {
+                                checks.push(check);
+                            }
+                        }
+                    }
+                    Err(e) => problems.push(e.clone()),
+                }
+            }
+            let exact = SandboxSpec {
+                private: ctx.private.to_vec(),
+                ..spec.clone()
+            };
+            let prepared = PreparedSandbox::prepare(exact).map_err(|e| {
+                (
+                    format!("the profile cannot be prepared: {e}"),
+                    "fix the profile's paths".into(),
+                )
+            })?;
+            let outcomes = prepared.observe(&checks).map_err(|e| {
+                (
+                    format!("the program probe could not run: {e}"),
+                    "check that the kernel supports Landlock ABI 6 and seccomp".into(),
+                )
+            })?;
+            let mut unobservable = Vec::new();
+            for (who, program) in &programs {
+                let Some(Ok(files)) = needed_by_program.get(program) else {
+                    continue;
+                };
+                for file in files {
+                    let index = checks
+                        .iter()
+                        .position(|(p, x)| *p == file.path && *x == file.execute)
+                        .expect("every needed file was checked");
+                    let errno = outcomes[index];
+                    if errno == 0 {
+                        continue;
+                    }
+                    if file.execute && errno == libc::EINVAL {
+                        unobservable.push(file.path.display().to_string());
+                        continue;
+                    }
+                    problems.push(format!(
+                        "{who} cannot start in profile `{profile}`: {} ({}) cannot be {}: {}",
+                        file.path.display(),
+                        file.role,
+                        if file.execute { "executed" } else { "read" },
+                        std::io::Error::from_raw_os_error(errno)
+                    ));
+                }
+            }
+            if !unobservable.is_empty() {
+                unobservable.sort();
+                unobservable.dedup();
+                report.warnings.push(format!(
+                    "profile `{profile}`: execution of {} not observed (the kernel lacks AT_EXECVE_CHECK, Linux 6.14)",
+                    unobservable.join(", ")
+                ));
+            }
+            problems.dedup();
+            if problems.is_empty() {
+                Ok(format!(
+                    "{} program(s) can start: {} files executed or read by a child confined by the profile",
+                    programs.len(),
+                    checks.len()
+                ))
+            } else {
+                Err((
+                    problems.join("; "),
+                    format!(
+                        "add the directories holding them to `read` of [sandbox.{profile}] (`verbd sandbox why {profile} PATH exec` shows the deciding rule)"
+                    ),
+                ))
+            }
+        })();
+        report.push(format!("programs:{profile}"), result);
+    }
 }
 
 /// The canary's findings, one per line: `name ok detail`.

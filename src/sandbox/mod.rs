@@ -220,6 +220,8 @@ pub enum SandboxError {
     Status(io::Error),
     #[error("{0}")]
     Namespace(NamespaceError),
+    #[error("cannot observe accesses in a confined child: {0}")]
+    Observe(String),
     #[error("cannot execute {program:?}: {source}")]
     Exec { program: PathBuf, source: io::Error },
     #[error(
@@ -506,6 +508,7 @@ impl PreparedSandbox {
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
             keep_fds: Vec::new(),
+            observe: None,
         })
     }
 
@@ -533,14 +536,86 @@ impl PreparedSandbox {
         self.install_plan(cmd, Vec::new())
     }
 
+    /// Observes, in a real child confined by exactly this profile, whether each path can be
+    /// executed (`true`: an `execveat` with `AT_EXECVE_CHECK`, which checks like an `execve`
+    /// without running anything) or read (`false`: an `open`). One errno per check, 0 when
+    /// allowed. The child never execs: it reports and exits once every stage is applied.
+    pub fn observe(&self, checks: &[(PathBuf, bool)]) -> Result<Vec<i32>, SandboxError> {
+        let observation_error = |e: io::Error| SandboxError::Observe(e.to_string());
+        let checks = checks
+            .iter()
+            .map(|(path, execute)| {
+                CString::new(path.as_os_str().as_bytes())
+                    .map(|c| (c, *execute))
+                    .map_err(|_| SandboxError::NulInArgument)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = checks.len();
+        let (read_end, write_end) = std::io::pipe().map_err(observation_error)?;
+        let report_fd = write_end.as_raw_fd();
+        // Never executed: the child exits in its last stage.
+        let mut cmd = std::process::Command::new("/");
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        self.install_observing(
+            &mut cmd,
+            child::Observation { checks, report_fd },
+            write_end,
+        )?;
+        let mut child = cmd.spawn().map_err(|e| match spawn_failure(&e) {
+            Some(failure) => SandboxError::Stage(failure),
+            None => observation_error(e),
+        })?;
+        drop(cmd);
+        let mut bytes = Vec::with_capacity(expected * 4);
+        let mut read_end = read_end;
+        read_end
+            .read_to_end(&mut bytes)
+            .map_err(observation_error)?;
+        let status = child.wait().map_err(observation_error)?;
+        if !status.success() || bytes.len() != expected * 4 {
+            return Err(SandboxError::Observe(format!(
+                "the probe child reported {} of {expected} results ({status})",
+                bytes.len() / 4
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    fn install_observing(
+        &self,
+        cmd: &mut std::process::Command,
+        observation: child::Observation,
+        report_end: std::io::PipeWriter,
+    ) -> Result<(), SandboxError> {
+        self.install_with(cmd, Vec::new(), Some((observation, report_end)))
+    }
+
     fn install_plan(
         &self,
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
     ) -> Result<(), SandboxError> {
+        self.install_with(cmd, keep_fds, None)
+    }
+
+    fn install_with(
+        &self,
+        cmd: &mut std::process::Command,
+        keep_fds: Vec<RawFd>,
+        observe: Option<(child::Observation, std::io::PipeWriter)>,
+    ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
         let mut plan = self.plan(FilterUse::DaemonChild, child_end.as_raw_fd())?;
+        let report_end = observe.map(|(observation, report_end)| {
+            plan.observe = Some(observation);
+            report_end
+        });
         let identity = self.spec.run_as.map(|r| unix_broker::ThreadIdentity {
             uid: r.uid,
             gid: r.gid,
@@ -559,6 +634,7 @@ impl PreparedSandbox {
         unsafe {
             cmd.pre_exec(move || {
                 let _channel_owner = &child_end;
+                let _report_owner = &report_end;
                 plan.apply()
                     .map_err(|failure| io::Error::from_raw_os_error(failure.code()))
             });
