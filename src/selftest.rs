@@ -567,9 +567,15 @@ fn check_programs_start(report: &mut Report, ctx: &Context) {
         Result<Vec<crate::program_files::NeededFile>, String>,
     > = BTreeMap::new();
     for (profile, programs) in programs_by_profile(ctx.policy) {
+        // A program that does not exist fails its `binary:` check; nothing to probe here.
+        let programs: Vec<(String, &Path)> =
+            programs.into_iter().filter(|(_, p)| p.exists()).collect();
         let Some(spec) = ctx.policy.sandboxes.get(profile) else {
             continue;
         };
+        if programs.is_empty() {
+            continue;
+        }
         let result = (|| -> Result<String, (String, String)> {
             let mut problems = Vec::new();
             let mut checks: Vec<(PathBuf, bool)> = Vec::new();
