@@ -253,6 +253,8 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
             agent_path.to_str().unwrap(),
             bus_path.to_str().unwrap(),
             listed.to_str().unwrap(),
+            // No existence oracle: a path that does not exist answers like an unlisted one.
+            services.join("absent.sock").to_str().unwrap(),
         ],
     );
     let mut child = confined
@@ -281,6 +283,7 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
         ("bus", eacces.as_str()),
         ("late.sock", eacces.as_str()),
         ("listed.sock", "0"),
+        ("absent.sock", eacces.as_str()),
         ("dgram", "1"),
         ("raw", "1"),
     ] {

@@ -119,18 +119,17 @@ impl ConnectPolicy {
                 }
             }
         };
-        let resolved = match std::fs::canonicalize(&absolute) {
-            Ok(path) => path,
-            Err(e) => {
-                return refuse(
-                    e.raw_os_error().unwrap_or(libc::ENOENT),
-                    format!("{}: {e}", absolute.display()),
-                );
-            }
-        };
+        // Resolved by the broker, outside the sandbox: whether it exists (or is reachable) must
+        // not change the answer for an unlisted path, or the caller could probe paths its own
+        // profile cannot see. Unlisted is EACCES, always.
+        let resolved = std::fs::canonicalize(&absolute).ok();
         let listed = self.unix_sockets.iter().find(|entry| {
-            **entry == resolved
-                || std::fs::canonicalize(entry).is_ok_and(|canonical| canonical == resolved)
+            **entry == absolute
+                || resolved.as_ref().is_some_and(|resolved| {
+                    *entry == resolved
+                        || std::fs::canonicalize(entry)
+                            .is_ok_and(|canonical| canonical == *resolved)
+                })
         });
         match listed {
             Some(entry) => match sockaddr_un(entry) {
@@ -704,6 +703,17 @@ mod tests {
         match policy.decide(&unix(other.to_str().unwrap()), &no_cwd) {
             Decision::Refuse { errno, .. } => assert_eq!(errno, REFUSED_ERRNO),
             d => panic!("{d:?}"),
+        }
+        // No existence oracle: a missing path, or one below a file, answers like any unlisted
+        // socket.
+        for absent in ["/nonexistent/x.sock", "/etc/passwd/x.sock"] {
+            assert_eq!(
+                policy.decide(&unix(absent), &no_cwd),
+                refuse(
+                    REFUSED_ERRNO,
+                    format!("Unix socket {absent} is not in the profile's unix_sockets")
+                )
+            );
         }
         let mut abstract_address = unix("/x");
         abstract_address[2] = 0;
