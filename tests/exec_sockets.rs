@@ -719,3 +719,79 @@ command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/journal.sock"]
     );
     expect_no_datagram_sent(&out);
 }
+
+const SWAP_UID: u32 = 61768;
+
+/// Replaces the listed socket (inside the write root) with a symlink to the unlisted one, then
+/// connects to the listed path.
+const SWAP: &str = r#"
+import os, socket, sys
+listed, unlisted = sys.argv[1], sys.argv[2]
+os.unlink(listed)
+os.symlink(unlisted, listed)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(listed)
+    print("swapped 0", flush=True)
+except OSError as e:
+    print("swapped", e.errno, flush=True)
+"#;
+
+/// A listed socket inside a write root of the same profile can be swapped by the confined
+/// program for a symlink to any socket, which the broker (outside the sandbox) would follow: such
+/// a profile is refused.
+#[test]
+fn a_listed_socket_inside_a_write_root_is_refused() {
+    if !require_root("a_listed_socket_inside_a_write_root_is_refused") {
+        return;
+    }
+    let services_dir = open_tempdir();
+    let unlisted_path = services_dir.path().join("tmux.sock");
+    let unlisted = listener(&unlisted_path);
+    let dir = open_tempdir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(SWAP_UID), Some(SWAP_UID)).unwrap();
+    let listed_path = work.join("db.sock");
+    let _listed = listener(&listed_path);
+    std::os::unix::fs::chown(&listed_path, Some(SWAP_UID), Some(SWAP_UID)).unwrap();
+    let (policy_dir, policy) = setup(
+        SWAP_UID,
+        &format!("unix_sockets = [{:?}]\n", listed_path.to_str().unwrap()),
+    );
+    // The profile of `setup` writes its own work directory; point it at this one.
+    let policy_text = std::fs::read_to_string(&policy).unwrap().replace(
+        &format!(
+            "write = [{:?}]",
+            policy_dir.path().join("work").to_str().unwrap()
+        ),
+        &format!("write = [{:?}]", work.to_str().unwrap()),
+    );
+    std::fs::write(&policy, policy_text).unwrap();
+    let out = verbd_exec(
+        &policy,
+        SWAP_UID,
+        &work,
+        &[
+            PYTHON,
+            "-c",
+            SWAP,
+            listed_path.to_str().unwrap(),
+            unlisted_path.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    println!("{}", text(&out));
+    nobody_connected(&unlisted, "the unlisted socket");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).is_empty(),
+        "the program ran"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lies inside write root"),
+        "{}",
+        text(&out)
+    );
+}

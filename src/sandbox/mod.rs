@@ -229,6 +229,14 @@ pub enum SandboxError {
     )]
     UnixSocketPath { profile: String, path: PathBuf },
     #[error(
+        "sandbox `{profile}`: unix_sockets entry {socket:?} lies inside write root {root:?}: the confined program could replace it with a symlink to any socket, which the broker would follow; list only sockets outside the profile's write roots"
+    )]
+    SwappableSocket {
+        profile: String,
+        socket: PathBuf,
+        root: PathBuf,
+    },
+    #[error(
         "cannot start the connect broker: {0} (verbd exec cannot run inside another sandbox that already brokers seccomp notifications, e.g. a nested verbd exec)"
     )]
     Broker(io::Error),
@@ -369,11 +377,34 @@ impl PreparedSandbox {
         let denial_log = DenialLog::of_kernel();
         let template = fs_rules::build_template(&spec, write_roots, denial_log)?;
         let net_template = net_rules::build(&spec.network, denial_log)?;
+        let canonical_write_roots: Vec<PathBuf> = spec
+            .write
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .collect();
         for path in &spec.unix_sockets {
             if !path.is_absolute() || path.as_os_str().len() >= 108 {
                 return Err(SandboxError::UnixSocketPath {
                     profile: spec.name.clone(),
                     path: path.clone(),
+                });
+            }
+            // Where the socket's directory really is (the socket itself may not exist yet).
+            let located = path
+                .parent()
+                .and_then(|dir| std::fs::canonicalize(dir).ok())
+                .map_or_else(
+                    || path.clone(),
+                    |dir| dir.join(path.file_name().unwrap_or_default()),
+                );
+            if let Some(root) = canonical_write_roots
+                .iter()
+                .find(|root| located.starts_with(root))
+            {
+                return Err(SandboxError::SwappableSocket {
+                    profile: spec.name.clone(),
+                    socket: path.clone(),
+                    root: root.clone(),
                 });
             }
         }
