@@ -724,7 +724,7 @@ impl std::fmt::Display for Explanation {
     }
 }
 
-/// Explains what the profile's Landlock rules (as [`plan`] builds them for `mode`) and the bind
+/// Explains what the profile's Landlock rules (as `plan` builds them for `mode`) and the bind
 /// mounts of `verbd exec`'s mount namespace (`mounts`, empty otherwise) decide for `access` to
 /// `path`: which rights the kernel checks where, and which grants give them. Filesystem rules
 /// only: the seccomp filters and the connect broker decide other things.

@@ -144,7 +144,7 @@ const MAX_USER_NAMESPACES: &str = "/proc/sys/user/max_user_namespaces";
 /// Ubuntu's AppArmor restriction on unprivileged user namespaces.
 const APPARMOR_RESTRICTION: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
 
-/// Tries [`enter`] with a read-only bind of a fresh temporary file in a throwaway child, and checks
+/// Tries `enter` with a read-only bind of a fresh temporary file in a throwaway child, and checks
 /// that a write to it is refused. Call from a single-threaded process (it forks).
 pub fn probe() -> Support {
     let setting = |path: &str| {
