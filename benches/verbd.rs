@@ -355,12 +355,29 @@ fn mcp_comparison(c: &mut Criterion) {
     group.finish();
 }
 
-/// The start-up self-test of a 100-verb policy (3 params each, examples, one sandbox canary).
+/// Ten system programs the 100 verbs are spread over (each checked once per profile).
+const SELFTEST_PROGRAMS: [&str; 10] = [
+    "/usr/bin/journalctl",
+    "/usr/bin/systemctl",
+    "/usr/bin/cat",
+    "/usr/bin/ls",
+    "/usr/bin/df",
+    "/usr/bin/ps",
+    "/usr/bin/uptime",
+    "/usr/bin/hostname",
+    "/usr/bin/id",
+    "/usr/bin/stat",
+];
+
+/// The start-up self-test of a 100-verb policy (3 params each, examples, ten distinct programs,
+/// one sandbox canary and one program probe child, which executes or reads every program, loader
+/// and library inside the profile).
 fn selftest_100_verbs(c: &mut Criterion) {
     let mut text = String::from("version = 1\n[roles.a]\nuids = [1]\n");
     for i in 0..100 {
+        let program = SELFTEST_PROGRAMS[i % SELFTEST_PROGRAMS.len()];
         text.push_str(&format!(
-            "[verb.v{i}]\ncategory = \"read-only\"\nroles = [\"a\"]\ncommand = \"/usr/bin/journalctl -u {{unit}} -n {{lines}} [ --grep {{pat}} ]\"\nparams.unit = {{ type = \"systemd-unit\" }}\nparams.lines = {{ type = \"int\", min = 1, max = 5000, default = 10 }}\nparams.pat = {{ type = \"string\", pattern = \"[a-z ]{{1,40}}\", required = false }}\nexamples.accept = [{{ unit = \"nginx.service\" }}]\nexamples.reject = [{{ unit = \"--all\" }}]\n"
+            "[verb.v{i}]\ncategory = \"read-only\"\nroles = [\"a\"]\ncommand = \"{program} -u {{unit}} -n {{lines}} [ --grep {{pat}} ]\"\nparams.unit = {{ type = \"systemd-unit\" }}\nparams.lines = {{ type = \"int\", min = 1, max = 5000, default = 10 }}\nparams.pat = {{ type = \"string\", pattern = \"[a-z ]{{1,40}}\", required = false }}\nexamples.accept = [{{ unit = \"nginx.service\" }}]\nexamples.reject = [{{ unit = \"--all\" }}]\n"
         ));
     }
     let policy = policy::compile(&text, "bench-100").expect("100-verb policy compiles");
@@ -371,13 +388,19 @@ fn selftest_100_verbs(c: &mut Criterion) {
         b.iter(|| {
             let report = verbd::selftest::run(&verbd::selftest::Context {
                 policy: &policy,
+                private: &[],
                 daemon_uid: 0,
                 canary_exe: exe.clone(),
                 serving: None,
                 state_dir: None,
                 secrets: None,
+                exec_namespaces: None,
             });
             assert!(report.passed(), "{}", report.render());
+            assert!(
+                report.checks.iter().any(|c| c.name == "programs:default"),
+                "the program probe ran"
+            );
         })
     });
     group.finish();

@@ -36,6 +36,7 @@ pub mod journal;
 pub mod pinned;
 pub mod policy;
 pub mod policy_tools;
+pub mod program_files;
 pub mod protected;
 #[allow(unsafe_code)]
 pub mod sandbox;

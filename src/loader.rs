@@ -5,7 +5,8 @@
 //!    every error at file:line:col;
 //! 2. [`Loader::prepare`]: secrets read (before the privilege drop: they may be root-only), the
 //!    scrubber built from them, every sandbox profile prepared once (Landlock rule template and
-//!    seccomp programs; read-only twins for dry runs), per-verb concurrency permits;
+//!    seccomp programs; read-only twins for dry runs) with the daemon's private paths
+//!    ([`Loader::private_paths`]) out of every child's reach, per-verb concurrency permits;
 //! 3. [`Loader::self_test`]: the start-up self-test (`selftest`), whose [`Report`] gates service.
 //!
 //! `serve` runs steps 1–2 before binding and dropping privileges and step 3 once it is the daemon
@@ -20,7 +21,7 @@
 use crate::policy::{self, Policy, PolicyError, VerbAction};
 use crate::sandbox::{PreparedSandbox, SandboxError, SandboxSpec};
 use crate::scrub::{ScrubError, Scrubber};
-use crate::secrets::{SecretError, SecretStore};
+use crate::secrets::{CREDENTIALS_DIRECTORY_VAR, SecretError, SecretSource, SecretStore};
 use crate::selftest::{self, Report};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -95,11 +96,50 @@ pub enum Scope<'a> {
 /// Loads one policy source.
 pub struct Loader {
     pub source: PolicySource,
+    /// The daemon's state directory, once known: one of its private paths.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Loader {
     pub fn new(source: PolicySource) -> Loader {
-        Loader { source }
+        Loader {
+            source,
+            state_dir: None,
+        }
+    }
+
+    /// The same loader, knowing the daemon's state directory.
+    pub fn with_state_dir(self, state_dir: PathBuf) -> Loader {
+        Loader {
+            state_dir: Some(state_dir),
+            ..self
+        }
+    }
+
+    /// The daemon's private paths, which no child may read or write whatever its profile says
+    /// (issue 11.3): the policy file and the files it includes, every secret source file,
+    /// `$CREDENTIALS_DIRECTORY`, and the state directory (journal, keys, witness). Canonical
+    /// where they exist; sorted, without duplicates.
+    pub fn private_paths(&self, policy: &Policy) -> Vec<PathBuf> {
+        let mut paths = Vec::new();
+        if let PolicySource::File(path) = &self.source {
+            paths.push(path.clone());
+        }
+        paths.extend(policy.included.iter().cloned());
+        paths.extend(policy.secrets.values().filter_map(|source| match source {
+            SecretSource::File(path) => Some(path.clone()),
+            SecretSource::Credential(_) | SecretSource::Env(_) => None,
+        }));
+        paths.extend(std::env::var_os(CREDENTIALS_DIRECTORY_VAR).map(PathBuf::from));
+        paths.extend(self.state_dir.iter().cloned());
+        let mut private: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|path| std::fs::canonicalize(&path).unwrap_or(path))
+            .filter(|path| path.is_absolute())
+            .collect();
+        private.sort();
+        private.dedup();
+        private
     }
 
     /// Step 1: compile.
@@ -118,7 +158,8 @@ impl Loader {
     pub fn prepare(&self, policy: Policy) -> Result<Prepared, LoadError> {
         let secrets = SecretStore::load(&policy.secrets)?;
         let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
-        let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy)?;
+        let private = self.private_paths(&policy);
+        let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy, &private)?;
         let verb_permits = policy
             .verbs
             .values()
@@ -160,20 +201,27 @@ impl Loader {
                 };
             }
         };
-        let (serving, state_dir) = match scope {
+        // Only the offline self-test probes namespaces: the probe forks a child that allocates,
+        // which a multithreaded daemon must not do.
+        let (serving, state_dir, exec_namespaces) = match scope {
             Scope::Serving { state_dir, socket } => {
-                (Some(selftest::Serving { state_dir, socket }), None)
+                (Some(selftest::Serving { state_dir, socket }), None, None)
             }
-            Scope::Reload => (None, None),
-            Scope::Offline { state_dir } => (None, state_dir),
+            Scope::Reload => (None, None, None),
+            Scope::Offline { state_dir } => {
+                (None, state_dir, Some(crate::sandbox::probe_namespaces()))
+            }
         };
+        let private = self.private_paths(policy);
         selftest::run(&selftest::Context {
             policy,
+            private: &private,
             daemon_uid,
             canary_exe,
             serving,
             state_dir,
             secrets,
+            exec_namespaces,
         })
     }
 
@@ -196,10 +244,14 @@ impl Loader {
 /// Prepared sandbox profiles by name.
 type Sandboxes = BTreeMap<String, Arc<PreparedSandbox>>;
 
-/// Every profile, and the read-only twins for dry runs.
-fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadError> {
-    // Only profiles of verbs with a dry run need the read-only twin (each prepare walks the
-    // write roots for Landlock).
+/// Every profile, with the daemon's `private` paths out of reach, and the read-only twins for
+/// dry runs.
+fn prepare_sandboxes(
+    policy: &Policy,
+    private: &[PathBuf],
+) -> Result<(Sandboxes, Sandboxes), LoadError> {
+    // Only profiles of verbs with a dry run need the read-only twin (each prepare opens every
+    // root for Landlock).
     let dry_run_profiles: BTreeSet<&str> = policy
         .verbs
         .values()
@@ -217,6 +269,10 @@ fn prepare_sandboxes(policy: &Policy) -> Result<(Sandboxes, Sandboxes), LoadErro
     let mut sandboxes = BTreeMap::new();
     let mut dry_run_sandboxes = BTreeMap::new();
     for (name, spec) in &policy.sandboxes {
+        let spec = SandboxSpec {
+            private: private.to_vec(),
+            ..spec.clone()
+        };
         let prepare = |spec: SandboxSpec| {
             PreparedSandbox::prepare(spec)
                 .map(|sandbox| {

@@ -138,6 +138,10 @@ enum Command {
         /// Print the achieved Landlock ABI, seccomp mode, no_new_privs and capabilities to stderr
         #[arg(long)]
         print_status: bool,
+        /// Keep protected entries with the Landlock-only split even where a user and mount
+        /// namespace is available (also: VERBD_EXEC_LANDLOCK_ONLY=1)
+        #[arg(long)]
+        landlock_only: bool,
         program: PathBuf,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
@@ -163,11 +167,13 @@ enum Command {
         #[arg(long)]
         outside: PathBuf,
         #[arg(long)]
-        protected: Option<PathBuf>,
-        #[arg(long)]
         network_none: bool,
         #[arg(long)]
+        fast_open_refused: bool,
+        #[arg(long)]
         keeps_capabilities: bool,
+        #[arg(long)]
+        private: Vec<PathBuf>,
     },
     /// The audit journal
     Audit {
@@ -186,6 +192,11 @@ enum Command {
         socket: SocketArg,
         #[arg(long, value_enum)]
         print_config: Option<verbd::adapters::mcp::config::Client>,
+    },
+    /// Sandbox profiles: what they allow, and which rule decides (offline)
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
     },
     /// Policy tools (work offline, no daemon needed)
     Policy {
@@ -215,6 +226,37 @@ enum HookCommand {
         #[arg(long)]
         print_settings: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum SandboxCommand {
+    /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
+    /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private
+    /// paths out of reach), or with --exec as `verbd exec` would on this host (mount namespace or
+    /// Landlock-only split). Exit 0 allowed, 1 denied.
+    Why {
+        /// Policy holding the profile (default: the embedded demo policy)
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Explain the profile as `verbd exec` applies it
+        #[arg(long)]
+        exec: bool,
+        profile: String,
+        path: PathBuf,
+        #[arg(value_enum, default_value = "read")]
+        access: WhyAccess,
+    },
+}
+
+/// The access `verbd sandbox why` asks about.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum WhyAccess {
+    Read,
+    Write,
+    Exec,
 }
 
 fn main() -> ExitCode {
@@ -293,9 +335,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             policy,
             profile,
             print_status,
+            landlock_only,
             program,
             args,
-        } => cli::local::exec(policy, &profile, print_status, &program, &args),
+        } => cli::local::exec(
+            policy,
+            &profile,
+            print_status,
+            landlock_only,
+            &program,
+            &args,
+        ),
         Command::Selftest {
             policy,
             state_dir,
@@ -303,15 +353,39 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => cli::local::selftest(policy, state_dir, json),
         Command::Canary {
             outside,
-            protected,
             network_none,
+            fast_open_refused,
             keeps_capabilities,
-        } => Ok(cli::local::canary(
-            &outside,
-            protected.as_deref(),
+            private,
+        } => Ok(cli::local::canary(&verbd::selftest::CanaryPlan {
+            outside,
             network_none,
+            fast_open_refused,
             keeps_capabilities,
-        )),
+            private,
+        })),
+        Command::Sandbox {
+            command:
+                SandboxCommand::Why {
+                    policy,
+                    state_dir,
+                    exec,
+                    profile,
+                    path,
+                    access,
+                },
+        } => cli::local::sandbox_why(
+            policy,
+            state_dir,
+            exec,
+            &profile,
+            &path,
+            match access {
+                WhyAccess::Read => verbd::sandbox::FsAccess::Read,
+                WhyAccess::Write => verbd::sandbox::FsAccess::Write,
+                WhyAccess::Exec => verbd::sandbox::FsAccess::Exec,
+            },
+        ),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => match command {
             HookCommand::ClaudeCode {

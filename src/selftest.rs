@@ -8,9 +8,15 @@
 //! Checks: the policy's embedded examples; every verb binary (absolute, regular, executable, owned
 //! by root or the daemon user, not writable by group/other, parents likewise, no set-id bit,
 //! optional sha256 pin); per sandbox profile, a canary child (the verbd binary itself, in a hidden
-//! mode) that must FAIL to write outside the write roots and to a protected name, get EPERM from a
-//! denied syscall, fail to open a network socket when the network is off, and see no_new_privs,
-//! seccomp filter mode and empty capabilities; a corpus of hostile values against every parameter;
+//! mode) that must FAIL to write outside the write roots and to read any of the daemon's private
+//! paths (policy, secret sources, credentials, state directory), get EPERM from a
+//! denied syscall, fail to open a network socket when the network is off, fail to reach an unlisted
+//! Unix socket by `connect` or by datagram (`SOCK_DGRAM`, `SOCK_RAW`), and see no_new_privs,
+//! seccomp filter mode and empty capabilities; per profile, one child confined by exactly that
+//! profile that executes (`AT_EXECVE_CHECK`) every program its verbs and the notifier run, with
+//! their `#!` interpreters and loaders, and reads their libraries (`programs:PROFILE`, failing
+//! naming the verb, the profile and the file; `AT_EXECVE_CHECK` does not look at the loader, so it
+//! is checked on its own); a corpus of hostile values against every parameter;
 //! secret sources' ownership and modes; file verbs' roots; and, when serving, the daemon's identity,
 //! socket mode and group, state dir and journal.
 #![forbid(unsafe_code)]
@@ -38,6 +44,10 @@ pub const UNSANDBOXED_CANARY_ENV: &str = "VERBD_TEST_UNSANDBOXED_CANARY";
 /// The canary finds here a listening Unix socket outside the profile's `unix_sockets`, which its
 /// connect must not reach (the connect broker of `sandbox::unix_broker`).
 const CANARY_SOCKET_ENV: &str = "VERBD_CANARY_UNLISTED_SOCKET";
+
+/// The canary finds here a bound datagram Unix socket, which no datagram it sends may reach
+/// (`AF_UNIX` sockets other than stream and seqpacket cannot be created, `SOCK_RAW` included).
+const CANARY_DATAGRAM_ENV: &str = "VERBD_CANARY_UNLISTED_DATAGRAM";
 
 /// One named check.
 #[derive(Debug, Clone, Serialize)]
@@ -129,6 +139,8 @@ impl Report {
 /// What the self-test needs to know beyond the policy.
 pub struct Context<'a> {
     pub policy: &'a Policy,
+    /// The daemon's private paths (`Loader::private_paths`): every canary must fail to read each.
+    pub private: &'a [PathBuf],
     /// The uid the daemon runs as (after its privilege drop).
     pub daemon_uid: u32,
     /// The verbd binary, run as the sandbox canary.
@@ -139,6 +151,9 @@ pub struct Context<'a> {
     pub state_dir: Option<&'a Path>,
     /// Loaded secrets, when available (their warnings are reported).
     pub secrets: Option<&'a crate::secrets::SecretStore>,
+    /// Whether `verbd exec` can use a user and mount namespace on this host (probed by the
+    /// offline `verbd selftest`, a single-threaded process; not by the daemon): reported.
+    pub exec_namespaces: Option<crate::sandbox::NamespaceSupport>,
 }
 
 /// Facts about a running daemon.
@@ -199,6 +214,19 @@ pub fn run(ctx: &Context) -> Report {
     }
     for spec in policy.sandboxes.values() {
         check_sandbox(&mut report, ctx, spec);
+    }
+    check_programs_start(&mut report, ctx);
+    if let Some(support) = &ctx.exec_namespaces {
+        // Informational, like the `policy` line: either answer is a working `verbd exec`.
+        report.push(
+            "exec-isolation",
+            Ok(match support {
+                crate::sandbox::NamespaceSupport::Available => "verbd exec keeps protected entries with a user + mount namespace on this host (the probe's read-only bind refused a write): new entries can be created anywhere in the write roots".to_string(),
+                crate::sandbox::NamespaceSupport::Unavailable(reason) => format!(
+                    "verbd exec uses the Landlock-only split on this host ({reason}): no new entry directly in a write root"
+                ),
+            }),
+        );
     }
     let agent_uids = agent_uids(policy);
     for (name, source) in &policy.secrets {
@@ -508,6 +536,136 @@ fn check_binary_path(
     report.push(name, result);
 }
 
+/// Who runs which program in which profile: `(profile, who, program)`, `who` as messages name it.
+fn programs_by_profile(policy: &Policy) -> BTreeMap<&str, Vec<(String, &Path)>> {
+    let mut by_profile: BTreeMap<&str, Vec<(String, &Path)>> = BTreeMap::new();
+    for verb in policy.verbs.values() {
+        if let VerbAction::Command { template, dry_run } = &verb.action {
+            let entry = by_profile.entry(verb.sandbox.as_str()).or_default();
+            entry.push((format!("verb `{}`", verb.name), template.program()));
+            if let Some(dry_run) = dry_run {
+                entry.push((format!("verb `{}` (dry run)", verb.name), dry_run.program()));
+            }
+        }
+    }
+    if let Some(notify) = &policy.approvals.notify {
+        by_profile
+            .entry(policy.approvals.notify_sandbox.as_str())
+            .or_default()
+            .push(("approvals.notify".into(), notify.program()));
+    }
+    by_profile
+}
+
+/// For every (program, profile) pair of the policy: the program, its interpreters and its
+/// libraries can be executed and read inside exactly that profile — observed by one child per
+/// profile, confined by the profile as the daemon prepares it (module `program_files` lists the
+/// files, `PreparedSandbox::observe` tries them).
+fn check_programs_start(report: &mut Report, ctx: &Context) {
+    let mut needed_by_program: BTreeMap<
+        &Path,
+        Result<Vec<crate::program_files::NeededFile>, String>,
+    > = BTreeMap::new();
+    for (profile, programs) in programs_by_profile(ctx.policy) {
+        // A program that does not exist fails its `binary:` check; nothing to probe here.
+        let programs: Vec<(String, &Path)> =
+            programs.into_iter().filter(|(_, p)| p.exists()).collect();
+        let Some(spec) = ctx.policy.sandboxes.get(profile) else {
+            continue;
+        };
+        if programs.is_empty() {
+            continue;
+        }
+        let result = (|| -> Result<String, (String, String)> {
+            let mut problems = Vec::new();
+            let mut checks: Vec<(PathBuf, bool)> = Vec::new();
+            for (_, program) in &programs {
+                let needed = needed_by_program.entry(program).or_insert_with(|| {
+                    crate::program_files::needed(program).map_err(|e| e.to_string())
+                });
+                match needed {
+                    Ok(files) => {
+                        for file in files.iter() {
+                            let check = (file.path.clone(), file.execute);
+                            if !checks.contains(&check) {
+                                checks.push(check);
+                            }
+                        }
+                    }
+                    Err(e) => problems.push(e.clone()),
+                }
+            }
+            let exact = SandboxSpec {
+                private: ctx.private.to_vec(),
+                ..spec.clone()
+            };
+            let prepared = PreparedSandbox::prepare(exact).map_err(|e| {
+                (
+                    format!("the profile cannot be prepared: {e}"),
+                    "fix the profile's paths".into(),
+                )
+            })?;
+            let outcomes = prepared.observe(&checks).map_err(|e| {
+                (
+                    format!("the program probe could not run: {e}"),
+                    "check that the kernel supports Landlock ABI 6 and seccomp".into(),
+                )
+            })?;
+            let mut unobservable = Vec::new();
+            for (who, program) in &programs {
+                let Some(Ok(files)) = needed_by_program.get(program) else {
+                    continue;
+                };
+                for file in files {
+                    let index = checks
+                        .iter()
+                        .position(|(p, x)| *p == file.path && *x == file.execute)
+                        .expect("every needed file was checked");
+                    let errno = outcomes[index];
+                    if errno == 0 {
+                        continue;
+                    }
+                    if file.execute && errno == libc::EINVAL {
+                        unobservable.push(file.path.display().to_string());
+                        continue;
+                    }
+                    problems.push(format!(
+                        "{who} cannot start in profile `{profile}`: {} ({}) cannot be {}: {}",
+                        file.path.display(),
+                        file.role,
+                        if file.execute { "executed" } else { "read" },
+                        std::io::Error::from_raw_os_error(errno)
+                    ));
+                }
+            }
+            if !unobservable.is_empty() {
+                unobservable.sort();
+                unobservable.dedup();
+                report.warnings.push(format!(
+                    "profile `{profile}`: execution of {} not observed (the kernel lacks AT_EXECVE_CHECK, Linux 6.14)",
+                    unobservable.join(", ")
+                ));
+            }
+            problems.dedup();
+            if problems.is_empty() {
+                Ok(format!(
+                    "{} program(s) can start: {} files executed or read by a child confined by the profile",
+                    programs.len(),
+                    checks.len()
+                ))
+            } else {
+                Err((
+                    problems.join("; "),
+                    format!(
+                        "add the directories holding them to `read` of [sandbox.{profile}] (`verbd sandbox why {profile} PATH exec` shows the deciding rule)"
+                    ),
+                ))
+            }
+        })();
+        report.push(format!("programs:{profile}"), result);
+    }
+}
+
 /// The canary's findings, one per line: `name ok detail`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanaryFinding {
@@ -525,7 +683,10 @@ fn check_sandbox(report: &mut Report, ctx: &Context, spec: &SandboxSpec) {
 fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, String)> {
     // The canary is the verbd binary: let it be loaded (the binary and the system libraries);
     // nothing about writes, syscalls, network or capabilities changes.
-    let mut canary_spec = spec.clone();
+    let mut canary_spec = SandboxSpec {
+        private: ctx.private.to_vec(),
+        ..spec.clone()
+    };
     for extra in [
         ctx.canary_exe.as_path(),
         Path::new("/lib"),
@@ -555,8 +716,11 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if spec.network == Network::None {
         cmd.arg("--network-none");
     }
-    if let Some(root) = spec.write.first() {
-        cmd.arg("--protected").arg(root.join("CLAUDE.md"));
+    if spec.network != Network::Full {
+        cmd.arg("--fast-open-refused");
+    }
+    for private in ctx.private.iter().filter(|p| p.exists()) {
+        cmd.arg("--private").arg(private);
     }
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
@@ -567,7 +731,8 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             "the self-test needs a writable temporary directory".into(),
         )
     })?;
-    cmd.env(CANARY_SOCKET_ENV, &unlisted.path);
+    cmd.env(CANARY_SOCKET_ENV, &unlisted.path)
+        .env(CANARY_DATAGRAM_ENV, &unlisted.datagram_path);
     let unsandboxed =
         cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
@@ -594,6 +759,16 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             detail: format!("a connection reached {}", unlisted.path.display()),
         });
     }
+    if let Some(datagram) = unlisted.datagram_received() {
+        findings.push(CanaryFinding {
+            name: "unix-datagram".into(),
+            confined: false,
+            detail: format!(
+                "the datagram {datagram:?} reached {}",
+                unlisted.datagram_path.display()
+            ),
+        });
+    }
     if findings.is_empty() {
         return Err((
             format!(
@@ -611,12 +786,13 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
         .collect();
     if escaped.is_empty() {
         Ok(format!(
-            "canary confined: {}",
+            "canary confined: {}; {}",
             findings
                 .iter()
                 .map(|f| f.name.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            prepared.denial_log()
         ))
     } else {
         Err((
@@ -626,12 +802,14 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     }
 }
 
-/// A listening Unix socket in a fresh directory, open to every uid (so only the sandbox can stop
-/// a connect), removed on drop.
+/// A listening Unix socket and a bound datagram socket in a fresh directory, open to every uid
+/// (so only the sandbox can stop a connect or a datagram), removed on drop.
 struct UnlistedSocket {
     dir: PathBuf,
     path: PathBuf,
     listener: std::os::unix::net::UnixListener,
+    datagram_path: PathBuf,
+    datagram: std::os::unix::net::UnixDatagram,
 }
 
 impl UnlistedSocket {
@@ -646,22 +824,35 @@ impl UnlistedSocket {
         let socket = UnlistedSocket {
             path: dir.join("unlisted.sock"),
             listener: std::os::unix::net::UnixListener::bind(dir.join("unlisted.sock"))?,
+            datagram_path: dir.join("unlisted.dgram"),
+            datagram: std::os::unix::net::UnixDatagram::bind(dir.join("unlisted.dgram"))?,
             dir,
         };
         std::fs::set_permissions(&socket.dir, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::set_permissions(&socket.path, std::fs::Permissions::from_mode(0o777))?;
+        for path in [&socket.path, &socket.datagram_path] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))?;
+        }
         socket.listener.set_nonblocking(true)?;
+        socket.datagram.set_nonblocking(true)?;
         Ok(socket)
     }
 
     fn was_reached(&self) -> bool {
         self.listener.accept().is_ok()
     }
+
+    /// The first datagram that arrived, if any.
+    fn datagram_received(&self) -> Option<String> {
+        let mut buffer = [0u8; 64];
+        let n = self.datagram.recv(&mut buffer).ok()?;
+        Some(String::from_utf8_lossy(&buffer[..n]).into_owned())
+    }
 }
 
 impl Drop for UnlistedSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.datagram_path);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -700,13 +891,26 @@ fn parse_finding(line: &str) -> Option<CanaryFinding> {
     })
 }
 
+/// What the canary child tries (its hidden subcommand's flags).
+#[derive(Debug, Clone)]
+pub struct CanaryPlan {
+    /// A directory outside every write root: creating a file there must fail.
+    pub outside: PathBuf,
+    /// The profile has `network = "none"`: an `AF_INET` socket must be refused.
+    pub network_none: bool,
+    /// The profile's network is not `full`: a `MSG_FASTOPEN` send must be refused.
+    pub fast_open_refused: bool,
+    /// The profile keeps capabilities: the empty-sets probe is skipped.
+    pub keeps_capabilities: bool,
+    /// The daemon's private paths: reading each must fail.
+    pub private: Vec<PathBuf>,
+}
+
 /// The canary child: try each forbidden thing and report. Prints `name confined|ESCAPED detail`.
-pub fn canary_main(
-    outside: &Path,
-    protected: Option<&Path>,
-    network_none: bool,
-    keeps_caps: bool,
-) -> i32 {
+pub fn canary_main(plan: &CanaryPlan) -> i32 {
+    let outside = plan.outside.as_path();
+    let network_none = plan.network_none;
+    let keeps_caps = plan.keeps_capabilities;
     let mut lines = Vec::new();
     let mut report = |name: &str, confined: bool, detail: String| {
         lines.push(format!(
@@ -730,25 +934,25 @@ pub fn canary_main(
         }
         Err(e) => report("write-outside", true, e.to_string()),
     }
-    if let Some(path) = protected {
-        let existed = path.exists();
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-        {
-            Ok(_) => {
-                if !existed {
-                    let _ = std::fs::remove_file(path);
-                }
-                report(
-                    "write-protected",
-                    false,
-                    format!("opened {} for writing", path.display()),
-                );
-            }
-            Err(e) => report("write-protected", true, e.to_string()),
+    if !plan.private.is_empty() {
+        let readable: Vec<String> = plan
+            .private
+            .iter()
+            .filter(|path| readable(path))
+            .map(|path| path.display().to_string())
+            .collect();
+        if readable.is_empty() {
+            report(
+                "private-paths",
+                true,
+                format!("none of {} readable", plan.private.len()),
+            );
+        } else {
+            report(
+                "private-paths",
+                false,
+                format!("read the daemon's {}", readable.join(", ")),
+            );
         }
     }
     match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
@@ -775,6 +979,20 @@ pub fn canary_main(
             Err(e) => report("network", true, format!("socket(AF_INET): {e}")),
         }
     }
+    if plan.fast_open_refused {
+        // fd -1: the filter answers before the kernel would look at the descriptor (EBADF).
+        let flags = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_FASTOPEN);
+        match nix::sys::socket::send(-1, b"", flags) {
+            Err(nix::errno::Errno::EPERM) => {
+                report("fast-open", true, "send(MSG_FASTOPEN): EPERM".into())
+            }
+            other => report(
+                "fast-open",
+                false,
+                format!("send(MSG_FASTOPEN) reached the kernel: {other:?}"),
+            ),
+        }
+    }
     if let Some(path) = std::env::var_os(CANARY_SOCKET_ENV) {
         match std::os::unix::net::UnixStream::connect(&path) {
             Ok(_) => report(
@@ -784,6 +1002,10 @@ pub fn canary_main(
             ),
             Err(e) => report("unix-socket", true, format!("connect: {e}")),
         }
+    }
+    if let Some(path) = std::env::var_os(CANARY_DATAGRAM_ENV) {
+        let (confined, detail) = send_unix_datagrams(Path::new(&path));
+        report("unix-datagram", confined, detail);
     }
     let nnp = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
     report(
@@ -831,6 +1053,56 @@ pub fn canary_main(
     }
     println!("{}", lines.join("\n"));
     0
+}
+
+/// Can this process read `path` (list it, for a directory)?
+fn readable(path: &Path) -> bool {
+    use std::io::Read;
+    if path.is_dir() {
+        return std::fs::read_dir(path).is_ok();
+    }
+    std::fs::File::open(path).is_ok_and(|mut file| file.read(&mut [0u8; 1]).is_ok())
+}
+
+/// Tries to send a datagram to `path` from an `AF_UNIX` socket of every type the kernel makes a
+/// datagram socket of (`SOCK_DGRAM`, and `SOCK_RAW`, which `AF_UNIX` turns into one). Confined
+/// when every socket was refused with EPERM.
+fn send_unix_datagrams(path: &Path) -> (bool, String) {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, sendto, socket};
+    let Ok(address) = UnixAddr::new(path) else {
+        return (
+            false,
+            format!("{} is not a Unix socket address", path.display()),
+        );
+    };
+    let mut outcomes = Vec::new();
+    let mut confined = true;
+    for (name, kind) in [
+        ("SOCK_DGRAM", SockType::Datagram),
+        ("SOCK_RAW", SockType::Raw),
+    ] {
+        match socket(AddressFamily::Unix, kind, SockFlag::SOCK_CLOEXEC, None) {
+            Err(nix::errno::Errno::EPERM) => outcomes.push(format!("socket({name}): EPERM")),
+            Err(e) => {
+                confined = false;
+                outcomes.push(format!("socket({name}) failed with {e}, not EPERM"));
+            }
+            Ok(fd) => {
+                confined = false;
+                let sent = sendto(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    name.as_bytes(),
+                    &address,
+                    nix::sys::socket::MsgFlags::empty(),
+                );
+                outcomes.push(match sent {
+                    Ok(n) => format!("socket({name}) was created and sent {n} bytes"),
+                    Err(e) => format!("socket({name}) was created (sendto: {e})"),
+                });
+            }
+        }
+    }
+    (confined, outcomes.join(" and "))
 }
 
 fn check_serving(report: &mut Report, ctx: &Context, serving: &Serving) {

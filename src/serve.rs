@@ -167,6 +167,8 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
         .or_else(|| policy.daemon.state_dir.clone())
         .unwrap_or_else(paths::default_state_dir);
     create_state_dir(&state_dir)?;
+    // From here on the state directory is one of the daemon's private paths: no child reaches it.
+    let loader = loader.with_state_dir(state_dir.clone());
     // Secrets are read here, before the privilege drop (they may be root-owned 0600).
     let prepared = loader.prepare(policy)?;
     for w in prepared.secrets.warnings() {

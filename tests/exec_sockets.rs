@@ -5,6 +5,8 @@
 //! control; verbd's own socket works (`verbd call` inside `verbd exec`, journaled with the
 //! caller's real uid).
 mod common;
+#[path = "common/hostile.rs"]
+mod hostile;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -172,11 +174,12 @@ def attempt(path):
         s.close()
 for path in sys.argv[2:]:
     print(os.path.basename(path), attempt(path), flush=True)
-try:
-    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    print("dgram 0", flush=True)
-except OSError as e:
-    print("dgram", e.errno, flush=True)
+for name, kind in [("dgram", socket.SOCK_DGRAM), ("raw", socket.SOCK_RAW)]:
+    try:
+        socket.socket(socket.AF_UNIX, kind)
+        print(name, 0, flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
 print("started", flush=True)
 late = sys.argv[1]
 deadline = time.time() + 20
@@ -250,6 +253,8 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
             agent_path.to_str().unwrap(),
             bus_path.to_str().unwrap(),
             listed.to_str().unwrap(),
+            // No existence oracle: a path that does not exist answers like an unlisted one.
+            services.join("absent.sock").to_str().unwrap(),
         ],
     );
     let mut child = confined
@@ -278,7 +283,9 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
         ("bus", eacces.as_str()),
         ("late.sock", eacces.as_str()),
         ("listed.sock", "0"),
+        ("absent.sock", eacces.as_str()),
         ("dgram", "1"),
+        ("raw", "1"),
     ] {
         let line = format!("{name} {want}");
         assert!(seen.contains(&line), "{line} in {seen:?}");
@@ -466,8 +473,8 @@ command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/db.sock", "@DIR@/
 }
 
 #[test]
-fn the_self_test_canary_proves_an_unlisted_socket_is_unreachable() {
-    if !require_root("the_self_test_canary_proves_an_unlisted_socket_is_unreachable") {
+fn the_self_test_canary_proves_unlisted_sockets_and_datagrams_are_unreachable() {
+    if !require_root("the_self_test_canary_proves_unlisted_sockets_and_datagrams_are_unreachable") {
         return;
     }
     let (_dir, policy) = setup(ENV_UID, "");
@@ -487,7 +494,7 @@ fn the_self_test_canary_proves_an_unlisted_socket_is_unreachable() {
         .find(|l| l.contains("sandbox:agent"))
         .unwrap_or_else(|| panic!("{confined}"));
     assert!(
-        agent.starts_with("PASS") && agent.contains("unix-socket"),
+        agent.starts_with("PASS") && agent.contains("unix-socket, unix-datagram"),
         "{agent}"
     );
     // Negative control: the same canary without its sandbox reaches the socket, and the
@@ -499,7 +506,9 @@ fn the_self_test_canary_proves_an_unlisted_socket_is_unreachable() {
         .find(|l| l.contains("sandbox:agent"))
         .unwrap_or_else(|| panic!("{unsandboxed}"));
     assert!(
-        agent.starts_with("FAIL") && agent.contains("unix-socket: connected to"),
+        agent.starts_with("FAIL")
+            && agent.contains("unix-socket: connected to")
+            && agent.contains("socket(SOCK_RAW) was created and sent"),
         "{agent}"
     );
 }
@@ -559,4 +568,230 @@ fn verbd_mcp_inside_verbd_exec_serves_the_agent_with_no_setup() {
     drop(stdin);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+const DATAGRAM_UID: u32 = 61760;
+const DATAGRAM_CALLER_UID: u32 = 61761;
+
+/// `python3 -c DATAGRAM_PROBE TARGET`: tries every way of sending a datagram to the Unix path
+/// TARGET (`name errno` per attempt, 0 = sent), then checks that stream and seqpacket pairs
+/// still work.
+const DATAGRAM_PROBE: &str = r#"
+import socket, sys
+target = sys.argv[1]
+def attempt(name, make):
+    try:
+        s = make()
+        s.sendto(b"ESCAPED-" + name.encode(), target)
+        print(name, 0, flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
+attempt("raw", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_RAW))
+attempt("dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+attempt("raw-pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW)[0])
+attempt("dgram-pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0])
+for name, kind in [("stream-pair", socket.SOCK_STREAM), ("seqpacket-pair", socket.SOCK_SEQPACKET)]:
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, kind)
+        a.send(b"x")
+        print(name, 0 if b.recv(1) == b"x" else "lost", flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
+"#;
+
+/// A datagram socket bound at `path`, writable by every uid, non-blocking.
+fn datagram_listener(path: &Path) -> std::os::unix::net::UnixDatagram {
+    let socket = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    socket
+}
+
+/// Every datagram waiting on `socket`.
+fn received(socket: &std::os::unix::net::UnixDatagram) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buffer = [0u8; 256];
+    while let Ok(n) = socket.recv(&mut buffer) {
+        out.push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+    }
+    out
+}
+
+fn expect_no_datagram_sent(out: &str) {
+    let eperm = libc::EPERM.to_string();
+    for name in ["raw", "dgram", "raw-pair", "dgram-pair"] {
+        let line = format!("{name} {eperm}");
+        assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
+    }
+    for line in ["stream-pair 0", "seqpacket-pair 0"] {
+        assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
+    }
+}
+
+#[test]
+fn no_unix_datagram_reaches_an_unlisted_listener_from_verbd_exec() {
+    if !require_root("no_unix_datagram_reaches_an_unlisted_listener_from_verbd_exec") {
+        return;
+    }
+    let services_dir = open_tempdir();
+    let target = services_dir.path().join("journal.sock");
+    let listener = datagram_listener(&target);
+    let (dir, policy) = setup(DATAGRAM_UID, "");
+    let home = dir.path().join("work");
+    let target_arg = target.to_str().unwrap();
+
+    // Positive control: outside verbd exec, every kind of datagram arrives.
+    let mut control = Command::new(PYTHON);
+    as_uid(&mut control, DATAGRAM_UID, &home).args(["-c", DATAGRAM_PROBE, target_arg]);
+    let out = control.output().unwrap();
+    println!("control: {}", text(&out));
+    let arrived = received(&listener);
+    println!("control datagrams: {arrived:?}");
+    for name in ["raw", "dgram", "raw-pair", "dgram-pair"] {
+        assert!(
+            arrived.contains(&format!("ESCAPED-{name}")),
+            "control {name}: {arrived:?}"
+        );
+    }
+
+    let out = verbd_exec(
+        &policy,
+        DATAGRAM_UID,
+        &home,
+        &[PYTHON, "-c", DATAGRAM_PROBE, target_arg],
+    )
+    .output()
+    .unwrap();
+    println!("confined: {}", text(&out));
+    let arrived = received(&listener);
+    assert!(
+        arrived.is_empty(),
+        "datagrams reached the listener: {arrived:?}"
+    );
+    expect_no_datagram_sent(&String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn no_unix_datagram_reaches_an_unlisted_listener_from_a_verb() {
+    if !require_root("no_unix_datagram_reaches_an_unlisted_listener_from_a_verb") {
+        return;
+    }
+    let policy = format!(
+        r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [{DATAGRAM_CALLER_UID}]
+[sandbox.probe]
+read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
+network = "none"
+[verb.probe]
+description = "sends datagrams"
+category = "read-only"
+roles = ["agent"]
+sandbox = "probe"
+allow_interpreter = true
+command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/journal.sock"]
+"#
+    );
+    let mut listener = None;
+    let daemon = Daemon::start_with(&policy, |dir| {
+        std::fs::create_dir(dir.join("probe")).unwrap();
+        std::fs::write(dir.join("probe/probe.py"), DATAGRAM_PROBE).unwrap();
+        std::fs::create_dir(dir.join("services")).unwrap();
+        listener = Some(datagram_listener(&dir.join("services/journal.sock")));
+    });
+    daemon.open_socket();
+    let listener = listener.unwrap();
+    let answers = hostile::requests_as(
+        DATAGRAM_CALLER_UID,
+        &daemon.socket,
+        &[hostile::call("probe", &[])],
+    );
+    let response = hostile::decode(&answers[0]);
+    let out = stdout_of(&response);
+    println!("verb:\n{out}\n{response:?}");
+    let arrived = received(&listener);
+    assert!(
+        arrived.is_empty(),
+        "datagrams reached the listener: {arrived:?}"
+    );
+    expect_no_datagram_sent(&out);
+}
+
+const SWAP_UID: u32 = 61768;
+
+/// Replaces the listed socket (inside the write root) with a symlink to the unlisted one, then
+/// connects to the listed path.
+const SWAP: &str = r#"
+import os, socket, sys
+listed, unlisted = sys.argv[1], sys.argv[2]
+os.unlink(listed)
+os.symlink(unlisted, listed)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(listed)
+    print("swapped 0", flush=True)
+except OSError as e:
+    print("swapped", e.errno, flush=True)
+"#;
+
+/// A listed socket inside a write root of the same profile can be swapped by the confined
+/// program for a symlink to any socket, which the broker (outside the sandbox) would follow: such
+/// a profile is refused.
+#[test]
+fn a_listed_socket_inside_a_write_root_is_refused() {
+    if !require_root("a_listed_socket_inside_a_write_root_is_refused") {
+        return;
+    }
+    let services_dir = open_tempdir();
+    let unlisted_path = services_dir.path().join("tmux.sock");
+    let unlisted = listener(&unlisted_path);
+    let dir = open_tempdir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(SWAP_UID), Some(SWAP_UID)).unwrap();
+    let listed_path = work.join("db.sock");
+    let _listed = listener(&listed_path);
+    std::os::unix::fs::chown(&listed_path, Some(SWAP_UID), Some(SWAP_UID)).unwrap();
+    let (policy_dir, policy) = setup(
+        SWAP_UID,
+        &format!("unix_sockets = [{:?}]\n", listed_path.to_str().unwrap()),
+    );
+    // The profile of `setup` writes its own work directory; point it at this one.
+    let policy_text = std::fs::read_to_string(&policy).unwrap().replace(
+        &format!(
+            "write = [{:?}]",
+            policy_dir.path().join("work").to_str().unwrap()
+        ),
+        &format!("write = [{:?}]", work.to_str().unwrap()),
+    );
+    std::fs::write(&policy, policy_text).unwrap();
+    let out = verbd_exec(
+        &policy,
+        SWAP_UID,
+        &work,
+        &[
+            PYTHON,
+            "-c",
+            SWAP,
+            listed_path.to_str().unwrap(),
+            unlisted_path.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    println!("{}", text(&out));
+    nobody_connected(&unlisted, "the unlisted socket");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).is_empty(),
+        "the program ran"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lies inside write root"),
+        "{}",
+        text(&out)
+    );
 }

@@ -1,6 +1,8 @@
 //! `network = { connect_tcp = [PORT, …] }`: against two real TCP listeners, a confined program
 //! connects to the listed port and is refused (EACCES) on the other; UDP and non-TCP sockets
-//! cannot be created and no TCP port can be bound. Checked for `verbd exec` as an unprivileged
+//! cannot be created and no TCP port can be bound; TCP Fast Open (`MSG_FASTOPEN`, which connects
+//! inside `sendto`/`sendmsg` without a `connect` the broker or Landlock could see) is refused, and
+//! `TCP_FASTOPEN_CONNECT` still connects only where the brokered `connect` went. Checked for `verbd exec` as an unprivileged
 //! uid and for a verb run by a real daemon; the same probe unconfined is the positive control.
 mod common;
 use common::*;
@@ -32,8 +34,41 @@ def bind():
         s.bind(("127.0.0.1", 0))
     finally:
         s.close()
-print("allowed", attempt(lambda: connect(int(sys.argv[1]))))
-print("other", attempt(lambda: connect(int(sys.argv[2]))))
+def fastopen_sendto(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.sendto(b"ESCAPED-sendto", socket.MSG_FASTOPEN, ("127.0.0.1", port))
+    finally:
+        s.close()
+def fastopen_sendmsg(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.sendmsg([b"ESCAPED-sendmsg"], [], socket.MSG_FASTOPEN, ("127.0.0.1", port))
+    finally:
+        s.close()
+TCP_FASTOPEN_CONNECT = 30
+def deferred_connect(allowed, other):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+        s.connect(("127.0.0.1", allowed))
+        s.sendto(b"deferred", ("127.0.0.1", other))
+    finally:
+        s.close()
+def deferred_without_connect(other):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+        s.sendto(b"ESCAPED-deferred", ("127.0.0.1", other))
+    finally:
+        s.close()
+allowed, other = int(sys.argv[1]), int(sys.argv[2])
+print("allowed", attempt(lambda: connect(allowed)))
+print("other", attempt(lambda: connect(other)))
+print("fastopen-sendto", attempt(lambda: fastopen_sendto(other)))
+print("fastopen-sendmsg", attempt(lambda: fastopen_sendmsg(other)))
+print("deferred-connect", attempt(lambda: deferred_connect(allowed, other)))
+print("deferred-without-connect", attempt(lambda: deferred_without_connect(other)))
 print("udp", attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()))
 print("bind", attempt(bind))
 "#;
@@ -50,21 +85,45 @@ fn listeners() -> (TcpListener, TcpListener, u16, u16) {
     (allowed, other, a, b)
 }
 
+/// What each connection accepted on `listener` (until none is waiting) carried first.
+fn accepted(listener: &TcpListener) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok((mut stream, _)) = listener.accept() {
+        use std::io::Read;
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut buffer = [0u8; 64];
+        let n = stream.read(&mut buffer).unwrap_or(0);
+        out.push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+    }
+    out
+}
+
 fn expect(out: &str, allowed: &TcpListener, other: &TcpListener) {
     for line in [
         "allowed 0".to_string(),
         format!("other {}", libc::EACCES),
+        format!("fastopen-sendto {}", libc::EPERM),
+        format!("fastopen-sendmsg {}", libc::EPERM),
+        "deferred-connect 0".to_string(),
+        format!("deferred-without-connect {}", libc::EPIPE),
         format!("udp {}", libc::EPERM),
         format!("bind {}", libc::EACCES),
     ] {
         assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
     }
-    allowed
-        .accept()
-        .expect("the allowed port got its connection");
+    let reached = accepted(allowed);
+    println!("the allowed port received: {reached:?}");
     assert!(
-        other.accept().is_err(),
-        "a connection reached the port not listed"
+        reached.len() == 2 && reached.contains(&"deferred".to_string()),
+        "the allowed port got the plain and the deferred connection: {reached:?}"
+    );
+    let escaped = accepted(other);
+    assert!(
+        escaped.is_empty(),
+        "connections reached the port not listed: {escaped:?}"
     );
 }
 
@@ -113,9 +172,14 @@ fn verbd_exec_connects_only_to_the_listed_tcp_port() {
     let control = run(false);
     println!("control:\n{control}");
     assert!(control.contains("allowed 0") && control.contains("other 0"));
+    assert!(control.contains("fastopen-sendto 0") && control.contains("fastopen-sendmsg 0"));
     assert!(control.contains("udp 0") && control.contains("bind 0"));
-    allowed.accept().unwrap();
-    other.accept().unwrap();
+    assert!(!accepted(&allowed).is_empty());
+    let reached = accepted(&other);
+    println!("control: the other port received {reached:?}");
+    for escaped in ["ESCAPED-sendto", "ESCAPED-sendmsg"] {
+        assert!(reached.contains(&escaped.to_string()), "{reached:?}");
+    }
 
     let confined = run(true);
     println!("confined:\n{confined}");

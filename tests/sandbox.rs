@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use verbd::sandbox::{
     ConfinementStatus, Network, PreparedSandbox, RunAs, SandboxError, SandboxSpec, Stage,
-    exec_confined, spawn_failure, stage_of_spawn_error,
+    WriteRoots, exec_confined, spawn_failure, stage_of_spawn_error,
 };
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -160,12 +160,14 @@ fn tree() -> Tree {
 }
 
 #[test]
-fn filesystem_writes_follow_roots_and_protected_names() {
+fn split_write_roots_keep_protected_names_read_only() {
     if !privileged() {
         return;
     }
     let t = tree();
-    let sandbox = prepare(spec("fs", &[&t.root]));
+    let sandbox =
+        PreparedSandbox::prepare_with(spec("fs", &[&t.root]), WriteRoots::ProtectedReadOnly)
+            .expect("profile prepares");
     // Planted after preparation, inside a directory granted whole.
     std::os::unix::fs::symlink(&t.outside, t.root.join("src/late")).unwrap();
     let r = t.root.display();
@@ -229,6 +231,54 @@ attempt("read_protected", lambda: open("{r}/CLAUDE.md").read())
     assert_eq!(read(&t.root.join("README.md")), "changed");
     assert!(!t.root.join("AGENTS.md").exists());
     assert!(!t.outside.join("new.txt").exists());
+}
+
+/// Verb profiles: the write root is granted whole, so entries are created, renamed and removed
+/// anywhere in it (protected names included: for verbs, typed parameters keep those), and
+/// nothing outside it is writable.
+#[test]
+fn whole_write_roots_allow_create_rename_and_remove_anywhere_inside() {
+    if !privileged() {
+        return;
+    }
+    let t = tree();
+    let sandbox = prepare(spec("fs", &[&t.root]));
+    let r = t.root.display();
+    let o = t.outside.display();
+    let code = format!(
+        r#"{TRY}
+import tempfile
+attempt("mktemp_top", lambda: tempfile.mkstemp(dir="{r}"))
+attempt("mkdir_top", lambda: os.mkdir("{r}/new-dir"))
+attempt("create_top", lambda: write("{r}/new.py", "print()"))
+attempt("rename_top", lambda: os.rename("{r}/new.py", "{r}/renamed.py"))
+attempt("remove_top", lambda: os.unlink("{r}/renamed.py"))
+attempt("remove_dir", lambda: os.rmdir("{r}/new-dir"))
+attempt("create_in_git", lambda: write("{r}/.git/index.lock"))
+attempt("outside", lambda: write("{o}/new.txt"))
+attempt("rename_out", lambda: os.rename("{r}/README.md", "{o}/README.md"))
+attempt("symlink_escape", lambda: write("{r}/escape/target.txt", "evil"))
+"#
+    );
+    let res = results(&python(Some(&sandbox), &code));
+    for key in [
+        "mktemp_top",
+        "mkdir_top",
+        "create_top",
+        "rename_top",
+        "remove_top",
+        "remove_dir",
+        "create_in_git",
+    ] {
+        assert_eq!(value(&res, key), "0", "{key} must work: {res:?}");
+    }
+    let eacces = libc::EACCES.to_string();
+    for key in ["outside", "rename_out", "symlink_escape"] {
+        assert_eq!(value(&res, key), eacces, "{key} must be refused: {res:?}");
+    }
+    assert!(t.root.join("README.md").exists());
+    assert!(!t.outside.join("new.txt").exists());
+    assert!(!t.root.join("new-dir").exists() && !t.root.join("renamed.py").exists());
 }
 
 #[test]
@@ -754,7 +804,9 @@ fn exec_confined_confines_a_shell_script_the_same_way() {
         return;
     }
     let t = tree();
-    let sandbox = prepare(spec("agent", &[&t.root]));
+    let sandbox =
+        PreparedSandbox::prepare_with(spec("agent", &[&t.root]), WriteRoots::ProtectedReadOnly)
+            .expect("profile prepares");
     let results_path = t.root.join("tmp/results");
     let script = t.root.join("tmp/agent.sh");
     let r = t.root.display();

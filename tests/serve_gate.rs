@@ -195,6 +195,10 @@ fn failing_self_test_never_serves() {
                 "no-new-privs: no_new_privs=0",
                 "seccomp: mode 0",
                 "capabilities: effective=",
+                "unix-socket: connected to",
+                "fast-open: send(MSG_FASTOPEN) reached the kernel",
+                "unix-datagram: socket(SOCK_DGRAM) was created",
+                "unix-datagram: the datagram \"SOCK_DGRAM\" reached",
             ] {
                 assert!(log.contains(probe), "{probe}: {log}");
             }

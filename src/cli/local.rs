@@ -14,6 +14,7 @@ pub fn exec(
     policy: Option<PathBuf>,
     profile: &str,
     print_status: bool,
+    landlock_only: bool,
     program: &Path,
     args: &[OsString],
 ) -> anyhow::Result<ExitCode> {
@@ -30,7 +31,9 @@ pub fn exec(
                 .join(", ")
         );
     };
-    let prepared = verbd::sandbox::PreparedSandbox::prepare(spec.clone())?;
+    let isolation =
+        verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(landlock_only));
+    let prepared = verbd::sandbox::PreparedSandbox::prepare_for_exec(spec.clone(), isolation)?;
     let err = match verbd::sandbox::exec_confined(&prepared, program, args, print_status) {
         Err(e) => e,
         Ok(never) => match never {},
@@ -45,13 +48,97 @@ pub fn exec(
     ))
 }
 
+/// Why `verbd exec` must use the Landlock-only split, when the operator asked for it.
+fn forced_landlock_only(flag: bool) -> Option<String> {
+    if flag {
+        Some("forced by --landlock-only".into())
+    } else if std::env::var_os(verbd::sandbox::LANDLOCK_ONLY_ENV).is_some() {
+        Some(format!("forced by {}", verbd::sandbox::LANDLOCK_ONLY_ENV))
+    } else {
+        None
+    }
+}
+
+/// `verbd sandbox why`: what `profile`'s Landlock rules decide for `access` to `path`. Exit 0
+/// allowed, 1 denied.
+pub fn sandbox_why(
+    policy: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    exec: bool,
+    profile: &str,
+    path: &Path,
+    access: verbd::sandbox::FsAccess,
+) -> anyhow::Result<ExitCode> {
+    let loader = Loader::new(PolicySource::from_flag(policy));
+    let policy = loader.compile()?;
+    let Some(spec) = policy.sandboxes.get(profile) else {
+        bail!(
+            "profile `{profile}` is not defined in {} (defined: {})",
+            policy.origin,
+            policy
+                .sandboxes
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let explanation = if exec {
+        // As `verbd exec` would run here and now: the same choice of isolation.
+        let isolation = verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(false));
+        let how = match &isolation {
+            verbd::sandbox::ExecIsolation::MountNamespace => {
+                "as `verbd exec` applies it on this host: user + mount namespace, write roots whole, protected entries read-only binds".to_string()
+            }
+            verbd::sandbox::ExecIsolation::LandlockOnly { reason } => format!(
+                "as `verbd exec` applies it on this host: Landlock-only split ({reason})"
+            ),
+        };
+        let mode = match isolation {
+            verbd::sandbox::ExecIsolation::MountNamespace => verbd::sandbox::WriteRoots::Whole,
+            verbd::sandbox::ExecIsolation::LandlockOnly { .. } => {
+                verbd::sandbox::WriteRoots::ProtectedReadOnly
+            }
+        };
+        let prepared = verbd::sandbox::PreparedSandbox::prepare_for_exec(spec.clone(), isolation)?;
+        let mounts = prepared
+            .exec_isolation()
+            .map_or(&[][..], |(_, mounts)| mounts);
+        println!("profile `{profile}` of {}, {how}", policy.origin);
+        verbd::sandbox::explain(spec, mode, mounts, path, access)?
+    } else {
+        let state_dir = state_dir
+            .or_else(|| policy.daemon.state_dir.clone())
+            .unwrap_or_else(verbd::paths::default_state_dir);
+        let private = loader.with_state_dir(state_dir).private_paths(&policy);
+        let spec = verbd::sandbox::SandboxSpec {
+            private,
+            ..spec.clone()
+        };
+        println!(
+            "profile `{profile}` of {}, as the daemon runs its verbs: write roots whole, its private paths out of reach",
+            policy.origin
+        );
+        verbd::sandbox::explain(&spec, verbd::sandbox::WriteRoots::Whole, &[], path, access)?
+    };
+    print!("{explanation}");
+    Ok(if explanation.allowed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CHECK_FAILED)
+    })
+}
+
 /// `verbd selftest`: the loader's compile and self-test steps, offline. Exit 1 on any FAIL.
 pub fn selftest(
     policy: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let loader = Loader::new(PolicySource::from_flag(policy));
+    let mut loader = Loader::new(PolicySource::from_flag(policy));
+    if let Some(dir) = &state_dir {
+        loader = loader.with_state_dir(dir.clone());
+    }
     let policy = match loader.compile() {
         Ok(p) => p,
         Err(e) => {
@@ -82,13 +169,8 @@ pub fn selftest(
 }
 
 /// The sandbox canary the self-test runs inside each profile.
-pub fn canary(
-    outside: &Path,
-    protected: Option<&Path>,
-    network_none: bool,
-    keeps_capabilities: bool,
-) -> ExitCode {
-    let code = verbd::selftest::canary_main(outside, protected, network_none, keeps_capabilities);
+pub fn canary(plan: &verbd::selftest::CanaryPlan) -> ExitCode {
+    let code = verbd::selftest::canary_main(plan);
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 

@@ -607,7 +607,8 @@ fn build_sandboxes(
 /// Name of the profile a verb gets when it names none.
 pub const DEFAULT_SANDBOX: &str = "default";
 
-/// Read-only system roots of the built-in default profile (those that exist on this host).
+/// Read-only system roots of the built-in default profile, and of every profile without `read`
+/// (those that exist on this host). docs/policy.md lists the same.
 const DEFAULT_READ_ROOTS: &[&str] = &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"];
 
 fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
@@ -619,6 +620,7 @@ fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
             .filter(|p| p.exists())
             .collect(),
         write: Vec::new(),
+        private: Vec::new(),
         protected: protected.clone(),
         network: Network::None,
         keep_capabilities: Vec::new(),
@@ -639,10 +641,9 @@ fn sandbox_spec(
 ) -> SandboxSpec {
     let span = spanned.span();
     let raw = spanned.get_ref();
-    let mut spec = base.unwrap_or_else(|| SandboxSpec {
-        read: Vec::new(),
-        ..default_sandbox(protected)
-    });
+    // Without `inherit`, a profile starts from the built-in default: `read` absent means the
+    // default read roots, `read = []` means none.
+    let mut spec = base.unwrap_or_else(|| default_sandbox(protected));
     spec.name = name.to_string();
     if let Some(read) = &raw.read {
         spec.read = read.clone();

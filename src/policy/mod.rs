@@ -590,6 +590,14 @@ impl Policy {
                             message: "must be a string, an integer or a bool".into(),
                         })
                     })?;
+                    // A protected name is refused on the text, before the path is looked up:
+                    // the answer never depends on what exists there.
+                    if matches!(param.kind, params::ParamKind::Path { .. }) {
+                        let normalized =
+                            param.validate_lexically(&text).map_err(Refusal::Invalid)?;
+                        self.refuse_protected_path(param, &normalized)
+                            .map_err(Refusal::Invalid)?;
+                    }
                     match path_check {
                         PathCheck::OnThisHost => param.validate(&text),
                         PathCheck::Lexical => param.validate_lexically(&text),
@@ -597,13 +605,44 @@ impl Policy {
                     .map_err(Refusal::Invalid)?
                 }
                 None => match &param.default {
-                    Some(default) => default.clone(),
+                    Some(default) => {
+                        self.refuse_protected_path(param, default)
+                            .map_err(Refusal::Invalid)?;
+                        default.clone()
+                    }
                     None => continue,
                 },
             };
             args.insert(param.name.clone(), value);
         }
         Ok(args)
+    }
+
+    /// A command verb's path parameter never names a protected entry or anything beneath one:
+    /// its write roots are granted whole (module `sandbox::fs_rules`), so this check, on the
+    /// validated (normalized, symlink-free) path, is what keeps a program that writes its
+    /// argument away from `CLAUDE.md`, `.git/hooks/…` and the rest of the list. File verbs check
+    /// their own path beneath their root (`crate::files`).
+    fn refuse_protected_path(&self, param: &Param, value: &str) -> Result<(), ParamRejection> {
+        if !matches!(
+            param.kind,
+            params::ParamKind::Path {
+                opened_by: params::PathOpener::Child,
+                ..
+            }
+        ) {
+            return Ok(());
+        }
+        match self.protected.match_path(std::path::Path::new(value)) {
+            None => Ok(()),
+            Some(hit) => Err(ParamRejection {
+                param: param.name.clone(),
+                rule: "path-protected",
+                message: format!(
+                    "{value:?} is a {hit}: path parameters never name protected entries"
+                ),
+            }),
+        }
     }
 
     fn render(

@@ -181,6 +181,63 @@ pub(super) struct ChildPlan {
     /// parameters and secret copies meant for this child alone. Filled in the parent; only
     /// read here.
     pub keep_fds: Vec<libc::c_int>,
+    /// Instead of `execve`: observe these accesses from inside the applied sandbox, report them
+    /// and exit (the self-test's program probe).
+    pub observe: Option<Observation>,
+}
+
+/// Accesses a confined child tries once every stage is applied, in place of `execve`
+/// ([`ChildPlan::observe`]). Prepared in the parent; the child only reads it.
+pub(super) struct Observation {
+    /// NUL-terminated paths and whether each must be executable (else readable).
+    pub checks: Vec<(std::ffi::CString, bool)>,
+    /// Where the child writes one native-endian `i32` per check: 0, or the errno.
+    pub report_fd: libc::c_int,
+}
+
+/// `AT_EXECVE_CHECK` (Linux 6.14): `execveat` performs every check of an `execve` of the file
+/// (its execute permission, `noexec` mounts, LSMs such as Landlock) and returns without running it.
+pub(super) const AT_EXECVE_CHECK: libc::c_int = 0x10000;
+
+impl Observation {
+    /// Runs every check and writes the results. Async-signal-safe: raw syscalls on data prepared
+    /// in the parent.
+    fn run(&self) {
+        let empty: [*const libc::c_char; 1] = [std::ptr::null()];
+        for (path, execute) in &self.checks {
+            let errno = if *execute {
+                let argv = [path.as_ptr(), std::ptr::null()];
+                // SAFETY: `path` is NUL-terminated; `argv` and `empty` are null-terminated arrays
+                // of NUL-terminated strings, alive for the call. With AT_EXECVE_CHECK the call
+                // returns instead of replacing the process.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        libc::AT_FDCWD,
+                        path.as_ptr(),
+                        argv.as_ptr(),
+                        empty.as_ptr(),
+                        AT_EXECVE_CHECK,
+                    )
+                };
+                if rc == 0 { 0 } else { errno() }
+            } else {
+                // SAFETY: `path` is NUL-terminated.
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    errno()
+                } else {
+                    // SAFETY: closes the descriptor just opened.
+                    unsafe { libc::close(fd) };
+                    0
+                }
+            };
+            let bytes = errno.to_ne_bytes();
+            // SAFETY: writes four bytes from a stack array to the report pipe. A short or
+            // failed write leaves the parent with too few results, which it reports.
+            unsafe { libc::write(self.report_fd, bytes.as_ptr().cast(), bytes.len()) };
+        }
+    }
 }
 
 #[repr(C)]
@@ -451,7 +508,14 @@ impl ChildPlan {
         let sent = unix_broker::send_listener(self.broker_channel, listener);
         // SAFETY: closes the listener fd this process just got; the broker holds its copy.
         unsafe { libc::close(listener) };
-        sent.map_err(seccomp_failure)
+        sent.map_err(seccomp_failure)?;
+        if let Some(observation) = &self.observe {
+            observation.run();
+            // SAFETY: ends the probe child here, fully confined, without exec and without
+            // running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        Ok(())
     }
 }
 

@@ -2,8 +2,9 @@
 //! applied to a child between `fork` and `execve` — or to the current process by `verbd exec`.
 //!
 //! A [`SandboxSpec`] (one `[sandbox.NAME]` table of the policy) is compiled once, at policy load,
-//! into a [`PreparedSandbox`]: the Landlock template ruleset (see [`fs_rules`] for how protected
-//! names inside write roots stay read-only without user namespaces, and the trade-offs), the BPF
+//! into a [`PreparedSandbox`]: the Landlock template ruleset (see [`fs_rules`]: write roots
+//! granted whole for verbs, or split around protected names for `verbd exec` without user
+//! namespaces, and the trade-offs), the BPF
 //! programs (module `seccomp`: their shape and the attach-cost measurements), the highest
 //! capability number and the rlimit values. Per spawn, [`PreparedSandbox::install`] clones the
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
@@ -31,6 +32,7 @@
 mod child;
 pub mod exec_env;
 pub mod fs_rules;
+mod namespace;
 mod net_rules;
 mod seccomp;
 pub mod unix_broker;
@@ -49,6 +51,10 @@ use seccompiler::BpfProgram;
 
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
+pub use fs_rules::{
+    DenialLog, Explanation, FsAccess, MountKind, ProtectedMount, WriteRoots, explain,
+};
+pub use namespace::{NamespaceError, Support as NamespaceSupport, probe as probe_namespaces};
 use seccomp::FilterUse;
 
 /// Network access of sandboxed children. In every mode a `connect` to a pathname Unix socket
@@ -103,8 +109,12 @@ pub struct SandboxSpec {
     pub name: String,
     /// Read and execute roots.
     pub read: Vec<PathBuf>,
-    /// Write roots (read + write); protected names inside them stay read-only.
+    /// Write roots (read + write), granted as [`WriteRoots`] says.
     pub write: Vec<PathBuf>,
+    /// The daemon's private paths (canonical): no child reads or writes them, whatever `read`
+    /// and `write` say (read roots are split around them, write roots may not touch them; see
+    /// [`fs_rules`]). Set by the loader for daemon children; empty for `verbd exec`.
+    pub private: Vec<PathBuf>,
     pub protected: crate::protected::ProtectedNames,
     pub network: Network,
     /// Capabilities the child keeps (default none).
@@ -131,6 +141,7 @@ impl SandboxSpec {
             name: name.into(),
             read: Vec::new(),
             write: Vec::new(),
+            private: Vec::new(),
             protected: crate::protected::ProtectedNames::builtin(),
             network: Network::None,
             keep_capabilities: Vec::new(),
@@ -157,6 +168,15 @@ pub enum SandboxError {
         profile: String,
         path: PathBuf,
         rule: String,
+    },
+    #[error(
+        "sandbox `{profile}`: {kind} {root:?} touches {private:?}, a private path of the daemon (its policy, a secret source, the credentials or the state directory), which no child may read or write; narrow the root, or move the daemon's file out of it"
+    )]
+    PrivateRoot {
+        profile: String,
+        kind: &'static str,
+        root: PathBuf,
+        private: PathBuf,
     },
     #[error(
         "sandbox `{profile}`: write root {inner:?} lies inside write root {outer:?}; list only the outer one"
@@ -198,12 +218,24 @@ pub enum SandboxError {
     NulInArgument,
     #[error("cannot read the process status: {0}")]
     Status(io::Error),
+    #[error("{0}")]
+    Namespace(NamespaceError),
+    #[error("cannot observe accesses in a confined child: {0}")]
+    Observe(String),
     #[error("cannot execute {program:?}: {source}")]
     Exec { program: PathBuf, source: io::Error },
     #[error(
         "sandbox `{profile}`: unix_sockets entry {path:?} must be an absolute path shorter than 108 bytes"
     )]
     UnixSocketPath { profile: String, path: PathBuf },
+    #[error(
+        "sandbox `{profile}`: unix_sockets entry {socket:?} lies inside write root {root:?}: the confined program could replace it with a symlink to any socket, which the broker would follow; list only sockets outside the profile's write roots"
+    )]
+    SwappableSocket {
+        profile: String,
+        socket: PathBuf,
+        root: PathBuf,
+    },
     #[error(
         "cannot start the connect broker: {0} (verbd exec cannot run inside another sandbox that already brokers seccomp notifications, e.g. a nested verbd exec)"
     )]
@@ -218,6 +250,8 @@ const SECCOMP_FLAGS: libc::c_ulong = 0;
 /// A profile compiled for spawning: built once at policy load, shared by every spawn.
 pub struct PreparedSandbox {
     spec: SandboxSpec,
+    write_roots: WriteRoots,
+    denial_log: DenialLog,
     template: RulesetCreated,
     daemon_filters: Arc<Vec<BpfProgram>>,
     exec_filters: Arc<Vec<BpfProgram>>,
@@ -227,6 +261,95 @@ pub struct PreparedSandbox {
     keep_mask: u64,
     rlimits: RlimitTable,
     forced_failure: Option<Stage>,
+    /// Set by [`PreparedSandbox::prepare_for_exec`].
+    exec: Option<ExecSetup>,
+}
+
+/// How `verbd exec` keeps the protected entries of its write roots (docs/policy.md has the table
+/// of what each guarantees).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecIsolation {
+    /// A user and mount namespace: write roots granted whole (new entries anywhere), existing
+    /// protected entries read-only bind mounts, the directories leading to them pinned in place.
+    MountNamespace,
+    /// Landlock alone: write roots split around protected entries.
+    LandlockOnly { reason: String },
+}
+
+/// `verbd exec` uses the Landlock-only split when this is set (to anything), even where user
+/// namespaces are available: for tests and operators (`--landlock-only` does the same).
+pub const LANDLOCK_ONLY_ENV: &str = "VERBD_EXEC_LANDLOCK_ONLY";
+
+impl ExecIsolation {
+    /// The isolation `verbd exec` gets for `spec` on this host: the Landlock-only split when
+    /// `forced` names why, when the profile needs the host's identity (`run_as`, kept
+    /// capabilities), or when the namespace probe fails; the mount namespace otherwise.
+    /// Forks a probe child: call from a single-threaded process.
+    pub fn choose(spec: &SandboxSpec, forced: Option<String>) -> ExecIsolation {
+        let landlock_only = |reason: String| ExecIsolation::LandlockOnly { reason };
+        if let Some(reason) = forced {
+            return landlock_only(reason);
+        }
+        if spec.run_as.is_some() {
+            return landlock_only(
+                "the profile sets run_as, a uid a user namespace mapping only the caller cannot switch to".into(),
+            );
+        }
+        if !spec.keep_capabilities.is_empty() {
+            return landlock_only(
+                "the profile keeps capabilities, which must be the host's, not a user namespace's"
+                    .into(),
+            );
+        }
+        match namespace::probe() {
+            namespace::Support::Available => ExecIsolation::MountNamespace,
+            namespace::Support::Unavailable(reason) => landlock_only(reason),
+        }
+    }
+}
+
+/// What `verbd exec` sets up besides the sandbox's stages.
+#[derive(Debug, Clone)]
+struct ExecSetup {
+    isolation: ExecIsolation,
+    /// The binds made in the mount namespace (empty for the Landlock-only split).
+    mounts: Vec<ProtectedMount>,
+    /// Protected symlinks of the write roots, which no mount can pin.
+    unpinned_symlinks: Vec<PathBuf>,
+}
+
+impl ExecSetup {
+    /// One line for `--print-status`.
+    fn describe(&self) -> String {
+        match &self.isolation {
+            ExecIsolation::MountNamespace => {
+                let read_only = self
+                    .mounts
+                    .iter()
+                    .filter(|m| m.kind == MountKind::ReadOnly)
+                    .count();
+                let mut line = format!(
+                    "protected entries: user + mount namespace: write roots whole (new entries anywhere); {read_only} existing protected entries are read-only bind mounts, {} directories pinned in place",
+                    self.mounts.len() - read_only
+                );
+                if !self.unpinned_symlinks.is_empty() {
+                    let names: Vec<String> = self
+                        .unpinned_symlinks
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect();
+                    line.push_str(&format!(
+                        "; protected symlinks that can be removed and recreated: {}",
+                        names.join(", ")
+                    ));
+                }
+                line
+            }
+            ExecIsolation::LandlockOnly { reason } => format!(
+                "protected entries: Landlock-only split ({reason}): existing protected entries read-only; no new entry directly in a write root or a split directory"
+            ),
+        }
+    }
 }
 
 impl fmt::Debug for PreparedSandbox {
@@ -240,16 +363,48 @@ impl fmt::Debug for PreparedSandbox {
 }
 
 impl PreparedSandbox {
-    /// Validates and compiles a profile. Every path must exist; Landlock must support the pinned
-    /// ABI.
+    /// Validates and compiles a profile for verbs: write roots granted whole. Every path must
+    /// exist; Landlock must support the pinned ABI.
     pub fn prepare(spec: SandboxSpec) -> Result<PreparedSandbox, SandboxError> {
-        let template = fs_rules::build_template(&spec)?;
-        let net_template = net_rules::build(&spec.network)?;
+        Self::prepare_with(spec, WriteRoots::Whole)
+    }
+
+    /// [`prepare`](Self::prepare), with the write roots granted as `write_roots` says.
+    pub fn prepare_with(
+        spec: SandboxSpec,
+        write_roots: WriteRoots,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        let denial_log = DenialLog::of_kernel();
+        let template = fs_rules::build_template(&spec, write_roots, denial_log)?;
+        let net_template = net_rules::build(&spec.network, denial_log)?;
+        let canonical_write_roots: Vec<PathBuf> = spec
+            .write
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .collect();
         for path in &spec.unix_sockets {
             if !path.is_absolute() || path.as_os_str().len() >= 108 {
                 return Err(SandboxError::UnixSocketPath {
                     profile: spec.name.clone(),
                     path: path.clone(),
+                });
+            }
+            // Where the socket's directory really is (the socket itself may not exist yet).
+            let located = path
+                .parent()
+                .and_then(|dir| std::fs::canonicalize(dir).ok())
+                .map_or_else(
+                    || path.clone(),
+                    |dir| dir.join(path.file_name().unwrap_or_default()),
+                );
+            if let Some(root) = canonical_write_roots
+                .iter()
+                .find(|root| located.starts_with(root))
+            {
+                return Err(SandboxError::SwappableSocket {
+                    profile: spec.name.clone(),
+                    socket: path.clone(),
+                    root: root.clone(),
                 });
             }
         }
@@ -279,6 +434,8 @@ impl PreparedSandbox {
         ];
         Ok(PreparedSandbox {
             spec,
+            write_roots,
+            denial_log,
             template,
             daemon_filters,
             exec_filters,
@@ -288,12 +445,49 @@ impl PreparedSandbox {
             keep_mask,
             rlimits,
             forced_failure: None,
+            exec: None,
         })
+    }
+
+    /// Prepares a profile for `verbd exec` under `isolation`: write roots whole and the mounts
+    /// that keep protected entries in a mount namespace, or split for the Landlock-only mode.
+    pub fn prepare_for_exec(
+        spec: SandboxSpec,
+        isolation: ExecIsolation,
+    ) -> Result<PreparedSandbox, SandboxError> {
+        let (write_roots, (mounts, unpinned_symlinks)) = match isolation {
+            ExecIsolation::MountNamespace => {
+                (WriteRoots::Whole, fs_rules::protected_mounts(&spec)?)
+            }
+            ExecIsolation::LandlockOnly { .. } => {
+                (WriteRoots::ProtectedReadOnly, (Vec::new(), Vec::new()))
+            }
+        };
+        let mut prepared = Self::prepare_with(spec, write_roots)?;
+        prepared.exec = Some(ExecSetup {
+            isolation,
+            mounts,
+            unpinned_symlinks,
+        });
+        Ok(prepared)
+    }
+
+    /// The isolation and the mounts `verbd exec` uses (after
+    /// [`prepare_for_exec`](Self::prepare_for_exec)).
+    pub fn exec_isolation(&self) -> Option<(&ExecIsolation, &[ProtectedMount])> {
+        self.exec
+            .as_ref()
+            .map(|setup| (&setup.isolation, setup.mounts.as_slice()))
     }
 
     /// The profile this was built from.
     pub fn spec(&self) -> &SandboxSpec {
         &self.spec
+    }
+
+    /// Whether this profile's Landlock denials are logged.
+    pub fn denial_log(&self) -> DenialLog {
+        self.denial_log
     }
 
     /// Test hook: make `stage` fail in every child of this profile, so spawns fail before exec.
@@ -345,6 +539,7 @@ impl PreparedSandbox {
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
             keep_fds: Vec::new(),
+            observe: None,
         })
     }
 
@@ -372,14 +567,86 @@ impl PreparedSandbox {
         self.install_plan(cmd, Vec::new())
     }
 
+    /// Observes, in a real child confined by exactly this profile, whether each path can be
+    /// executed (`true`: an `execveat` with `AT_EXECVE_CHECK`, which checks like an `execve`
+    /// without running anything) or read (`false`: an `open`). One errno per check, 0 when
+    /// allowed. The child never execs: it reports and exits once every stage is applied.
+    pub fn observe(&self, checks: &[(PathBuf, bool)]) -> Result<Vec<i32>, SandboxError> {
+        let observation_error = |e: io::Error| SandboxError::Observe(e.to_string());
+        let checks = checks
+            .iter()
+            .map(|(path, execute)| {
+                CString::new(path.as_os_str().as_bytes())
+                    .map(|c| (c, *execute))
+                    .map_err(|_| SandboxError::NulInArgument)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = checks.len();
+        let (read_end, write_end) = std::io::pipe().map_err(observation_error)?;
+        let report_fd = write_end.as_raw_fd();
+        // Never executed: the child exits in its last stage.
+        let mut cmd = std::process::Command::new("/");
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        self.install_observing(
+            &mut cmd,
+            child::Observation { checks, report_fd },
+            write_end,
+        )?;
+        let mut child = cmd.spawn().map_err(|e| match spawn_failure(&e) {
+            Some(failure) => SandboxError::Stage(failure),
+            None => observation_error(e),
+        })?;
+        drop(cmd);
+        let mut bytes = Vec::with_capacity(expected * 4);
+        let mut read_end = read_end;
+        read_end
+            .read_to_end(&mut bytes)
+            .map_err(observation_error)?;
+        let status = child.wait().map_err(observation_error)?;
+        if !status.success() || bytes.len() != expected * 4 {
+            return Err(SandboxError::Observe(format!(
+                "the probe child reported {} of {expected} results ({status})",
+                bytes.len() / 4
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    fn install_observing(
+        &self,
+        cmd: &mut std::process::Command,
+        observation: child::Observation,
+        report_end: std::io::PipeWriter,
+    ) -> Result<(), SandboxError> {
+        self.install_with(cmd, Vec::new(), Some((observation, report_end)))
+    }
+
     fn install_plan(
         &self,
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
     ) -> Result<(), SandboxError> {
+        self.install_with(cmd, keep_fds, None)
+    }
+
+    fn install_with(
+        &self,
+        cmd: &mut std::process::Command,
+        keep_fds: Vec<RawFd>,
+        observe: Option<(child::Observation, std::io::PipeWriter)>,
+    ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
         let mut plan = self.plan(FilterUse::DaemonChild, child_end.as_raw_fd())?;
+        let report_end = observe.map(|(observation, report_end)| {
+            plan.observe = Some(observation);
+            report_end
+        });
         let identity = self.spec.run_as.map(|r| unix_broker::ThreadIdentity {
             uid: r.uid,
             gid: r.gid,
@@ -398,6 +665,7 @@ impl PreparedSandbox {
         unsafe {
             cmd.pre_exec(move || {
                 let _channel_owner = &child_end;
+                let _report_owner = &report_end;
                 plan.apply()
                     .map_err(|failure| io::Error::from_raw_os_error(failure.code()))
             });
@@ -536,7 +804,9 @@ fn landlock_kernel_abi() -> i32 {
 
 /// Applies the profile to the current, single-threaded process and execs `program` (absolute,
 /// relative with a `/`, or looked up in `PATH`). Without `setsid`, so an interactive program keeps
-/// its terminal, and without the parent-death signal. Works unprivileged: without CAP_SETPCAP the
+/// its terminal, and without the parent-death signal. A profile prepared with
+/// [`PreparedSandbox::prepare_for_exec`] for [`ExecIsolation::MountNamespace`] enters its user
+/// and mount namespace first (module `namespace`). Works unprivileged: without CAP_SETPCAP the
 /// bounding set is left alone (`no_new_privs` makes it moot); `run_as` needs CAP_SETUID and
 /// CAP_SETGID and is refused otherwise. Returns only on failure.
 pub fn exec_confined(
@@ -616,6 +886,13 @@ pub fn exec_confined(
     drop(broker_end);
     // This process's own status (the file opened above names the parent, now the broker).
     let status_file = std::fs::File::open("/proc/self/status").map_err(SandboxError::Status)?;
+    if let Some(setup) = &prepared.exec
+        && setup.isolation == ExecIsolation::MountNamespace
+    {
+        namespace::enter(&setup.mounts).map_err(SandboxError::Namespace)?;
+        // The child holds CAP_SETPCAP in its new user namespace: empty the bounding set too.
+        plan.drop_bounding = true;
+    }
     plan.apply().map_err(|failure| {
         if failure.stage == Stage::Seccomp && failure.errno == libc::EBUSY {
             // The kernel allows one seccomp listener per process tree.
@@ -637,11 +914,22 @@ pub fn exec_confined(
             .read_to_string(&mut after)
             .map_err(SandboxError::Status)?;
         let landlock_status = format!(
-            "fully enforced at pinned ABI {}, signals and abstract sockets scoped",
-            fs_rules::PINNED_ABI as i32
+            "fully enforced at pinned ABI {}, signals and abstract sockets scoped; {}",
+            fs_rules::PINNED_ABI as i32,
+            prepared.denial_log
         );
+        let protected = match (&prepared.exec, prepared.write_roots) {
+            (Some(setup), _) => setup.describe(),
+            (None, WriteRoots::Whole) => {
+                "protected entries: not kept (write roots whole, no mount namespace)".into()
+            }
+            (None, WriteRoots::ProtectedReadOnly) => {
+                "protected entries: Landlock-only split: existing protected entries read-only"
+                    .into()
+            }
+        };
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
+            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status),
             connect_policy.describe(),

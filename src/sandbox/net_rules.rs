@@ -7,7 +7,9 @@
 //! Landlock governs neither UDP nor other protocols. The connect broker (module `unix_broker`)
 //! performs every `connect` on the child's behalf and applies the same port list itself (its own
 //! connect is not under the child's Landlock domain); the Landlock layer keeps holding for
-//! `bind` and for connects that bypass `connect(2)` (TCP Fast Open through `sendmsg`).
+//! `bind`. Landlock hooks only `connect(2)`: TCP Fast Open, which connects inside
+//! `sendto`/`sendmsg` (`MSG_FASTOPEN`), passes it, so the seccomp argument filter refuses those
+//! flags instead.
 //!
 //! Invariant: built once per profile at policy load, cloned (one `dup`) per spawn, like the
 //! filesystem template; an `Err` means the kernel lacks Landlock network rules (ABI ≥ 4), and the
@@ -19,6 +21,7 @@ use landlock::{
     RulesetCreatedAttr,
 };
 
+use super::fs_rules::DenialLog;
 use super::{Network, SandboxError};
 
 /// The oldest Landlock ABI with TCP port rules.
@@ -26,7 +29,10 @@ const NET_ABI: ABI = ABI::V4;
 
 /// The port ruleset of `network`, or `None` when the mode needs none (`none`: no TCP socket can
 /// exist; `full`: no restriction).
-pub(super) fn build(network: &Network) -> Result<Option<RulesetCreated>, SandboxError> {
+pub(super) fn build(
+    network: &Network,
+    log: DenialLog,
+) -> Result<Option<RulesetCreated>, SandboxError> {
     let Network::ConnectTcp(ports) = network else {
         return Ok(None);
     };
@@ -36,6 +42,9 @@ pub(super) fn build(network: &Network) -> Result<Option<RulesetCreated>, Sandbox
         .map_err(net_error)?
         .create()
         .map_err(net_error)?;
+    if log == DenialLog::Audit {
+        ruleset = ruleset.log_new_exec(true).map_err(net_error)?;
+    }
     for &port in ports {
         ruleset = ruleset
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))

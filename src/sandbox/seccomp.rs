@@ -16,12 +16,19 @@
 //! 2. the **argument filter**, built with seccompiler, answering EPERM for: `clone` with any
 //!    `CLONE_NEW*` flag; `ioctl` with `TIOCSTI` or `TIOCLINUX` (pushing characters into, or
 //!    pasting a selection into, a terminal the child shares with the user's shell: the injected
-//!    command would run after the child exits); `socket`/`socketpair` of a datagram `AF_UNIX`
-//!    socket (a datagram's destination travels in `sendmsg`'s `msg_name`, behind a pointer no
-//!    filter can read, so it could reach any datagram service; stream and seqpacket sockets only
-//!    send to the peer their `connect` reached); and, by network mode, `socket` of any family
+//!    command would run after the child exits); `socket`/`socketpair` of an `AF_UNIX`
+//!    socket of any type but stream and seqpacket — an allowlist, because the kernel turns
+//!    `SOCK_RAW` into `SOCK_DGRAM` for `AF_UNIX` (a datagram's destination travels in
+//!    `sendmsg`'s `msg_name`, behind a pointer no filter can read, so a datagram socket, even one
+//!    of a `socketpair`, could reach any datagram service; stream sockets refuse an address in
+//!    `sendmsg`, seqpacket sockets ignore it, so both send only to the peer their `connect`
+//!    reached); and, by network mode, `socket` of any family
 //!    other than `AF_UNIX` (`none`) or other than `AF_UNIX` and TCP over `AF_INET`/`AF_INET6`
-//!    (`connect_tcp`; the Landlock TCP port rules of module `net_rules` govern the ports);
+//!    (`connect_tcp`; the Landlock TCP port rules of module `net_rules` govern the ports); and,
+//!    in every mode but `full`, `sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` (TCP Fast Open
+//!    connects inside the send call, where neither the connect broker nor Landlock's TCP rule,
+//!    which hooks only `connect(2)`, would see it; `TCP_FASTOPEN_CONNECT` stays allowed: the
+//!    brokered `connect` fixes the destination and a later send's address is ignored);
 //! 3. the **connect filter**: `connect` answers `SECCOMP_RET_USER_NOTIF`, so every connect waits
 //!    for the broker outside the sandbox (module `unix_broker`), which decides on its own copy of
 //!    the address and connects on the child's behalf. Installed last, with
@@ -54,15 +61,32 @@ use super::{Network, SandboxError};
 pub(super) const TIOCSTI: u64 = 0x5412;
 pub(super) const TIOCLINUX: u64 = 0x541C;
 
-/// The socket type sits in the low bits of `socket`'s second argument (`SOCK_TYPE_MASK`); the
-/// other accepted bits are `SOCK_NONBLOCK` and `SOCK_CLOEXEC`.
-const SOCK_TYPE_MASK: u64 = 0xf;
-/// Every accepted spelling of "stream": the type with or without the two flags.
-const STREAM_TYPE_ARGS: [u64; 4] = [
-    libc::SOCK_STREAM as u64,
-    (libc::SOCK_STREAM | libc::SOCK_NONBLOCK) as u64,
-    (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64,
-    (libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64,
+/// Every spelling of a socket type the kernel accepts in `socket`'s second argument: the type
+/// with or without `SOCK_NONBLOCK` and `SOCK_CLOEXEC` (any other bit is `EINVAL`).
+const fn type_args(sock_type: libc::c_int) -> [u64; 4] {
+    [
+        sock_type as u64,
+        (sock_type | libc::SOCK_NONBLOCK) as u64,
+        (sock_type | libc::SOCK_CLOEXEC) as u64,
+        (sock_type | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64,
+    ]
+}
+/// "stream", in every accepted spelling.
+const STREAM_TYPE_ARGS: [u64; 4] = type_args(libc::SOCK_STREAM);
+/// "seqpacket", in every accepted spelling.
+const SEQPACKET_TYPE_ARGS: [u64; 4] = type_args(libc::SOCK_SEQPACKET);
+
+/// `MSG_FASTOPEN`: send the data with the SYN of a connect made by the send call itself.
+const MSG_FASTOPEN: u64 = libc::MSG_FASTOPEN as u64;
+
+/// The send calls that take message flags, with the index of their flags argument:
+/// `sendto(fd, buf, len, flags, addr, addrlen)`, `sendmsg(fd, msg, flags)`,
+/// `sendmmsg(fd, msgvec, vlen, flags)` (the kernel overwrites each message's own `msg_flags`
+/// with the argument).
+const FLAGS_ARGUMENT_OF_SEND: [(i64, u8); 3] = [
+    (libc::SYS_sendto, 3),
+    (libc::SYS_sendmsg, 2),
+    (libc::SYS_sendmmsg, 3),
 ];
 
 /// `AUDIT_ARCH_X86_64`: EM_X86_64 (62) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE.
@@ -193,6 +217,20 @@ fn argument_program(network: &Network) -> Result<BpfProgram, SandboxError> {
     let socket_rules = socket_rules(network)?;
     rules.insert(libc::SYS_socket, socket_rules.clone());
     rules.insert(libc::SYS_socketpair, socket_rules);
+    if *network != Network::Full {
+        // TCP Fast Open connects inside the send call, to the address it carries: neither the
+        // connect broker nor Landlock's TCP rule (it hooks `connect(2)` only) would see it.
+        for (syscall, flags_arg) in FLAGS_ARGUMENT_OF_SEND {
+            rules.insert(
+                syscall,
+                vec![rule(&[(
+                    flags_arg,
+                    SeccompCmpOp::MaskedEq(MSG_FASTOPEN),
+                    MSG_FASTOPEN,
+                )])?],
+            );
+        }
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -221,14 +259,17 @@ fn socket_rules(network: &Network) -> Result<Vec<SeccompRule>, SandboxError> {
     let unix = libc::AF_UNIX as u64;
     let inet = libc::AF_INET as u64;
     let inet6 = libc::AF_INET6 as u64;
-    let mut rules = vec![rule(&[
-        (0, SeccompCmpOp::Eq, unix),
-        (
-            1,
-            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-            libc::SOCK_DGRAM as u64,
-        ),
-    ])?];
+    // An allowlist, not a denylist: `AF_UNIX` with any type but stream or seqpacket is refused.
+    // The kernel turns `SOCK_RAW` into `SOCK_DGRAM` for `AF_UNIX`, so refusing `SOCK_DGRAM`
+    // alone let a datagram socket be created anyway.
+    let mut not_connection_oriented = vec![(0, SeccompCmpOp::Eq, unix)];
+    not_connection_oriented.extend(
+        STREAM_TYPE_ARGS
+            .iter()
+            .chain(&SEQPACKET_TYPE_ARGS)
+            .map(|&t| (1, SeccompCmpOp::Ne, t)),
+    );
+    let mut rules = vec![rule(&not_connection_oriented)?];
     match network {
         Network::Full => {}
         Network::None => rules.push(rule(&[(0, SeccompCmpOp::Ne, unix)])?),
@@ -378,6 +419,111 @@ mod tests {
                 JGE_K => pc += usize::from(if acc >= i.k { i.jt } else { i.jf }),
                 RET_K => return i.k,
                 other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    /// Runs any program seccompiler emits on `seccomp_data` for an x86_64 call `nr(args)`.
+    fn run_call(program: &[sock_filter], nr: i64, args: [u64; 6]) -> u32 {
+        let word = |offset: u32| -> u32 {
+            match offset {
+                OFFSET_NR => nr as u32,
+                OFFSET_ARCH => AUDIT_ARCH_X86_64,
+                16..=63 => {
+                    let arg = args[(offset as usize - 16) / 8];
+                    if offset.is_multiple_of(8) {
+                        arg as u32
+                    } else {
+                        (arg >> 32) as u32
+                    }
+                }
+                other => panic!("load of offset {other}"),
+            }
+        };
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            let code = u32::from(i.code);
+            // BPF_CLASS (low 3 bits) and BPF_OP (bits 4-7) of the opcode.
+            match (code & 0x07, code & 0xf0) {
+                (libc::BPF_LD, _) => acc = word(i.k),
+                (libc::BPF_ALU, libc::BPF_AND) => acc &= i.k,
+                (libc::BPF_JMP, libc::BPF_JA) => pc += i.k as usize,
+                (libc::BPF_JMP, op) => {
+                    let taken = match op {
+                        libc::BPF_JEQ => acc == i.k,
+                        libc::BPF_JGE => acc >= i.k,
+                        libc::BPF_JGT => acc > i.k,
+                        libc::BPF_JSET => acc & i.k != 0,
+                        other => panic!("jump op {other:#x}"),
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+                (libc::BPF_RET, _) => return i.k,
+                other => panic!("unexpected instruction {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fast_open_sends_are_refused_unless_the_network_is_full() {
+        let eperm = ret_errno(libc::EPERM);
+        let fastopen = libc::MSG_FASTOPEN as u64;
+        for network in [
+            Network::None,
+            Network::Full,
+            Network::ConnectTcp(vec![5432]),
+        ] {
+            let program = argument_program(&network).unwrap();
+            for (nr, flags_arg) in FLAGS_ARGUMENT_OF_SEND {
+                for flags in [0, libc::MSG_NOSIGNAL as u64, libc::MSG_DONTWAIT as u64] {
+                    let call = |flags: u64| {
+                        let mut args = [3, 0, 0, 0, 0, 0];
+                        args[usize::from(flags_arg)] = flags;
+                        run_call(&program, nr, args)
+                    };
+                    assert_eq!(call(flags), libc::SECCOMP_RET_ALLOW, "{network:?} {nr}");
+                    let want = if network == Network::Full {
+                        libc::SECCOMP_RET_ALLOW
+                    } else {
+                        eperm
+                    };
+                    assert_eq!(call(flags | fastopen), want, "{network:?} {nr} fastopen");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unix_sockets_are_stream_or_seqpacket_only_in_every_mode() {
+        let eperm = ret_errno(libc::EPERM);
+        let unix = libc::AF_UNIX as u64;
+        for network in [
+            Network::None,
+            Network::Full,
+            Network::ConnectTcp(vec![5432]),
+        ] {
+            let program = argument_program(&network).unwrap();
+            for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+                for sock_type in 0..=15u64 {
+                    for flags in [0, libc::SOCK_NONBLOCK, libc::SOCK_CLOEXEC] {
+                        let arg = sock_type | flags as u64;
+                        let want = if [libc::SOCK_STREAM, libc::SOCK_SEQPACKET]
+                            .contains(&(sock_type as i32))
+                        {
+                            libc::SECCOMP_RET_ALLOW
+                        } else {
+                            eperm
+                        };
+                        assert_eq!(
+                            run_call(&program, nr, [unix, arg, 0, 0, 0, 0]),
+                            want,
+                            "{network:?}: syscall {nr} AF_UNIX type {arg:#x}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -119,18 +119,17 @@ impl ConnectPolicy {
                 }
             }
         };
-        let resolved = match std::fs::canonicalize(&absolute) {
-            Ok(path) => path,
-            Err(e) => {
-                return refuse(
-                    e.raw_os_error().unwrap_or(libc::ENOENT),
-                    format!("{}: {e}", absolute.display()),
-                );
-            }
-        };
+        // Resolved by the broker, outside the sandbox: whether it exists (or is reachable) must
+        // not change the answer for an unlisted path, or the caller could probe paths its own
+        // profile cannot see. Unlisted is EACCES, always.
+        let resolved = std::fs::canonicalize(&absolute).ok();
         let listed = self.unix_sockets.iter().find(|entry| {
-            **entry == resolved
-                || std::fs::canonicalize(entry).is_ok_and(|canonical| canonical == resolved)
+            **entry == absolute
+                || resolved.as_ref().is_some_and(|resolved| {
+                    *entry == resolved
+                        || std::fs::canonicalize(entry)
+                            .is_ok_and(|canonical| canonical == *resolved)
+                })
         });
         match listed {
             Some(entry) => match sockaddr_un(entry) {
@@ -438,8 +437,49 @@ pub(super) fn run_launcher(
     std::process::exit(code)
 }
 
+/// How many TCP connects of one sandboxed process tree the broker performs at once, each on a
+/// thread of its own; one more answers `EAGAIN` at once, so a program cannot make the broker
+/// (the daemon, or the `verbd exec` launcher) start threads without bound.
+pub const MAX_CONCURRENT_TCP_CONNECTS: usize = 64;
+
+/// A counting limit on concurrent TCP connect threads.
+#[derive(Debug, Clone)]
+struct ConnectSlots {
+    in_use: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+/// One slot, given back on drop.
+struct ConnectSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl ConnectSlots {
+    fn new(limit: usize) -> ConnectSlots {
+        ConnectSlots {
+            in_use: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            limit,
+        }
+    }
+
+    fn try_take(&self) -> Option<ConnectSlot> {
+        use std::sync::atomic::Ordering;
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ConnectSlot(Arc::clone(&self.in_use)))
+    }
+}
+
+impl Drop for ConnectSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Serves one listener until every process under its filter has exited (`POLLHUP`).
 pub fn serve(listener: &OwnedFd, policy: &ConnectPolicy, reporter: Reporter) {
+    let tcp_slots = ConnectSlots::new(MAX_CONCURRENT_TCP_CONNECTS);
     loop {
         let mut poll = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -480,12 +520,25 @@ pub fn serve(listener: &OwnedFd, policy: &ConnectPolicy, reporter: Reporter) {
             Answer::Gone => {}
             Answer::Connect { socket, target } if is_internet(&target) => {
                 // A TCP handshake can take minutes: connect on a thread of its own, so the
-                // caller's other connects are not held behind it.
+                // caller's other connects are not held behind it — up to the limit.
                 let id = notification.id;
+                let Some(slot) = tcp_slots.try_take() else {
+                    reporter.refused(
+                        notification.pid,
+                        &format!(
+                            "more than {MAX_CONCURRENT_TCP_CONNECTS} TCP connects at once: EAGAIN"
+                        ),
+                    );
+                    reply(listener, id, libc::EAGAIN);
+                    continue;
+                };
                 let spawned = listener.try_clone().and_then(|listener| {
                     std::thread::Builder::new()
                         .name("verbd-connect-tcp".into())
-                        .spawn(move || reply(&listener, id, connect(&socket, &target)))
+                        .spawn(move || {
+                            let _slot = slot;
+                            reply(&listener, id, connect(&socket, &target))
+                        })
                 });
                 if spawned.is_err() {
                     reply(listener, id, libc::EAGAIN);
@@ -705,6 +758,17 @@ mod tests {
             Decision::Refuse { errno, .. } => assert_eq!(errno, REFUSED_ERRNO),
             d => panic!("{d:?}"),
         }
+        // No existence oracle: a missing path, or one below a file, answers like any unlisted
+        // socket.
+        for absent in ["/nonexistent/x.sock", "/etc/passwd/x.sock"] {
+            assert_eq!(
+                policy.decide(&unix(absent), &no_cwd),
+                refuse(
+                    REFUSED_ERRNO,
+                    format!("Unix socket {absent} is not in the profile's unix_sockets")
+                )
+            );
+        }
         let mut abstract_address = unix("/x");
         abstract_address[2] = 0;
         assert!(matches!(
@@ -714,6 +778,19 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn tcp_connect_slots_stop_at_the_limit_and_come_back_on_drop() {
+        let slots = ConnectSlots::new(2);
+        let first = slots.try_take().expect("one");
+        let second = slots.try_take().expect("two");
+        assert!(slots.try_take().is_none(), "a third is over the limit");
+        drop(first);
+        let third = slots.try_take().expect("a slot given back is reused");
+        assert!(slots.try_take().is_none());
+        drop((second, third));
+        assert_eq!(slots.in_use.load(std::sync::atomic::Ordering::Acquire), 0);
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! `verbd exec` for an agent in its project (issue 14, item 2): as an unprivileged uid, in a
+//! project with existing protected entries (`CLAUDE.md`, `.git/hooks/pre-commit`, `.git/config`,
+//! `.claude/settings.json`, `docs/CLAUDE.md`), in both modes:
+//!
+//! - **mount namespace** (the default where the host allows user namespaces): new files and
+//!   directories can be created anywhere in the project (`new.py` at the top, `.git/index.lock`),
+//!   while the protected entries can be neither modified, removed, renamed nor replaced, the
+//!   directories leading to them cannot be moved away, and no new entry can be created inside a
+//!   protected directory (a new hook, a new `.claude` file);
+//! - **Landlock-only split** (forced with `VERBD_EXEC_LANDLOCK_ONLY`): the same protected
+//!   entries hold; the documented trade-off is that no new entry can be created at the top of the
+//!   project.
+//!
+//! The same script run without `verbd exec` is the positive control: every attempt succeeds.
+mod common;
+use common::*;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const AGENT: u32 = 61766;
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Every attempt an agent could make on the project (`attempts.py PROJECT [NAME]`: all, or only
+/// NAME), `name 0` or `name errno`.
+const ATTEMPTS: &str = r#"
+import os, sys
+os.chdir(sys.argv[1])
+only = sys.argv[2] if len(sys.argv) > 2 else None
+def attempt(name, op):
+    if only is not None and name != only:
+        return
+    try:
+        op()
+        print(name, 0, flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
+def write(path, data="evil"):
+    with open(path, "a") as f:
+        f.write(data)
+def replace(path):
+    write(path + ".new")
+    os.rename(path + ".new", path)
+attempt("create-top", lambda: write("new.py", "print()"))
+attempt("mkdir-top", lambda: os.mkdir("new-dir"))
+attempt("create-index-lock", lambda: write(".git/index.lock", ""))
+attempt("create-object", lambda: write(".git/objects/ab", "blob"))
+attempt("create-in-src", lambda: write("src/new.rs", "fn f() {}"))
+attempt("memory-modify", lambda: write("CLAUDE.md"))
+attempt("memory-remove", lambda: os.unlink("CLAUDE.md"))
+attempt("memory-rename", lambda: os.rename("CLAUDE.md", "moved.md"))
+attempt("memory-replace", lambda: replace("CLAUDE.md"))
+attempt("hook-modify", lambda: write(".git/hooks/pre-commit"))
+attempt("hook-replace", lambda: replace(".git/hooks/pre-commit"))
+attempt("hook-remove", lambda: os.unlink(".git/hooks/pre-commit"))
+attempt("hook-create", lambda: write(".git/hooks/post-checkout"))
+attempt("gitconfig-modify", lambda: write(".git/config"))
+attempt("claude-settings-modify", lambda: write(".claude/settings.json"))
+attempt("claude-create", lambda: write(".claude/settings.local.json"))
+attempt("git-rename", lambda: os.rename(".git", "git-moved"))
+attempt("docs-rename", lambda: os.rename("docs", "docs-moved"))
+attempt("nested-memory-modify", lambda: write("docs/CLAUDE.md"))
+attempt("via-parent-root", lambda: write(f"/proc/{os.getppid()}/root{os.getcwd()}/CLAUDE.md"))
+"#;
+
+/// Existing protected entries and their original content.
+const PROTECTED: &[(&str, &str)] = &[
+    ("CLAUDE.md", "memory of the operator"),
+    (".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n"),
+    (".git/config", "[core]\n"),
+    (".claude/settings.json", "{}"),
+    ("docs/CLAUDE.md", "nested memory"),
+];
+
+/// A project owned by the agent, the attempts script beside it, and a policy whose `agent`
+/// profile writes only the project.
+fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = open_tempdir();
+    std::fs::create_dir(dir.path().join("tools")).unwrap();
+    std::fs::write(dir.path().join("tools/attempts.py"), ATTEMPTS).unwrap();
+    let repo = dir.path().join("project");
+    for sub in [".git/hooks", ".git/objects", ".claude", "docs", "src"] {
+        std::fs::create_dir_all(repo.join(sub)).unwrap();
+    }
+    for (file, content) in PROTECTED {
+        std::fs::write(repo.join(file), content).unwrap();
+    }
+    Command::new("chown")
+        .args(["-R", &format!("{AGENT}:{AGENT}")])
+        .arg(&repo)
+        .status()
+        .unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", \"/proc\", {:?}]\nwrite = [{:?}]\n",
+            dir.path().join("tools").to_str().unwrap(),
+            repo.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    (dir, repo, policy)
+}
+
+/// Runs the attempts (all, or `only` one) as the agent, from a shell of the agent's (so the
+/// program's parent is the agent's too, as under `verbd exec`, whose launcher stays the parent),
+/// under `verbd exec` (`Some(landlock_only)`) or unconfined; (`name → errno` lines, stderr).
+fn attempts(
+    repo: &Path,
+    policy: &Path,
+    confined: Option<bool>,
+    only: Option<&str>,
+) -> (Vec<(String, i32)>, String) {
+    let script = policy.with_file_name("tools").join("attempts.py");
+    let mut program = vec![
+        PYTHON.to_string(),
+        script.display().to_string(),
+        repo.display().to_string(),
+    ];
+    program.extend(only.map(str::to_string));
+    let mut cmd = match confined {
+        Some(landlock_only) => {
+            let mut cmd = Command::new(BIN);
+            cmd.args(["exec", "--print-status", "--policy"])
+                .arg(policy)
+                .args(["--profile", "agent", "--"])
+                .args(&program);
+            if landlock_only {
+                cmd.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+            }
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new("/bin/sh");
+            // `; exit $?` keeps the shell as the program's parent.
+            cmd.args(["-c", "\"$@\"; exit $?", "sh"]).args(&program);
+            cmd
+        }
+    };
+    cmd.uid(AGENT).gid(AGENT).current_dir("/");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines = stdout
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, errno)| (name.to_string(), errno.parse().unwrap()))
+        .collect();
+    (lines, stderr)
+}
+
+fn errno_of(lines: &[(String, i32)], name: &str) -> i32 {
+    lines
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, e)| *e)
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+}
+
+/// Every protected entry still holds its original content, and nothing moved.
+fn protected_entries_untouched(repo: &Path) {
+    for (file, content) in PROTECTED {
+        assert_eq!(
+            std::fs::read_to_string(repo.join(file)).unwrap(),
+            *content,
+            "{file} changed"
+        );
+    }
+    for gone in [
+        "moved.md",
+        "git-moved",
+        "docs-moved",
+        ".git/hooks/post-checkout",
+        ".claude/settings.local.json",
+    ] {
+        assert!(!repo.join(gone).exists(), "{gone} exists");
+    }
+}
+
+const REFUSED_IN_BOTH_MODES: &[&str] = &[
+    "memory-modify",
+    "memory-remove",
+    "memory-rename",
+    "memory-replace",
+    "hook-modify",
+    "hook-replace",
+    "hook-remove",
+    "hook-create",
+    "gitconfig-modify",
+    "claude-settings-modify",
+    "claude-create",
+    "git-rename",
+    "docs-rename",
+    "nested-memory-modify",
+    "via-parent-root",
+];
+
+#[test]
+fn the_unconfined_control_can_do_everything() {
+    if !require_root("the_unconfined_control_can_do_everything") {
+        return;
+    }
+    let names: Vec<&str> = ATTEMPTS
+        .lines()
+        .filter_map(|l| l.strip_prefix("attempt(\""))
+        .filter_map(|l| l.split('"').next())
+        .collect();
+    assert_eq!(names.len(), 20, "{names:?}");
+    // Each attempt in a fresh project: earlier ones would remove what later ones act on.
+    for name in names {
+        let (_dir, repo, policy) = project();
+        let (lines, _) = attempts(&repo, &policy, None, Some(name));
+        assert_eq!(
+            lines,
+            vec![(name.to_string(), 0)],
+            "{name} failed without the sandbox"
+        );
+    }
+}
+
+#[test]
+fn in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold() {
+    if !require_root("in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold") {
+        return;
+    }
+    let (_dir, repo, policy) = project();
+    let (lines, stderr) = attempts(&repo, &policy, Some(false), None);
+    println!("mount namespace: {lines:?}\n{stderr}");
+    assert!(
+        stderr.contains("protected entries: user + mount namespace"),
+        "the host must offer user namespaces here (under CI=true this is a failure): {stderr}"
+    );
+    for name in [
+        "create-top",
+        "mkdir-top",
+        "create-index-lock",
+        "create-object",
+        "create-in-src",
+    ] {
+        assert_eq!(errno_of(&lines, name), 0, "{name}: {lines:?}");
+    }
+    for name in REFUSED_IN_BOTH_MODES {
+        assert_ne!(errno_of(&lines, name), 0, "{name} was allowed: {lines:?}");
+    }
+    // Precise answers: read-only (EROFS) for writes, a mount point (EBUSY) for moves, Landlock
+    // (EACCES) for the way around through the launcher's /proc root.
+    for (name, errno) in [
+        ("memory-modify", libc::EROFS),
+        ("memory-remove", libc::EBUSY),
+        ("memory-rename", libc::EBUSY),
+        ("hook-create", libc::EROFS),
+        ("git-rename", libc::EBUSY),
+        ("docs-rename", libc::EBUSY),
+        ("via-parent-root", libc::EACCES),
+    ] {
+        assert_eq!(errno_of(&lines, name), errno, "{name}: {lines:?}");
+    }
+    assert!(repo.join("new.py").exists() && repo.join("new-dir").is_dir());
+    protected_entries_untouched(&repo);
+
+    // The offline self-test says which mode `verbd exec` gets on this host.
+    let out = Command::new(BIN)
+        .args(["selftest", "--policy"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(
+            "exec-isolation: verbd exec keeps protected entries with a user + mount namespace"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
+fn landlock_only_keeps_protected_entries_and_cannot_create_at_the_top() {
+    if !require_root("landlock_only_keeps_protected_entries_and_cannot_create_at_the_top") {
+        return;
+    }
+    let (_dir, repo, policy) = project();
+    let (lines, stderr) = attempts(&repo, &policy, Some(true), None);
+    println!("landlock only: {lines:?}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "protected entries: Landlock-only split (forced by {})",
+            verbd::sandbox::LANDLOCK_ONLY_ENV
+        )),
+        "{stderr}"
+    );
+    for name in ["create-object", "create-in-src"] {
+        assert_eq!(errno_of(&lines, name), 0, "{name}: {lines:?}");
+    }
+    for name in
+        REFUSED_IN_BOTH_MODES
+            .iter()
+            .chain(&["create-top", "mkdir-top", "create-index-lock"])
+    {
+        assert_eq!(
+            errno_of(&lines, name),
+            libc::EACCES,
+            "{name} must be refused by Landlock: {lines:?}"
+        );
+    }
+    assert!(!repo.join("new.py").exists());
+    protected_entries_untouched(&repo);
+}
