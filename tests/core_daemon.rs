@@ -18,6 +18,7 @@ version = 1
 [daemon]
 allow_root = true
 max_executions = 50
+queue_timeout = "1s"
 [roles.me]
 uids = [0]
 [roles.agent]
@@ -225,12 +226,13 @@ fn non_read_only_verbs_never_run_without_approval() {
 }
 
 #[test]
-fn busy_instead_of_unbounded_queue_and_disconnect_kills_the_child() {
+fn busy_after_the_queue_deadline_and_disconnect_kills_the_child() {
     if !require_root("busy") {
         return;
     }
     let d = Daemon::start(POLICY);
-    // One `slow` at a time: a second concurrent call is refused as busy.
+    // One `slow` at a time: a second concurrent call waits its turn for `queue_timeout` (1 s),
+    // then is refused as busy, naming the limit.
     let mut first = UnixStream::connect(&d.socket).unwrap();
     first
         .write_all(&protocol::encode_request(&Request::Call {
@@ -245,10 +247,20 @@ fn busy_instead_of_unbounded_queue_and_disconnect_kills_the_child() {
         assert!(Instant::now() < deadline, "slow verb never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let queued = Instant::now();
     match d.call("slow", &[("secs", "0.1")]) {
-        Response::Busy { message } => assert!(message.contains("slow")),
+        Response::Busy { message } => assert!(
+            message.contains("`slow`")
+                && message.contains("max_concurrent")
+                && message.contains("daemon.queue_timeout"),
+            "{message}"
+        ),
         other => panic!("{other:?}"),
     }
+    assert!(
+        queued.elapsed() >= Duration::from_secs(1),
+        "busy before the queue deadline"
+    );
     // The client goes away: its child's process group is killed, nothing orphaned.
     drop(first);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -296,7 +308,7 @@ fn two_hundred_connections_with_ten_stalled_all_finish() {
                         assert_eq!(result.stdout, "hello\n");
                         true
                     }
-                    // Over root's connection limit or the execution limit: refused at once.
+                    // Over root's connection limit (daemon.max_connections_per_uid): at once.
                     Response::Busy { .. } => false,
                     other => panic!("{other:?}"),
                 }

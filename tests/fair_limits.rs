@@ -1,5 +1,6 @@
-//! One caller cannot starve the others (issue 12.2). Each test is an attack by hostile uids
-//! (forked children that dropped to uids 61100+) against a real `verbd serve`.
+//! One caller cannot starve the others (issue 12.2) and calls over the execution limit queue
+//! fairly instead of getting `busy` at once (issue 16, lever 5). Each test is an attack by
+//! hostile uids (forked children that dropped to uids 61100+) against a real `verbd serve`.
 mod common;
 use common::*;
 #[path = "common/hostile.rs"]
@@ -23,8 +24,8 @@ const APPROVER: u32 = 61103;
 /// below the 10 s a slow sender holds a place or the 600 s a `wait` does.
 const PROMPT: Duration = Duration::from_secs(2);
 
-/// The tests of this file load the machine on purpose (hundreds of connections): one at a time,
-/// so that none of them measures another's load.
+/// The tests of this file load the machine on purpose (hundreds of connections, a 200-call
+/// flood): one at a time, so that none of them measures another's load.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -56,6 +57,14 @@ description = "a trivial verb"
 category = "read-only"
 roles = ["agents", "me"]
 command = "/bin/echo hello"
+
+[verb.nap]
+description = "sleeps"
+category = "read-only"
+roles = ["agents", "me"]
+timeout = "60s"
+command = "/bin/sleep {{secs}}"
+params.secs = {{ type = "string", pattern = "[0-9]{{1,2}}(\\.[0-9]{{1,3}})?" }}
 
 [verb.change]
 description = "mutating"
@@ -247,4 +256,131 @@ fn one_agent_flooding_waits_and_slow_sends_starves_nobody() {
             assert!(busy_message(raw).contains("daemon.max_connections_per_uid"));
         }
     }
+}
+
+#[test]
+fn thirty_two_concurrent_calls_over_sixteen_slots_all_run() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("max_executions = 16");
+    let calls: Vec<Request> = (0..32)
+        .map(|_| hostile::call("nap", &[("secs", "0.3")]))
+        .collect();
+    let answers = hostile::concurrent_requests_as(FLOODER, &d.socket, &calls);
+    let busy = answers
+        .iter()
+        .filter(|raw| matches!(hostile::decode(raw), Response::Busy { .. }))
+        .count();
+    println!("32 concurrent calls over 16 slots: {busy} busy");
+    assert_eq!(
+        busy, 0,
+        "calls over max_executions must queue, not get busy"
+    );
+    for raw in &answers {
+        assert_eq!(stdout_of(&hostile::decode(raw)), "");
+    }
+    // Journaled as before: one exec record (written before the child starts) and one result
+    // per run.
+    let events = d.journal_events();
+    let count = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind && e["verb"] == "nap")
+            .count()
+    };
+    assert_eq!((count("exec"), count("result")), (32, 32));
+}
+
+#[test]
+fn one_uid_flooding_two_hundred_calls_delays_another_by_one_turn() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start(
+        "max_executions = 4\nmax_connections = 300\nmax_connections_per_uid = 250\nqueue_timeout = \"120s\"",
+    );
+    let socket = d.socket.clone();
+    let flood = std::thread::spawn(move || {
+        let calls: Vec<Request> = (0..200)
+            .map(|_| hostile::call("nap", &[("secs", "0.2")]))
+            .collect();
+        hostile::concurrent_requests_as(FLOODER, &socket, &calls)
+    });
+    // The flood is queued once its runs follow one another.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d
+        .journal_events()
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["verb"] == "nap")
+        .count()
+        < 8
+    {
+        assert!(Instant::now() < deadline, "the flood never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let answer = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])]);
+    let took = started.elapsed();
+    println!("one call behind a 200-call flood over 4 slots: {took:?}");
+    assert_eq!(stdout_of(&hostile::decode(&answer[0])), "hello\n");
+    // One turn is one 0.2 s run; the flood's queue is ~10 s long.
+    assert!(
+        took < PROMPT,
+        "the single call waited {took:?} behind the flood"
+    );
+    let flooded = flood.join().unwrap();
+    let ran = flooded
+        .iter()
+        .filter(|raw| matches!(hostile::decode(raw), Response::Ok { .. }))
+        .count();
+    assert_eq!(ran, 200, "every queued call of the flood runs in the end");
+}
+
+#[test]
+fn a_call_still_queued_at_the_deadline_gets_busy_naming_the_limit() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("max_executions = 1\nqueue_timeout = \"500ms\"");
+    let socket = d.socket.clone();
+    let hog = std::thread::spawn(move || {
+        verbd::client::request(
+            &socket,
+            &hostile::call("nap", &[("secs", "4.321")]),
+            Duration::from_secs(30),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_matching("sleep 4.321").is_empty() {
+        assert!(Instant::now() < deadline, "the hog never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let answer = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])]);
+    let waited = started.elapsed();
+    let message = busy_message(answer[0].as_ref().expect("an answer"));
+    println!("after {waited:?}: busy: {message}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "busy came before the queue deadline: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(4000),
+        "busy came after the hog ended"
+    );
+    assert!(
+        message.contains("daemon.max_executions") && message.contains("daemon.queue_timeout"),
+        "{message}"
+    );
+    // Nothing ran: no exec record for the refused call.
+    assert!(
+        !d.journal_events()
+            .iter()
+            .any(|e| e["kind"] == "exec" && e["verb"] == "hello")
+    );
+    assert!(matches!(hog.join().unwrap(), Ok(Response::Ok { .. })));
 }

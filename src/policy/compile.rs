@@ -380,6 +380,9 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     }
 }
 
+/// The longest `daemon.queue_timeout` may be.
+const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(600);
+
 fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
     let socket_mode = match &raw.socket_mode {
         None => 0o660,
@@ -403,6 +406,18 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
         if !p.get_ref().is_absolute() {
             ctx.at(p.span(), "path must be absolute");
         }
+    }
+    let queue_timeout = duration_or(ctx, &raw.queue_timeout, Duration::from_secs(5));
+    if queue_timeout > MAX_QUEUE_TIMEOUT
+        && let Some(v) = &raw.queue_timeout
+    {
+        ctx.at(
+            v.span(),
+            format!(
+                "daemon.queue_timeout must be at most {}s: a queued call holds its connection",
+                MAX_QUEUE_TIMEOUT.as_secs()
+            ),
+        );
     }
     DaemonConfig {
         socket: raw.socket.as_ref().map(|s| s.get_ref().clone()),
@@ -432,6 +447,7 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
             64,
         ),
         max_executions: count_or(ctx, "max_executions", &raw.max_executions, 16),
+        queue_timeout: queue_timeout.min(MAX_QUEUE_TIMEOUT),
         max_request_bytes: raw
             .max_request_bytes
             .unwrap_or(crate::protocol::MAX_REQUEST_BYTES),

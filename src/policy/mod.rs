@@ -78,6 +78,8 @@ pub struct DaemonConfig {
     /// Approver socket: connections in all, and parked `wait`s in all (its own pool).
     pub approver_max_connections: usize,
     pub max_executions: usize,
+    /// How long a call over `max_executions` (or its verb's `max_concurrent`) waits for a slot.
+    pub queue_timeout: Duration,
     pub max_request_bytes: usize,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,

@@ -105,6 +105,9 @@ pub struct RawDaemon {
     pub approver_max_connections: Option<Spanned<usize>>,
     #[schemars(with = "Option<usize>")]
     pub max_executions: Option<Spanned<usize>>,
+    /// How long a call over an execution limit waits for a slot before `busy`.
+    #[schemars(with = "Option<String>")]
+    pub queue_timeout: Option<Spanned<String>>,
     pub max_request_bytes: Option<usize>,
     #[schemars(with = "Option<String>")]
     pub request_timeout: Option<Spanned<String>>,

@@ -18,8 +18,9 @@
 //! whose record cannot be written is denied (fail closed, invariant 6); the agent and approver
 //! sockets have separate pools, and inside each every uid its own budget of connections and
 //! parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its own
-//! budget; too many executions get `busy` at once, except that an *approved* proposal waits for
-//! an execution slot (bounded, journaled) instead of being lost.
+//! budget; a call over an execution limit waits in a fair queue ([`slots::FairSlots`], round
+//! robin per uid) for at most `daemon.queue_timeout`, then gets `busy`; an *approved* proposal
+//! waits for its slot longer (bounded, journaled) instead of being lost.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -28,6 +29,7 @@ mod call;
 pub mod identity;
 pub mod ledger;
 pub mod peer;
+pub mod slots;
 pub mod socket;
 
 use crate::approvals::{Book, Interrupted};
@@ -41,6 +43,7 @@ use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
 use nix::sys::socket::{MsgFlags, send};
+use slots::FairSlots;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -48,7 +51,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::UCred;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 /// Settings that do not come from the policy.
 pub struct ServeSettings {
@@ -63,7 +66,7 @@ pub struct ServeSettings {
 pub struct Daemon {
     prepared: RwLock<Arc<Prepared>>,
     ledger: Ledger,
-    exec_permits: Arc<Semaphore>,
+    exec_slots: Arc<FairSlots>,
     /// The agent socket's pool of connection places.
     agent_pool: Arc<Pool>,
     /// The approver socket's own pool: no agent takes a place an approver needs.
@@ -117,7 +120,7 @@ impl Daemon {
     ) -> Arc<Daemon> {
         let daemon_cfg = &prepared.policy.daemon;
         Arc::new(Daemon {
-            exec_permits: Arc::new(Semaphore::new(daemon_cfg.max_executions)),
+            exec_slots: FairSlots::new(daemon_cfg.max_executions),
             agent_pool: Pool::new(SocketKind::Agent),
             approver_pool: Pool::new(SocketKind::Approver),
             prepared: RwLock::new(Arc::new(prepared)),
@@ -154,8 +157,7 @@ impl Daemon {
 
     /// Number of executions running now.
     pub fn executions_in_flight(&self) -> usize {
-        let max = self.prepared().policy.daemon.max_executions;
-        max.saturating_sub(self.exec_permits.available_permits())
+        self.exec_slots.in_use()
     }
 
     /// Cancel every run still going (shutdown, after the grace period): each kills its process
