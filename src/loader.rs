@@ -23,10 +23,10 @@ use crate::sandbox::{PreparedSandbox, SandboxError, SandboxSpec};
 use crate::scrub::{ScrubError, Scrubber};
 use crate::secrets::{CREDENTIALS_DIRECTORY_VAR, SecretError, SecretSource, SecretStore};
 use crate::selftest::{self, Report};
+use crate::server::slots::FairSlots;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 
 /// Where the policy comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +50,8 @@ pub struct Prepared {
     pub dry_run_sandboxes: Sandboxes,
     pub secrets: SecretStore,
     pub scrubber: Scrubber,
-    /// Verbs with `max_concurrent`: their permits.
-    pub verb_permits: BTreeMap<String, Arc<Semaphore>>,
+    /// Verbs with `max_concurrent`: their slots (a fair queue, like the daemon's own).
+    pub verb_permits: BTreeMap<String, Arc<FairSlots>>,
 }
 
 /// Why a policy cannot be served.
@@ -165,7 +165,7 @@ impl Loader {
             .values()
             .filter_map(|v| {
                 v.max_concurrent
-                    .map(|n| (v.name.clone(), Arc::new(Semaphore::new(n))))
+                    .map(|n| (v.name.clone(), FairSlots::new(n)))
             })
             .collect();
         Ok(Prepared {

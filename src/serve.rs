@@ -28,6 +28,7 @@ use crate::policy::{Policy, PolicyError};
 use crate::privileges::{self, PrivilegeError};
 use crate::sd;
 use crate::selftest::Report;
+use crate::server::admission::SocketKind;
 use crate::server::socket::{self, BoundSocket, SocketError};
 use crate::server::{Daemon, ServeSettings};
 use std::os::unix::net::UnixListener;
@@ -239,10 +240,11 @@ fn create_state_dir(state_dir: &Path) -> Result<(), StartError> {
     })
 }
 
-/// Sockets bound by this process (removed again if the start fails) or adopted from systemd.
+/// Sockets bound by this process (removed again if the start fails) or adopted from systemd,
+/// each with the kind that selects its connection pool.
 struct Sockets {
-    bound: Vec<BoundSocket>,
-    adopted: Vec<UnixListener>,
+    bound: Vec<(BoundSocket, SocketKind)>,
+    adopted: Vec<(UnixListener, SocketKind)>,
     /// The agent socket's path when bound here.
     agent_path: Option<PathBuf>,
 }
@@ -256,10 +258,10 @@ impl Sockets {
     fn listen(mut self) -> Result<Listeners, StartError> {
         let mut listeners = std::mem::take(&mut self.adopted);
         let mut paths = Vec::new();
-        for socket in std::mem::take(&mut self.bound) {
+        for (socket, kind) in std::mem::take(&mut self.bound) {
             paths.push(socket.path.clone());
             match socket.listen() {
-                Ok(listener) => listeners.push(listener),
+                Ok(listener) => listeners.push((listener, kind)),
                 Err(e) => {
                     remove_sockets(&paths);
                     return Err(e.into());
@@ -277,7 +279,7 @@ impl Sockets {
 impl Drop for Sockets {
     /// A start that failed after binding leaves no socket file behind.
     fn drop(&mut self) {
-        let paths: Vec<PathBuf> = self.bound.iter().map(|s| s.path.clone()).collect();
+        let paths: Vec<PathBuf> = self.bound.iter().map(|(s, _)| s.path.clone()).collect();
         remove_sockets(&paths);
     }
 }
@@ -290,7 +292,7 @@ fn remove_sockets(paths: &[PathBuf]) {
 
 /// Listening sockets; the paths of those bound here are removed when the daemon stops.
 struct Listeners {
-    listeners: Vec<UnixListener>,
+    listeners: Vec<(UnixListener, SocketKind)>,
     owned_paths: Vec<PathBuf>,
     agent_path: Option<PathBuf>,
 }
@@ -308,14 +310,12 @@ fn bind(
     };
     if !activated.is_empty() {
         for socket in activated {
-            match socket.name.as_deref() {
-                None
-                | Some("agent")
-                | Some("approver")
-                | Some("verbd.socket")
-                | Some("verbd-approve.socket") => sockets.adopted.push(socket.listener),
+            let kind = match socket.name.as_deref() {
+                None | Some("agent") | Some("verbd.socket") => SocketKind::Agent,
+                Some("approver") | Some("verbd-approve.socket") => SocketKind::Approver,
                 Some(other) => return Err(StartError::UnknownSocketName(other.to_string())),
-            }
+            };
+            sockets.adopted.push((socket.listener, kind));
         }
         return Ok(sockets);
     }
@@ -324,18 +324,20 @@ fn bind(
         .map(Path::to_path_buf)
         .or_else(|| daemon.socket.clone())
         .unwrap_or_else(|| paths::socket_path_in(state_dir));
-    sockets.bound.push(socket::bind(
-        &path,
-        daemon.socket_mode,
-        daemon.socket_group.as_deref(),
-    )?);
+    sockets.bound.push((
+        socket::bind(&path, daemon.socket_mode, daemon.socket_group.as_deref())?,
+        SocketKind::Agent,
+    ));
     sockets.agent_path = Some(path);
     if let Some(approver) = &daemon.approver_socket {
-        sockets.bound.push(socket::bind(
-            approver,
-            daemon.socket_mode,
-            daemon.approver_socket_group.as_deref(),
-        )?);
+        sockets.bound.push((
+            socket::bind(
+                approver,
+                daemon.socket_mode,
+                daemon.approver_socket_group.as_deref(),
+            )?,
+            SocketKind::Approver,
+        ));
     }
     Ok(sockets)
 }
@@ -422,13 +424,17 @@ async fn serve_async(
     owned_paths.clone_from(&listeners.owned_paths);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = Vec::new();
-    for listener in listeners.listeners {
+    for (listener, kind) in listeners.listeners {
         let listener =
             tokio::net::UnixListener::from_std(listener).map_err(os("adopting a listener"))?;
         let mut rx = stop_rx.clone();
-        serving.push(tokio::spawn(daemon.clone().serve(listener, async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        })));
+        serving.push(tokio::spawn(daemon.clone().serve(
+            listener,
+            kind,
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            },
+        )));
     }
     match &listeners.agent_path {
         Some(path) => eprintln!(

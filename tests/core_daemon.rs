@@ -3,6 +3,8 @@
 //! and policy errors with their locations.
 mod common;
 use common::*;
+#[path = "common/hostile.rs"]
+mod hostile;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -16,6 +18,7 @@ version = 1
 [daemon]
 allow_root = true
 max_executions = 50
+queue_timeout = "1s"
 [roles.me]
 uids = [0]
 [roles.agent]
@@ -223,12 +226,13 @@ fn non_read_only_verbs_never_run_without_approval() {
 }
 
 #[test]
-fn busy_instead_of_unbounded_queue_and_disconnect_kills_the_child() {
+fn busy_after_the_queue_deadline_and_disconnect_kills_the_child() {
     if !require_root("busy") {
         return;
     }
     let d = Daemon::start(POLICY);
-    // One `slow` at a time: a second concurrent call is refused as busy.
+    // One `slow` at a time: a second concurrent call waits its turn for `queue_timeout` (1 s),
+    // then is refused as busy, naming the limit.
     let mut first = UnixStream::connect(&d.socket).unwrap();
     first
         .write_all(&protocol::encode_request(&Request::Call {
@@ -243,10 +247,20 @@ fn busy_instead_of_unbounded_queue_and_disconnect_kills_the_child() {
         assert!(Instant::now() < deadline, "slow verb never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let queued = Instant::now();
     match d.call("slow", &[("secs", "0.1")]) {
-        Response::Busy { message } => assert!(message.contains("slow")),
+        Response::Busy { message } => assert!(
+            message.contains("`slow`")
+                && message.contains("max_concurrent")
+                && message.contains("daemon.queue_timeout"),
+            "{message}"
+        ),
         other => panic!("{other:?}"),
     }
+    assert!(
+        queued.elapsed() >= Duration::from_secs(1),
+        "busy before the queue deadline"
+    );
     // The client goes away: its child's process group is killed, nothing orphaned.
     drop(first);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -294,7 +308,7 @@ fn two_hundred_connections_with_ten_stalled_all_finish() {
                         assert_eq!(result.stdout, "hello\n");
                         true
                     }
-                    // Over the execution limit: refused at once, never queued.
+                    // Over root's connection limit (daemon.max_connections_per_uid): at once.
                     Response::Busy { .. } => false,
                     other => panic!("{other:?}"),
                 }
@@ -481,40 +495,75 @@ fn connections_over_the_limit_get_busy_at_once() {
     }
     let d = Daemon::start(&POLICY.replace(
         "max_executions = 50",
-        "max_executions = 50\nmax_connections = 3",
+        "max_executions = 50\nmax_connections = 5\nmax_connections_per_uid = 3",
     ));
-    // Fill all three slots with stalled clients. A slot may still be held for a moment by the
-    // start-up probe (wait_ready); a client that got `busy` for that reason is replaced.
-    let mut held: Vec<UnixStream> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while held.len() < 3 {
+    d.open_socket();
+    // One agent holds its three places with stalled requests; its fourth connection is refused
+    // at once, naming the per-uid limit.
+    let settle = Duration::from_millis(800);
+    let agent = hostile::hold_connections_as(61001, &d.socket, 4, b"{\"v\":1,", false, settle);
+    assert_eq!(agent.unanswered(), 3);
+    let refused: Vec<String> = agent
+        .answers()
+        .map(|raw| match Response::decode(raw) {
+            Ok(Response::Busy { message }) => message,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].contains("uid 61001")
+            && refused[0].contains("daemon.max_connections_per_uid = 3"),
+        "{}",
+        refused[0]
+    );
+    // Another uid is still served, promptly: the agent's flood is its own.
+    let started = Instant::now();
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "another uid waited {:?}",
+        started.elapsed()
+    );
+    // A second stalling uid takes the socket's last two places: now the total refuses everyone,
+    // at once, naming it. (Root's call above may hold its place for a moment after its answer;
+    // a second uid refused for that reason tries again.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let other = loop {
+        let other = hostile::hold_connections_as(61002, &d.socket, 2, b"{\"v\":1,", false, settle);
+        if other.unanswered() == 2 {
+            break other;
+        }
         assert!(
             Instant::now() < deadline,
-            "could not fill the connection slots"
+            "the last two places never came free"
         );
-        let mut s = UnixStream::connect(&d.socket).unwrap();
-        s.write_all(b"{\"v\":1,").unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut buf = [0u8; 64];
-        // A read that completes means the daemon answered `busy` (or closed): no slot held.
-        // A read that times out means the connection waits for the rest of its request.
-        if s.read(&mut buf).is_err() {
-            held.push(s);
-        }
-    }
+        drop(other);
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let started = Instant::now();
     match d.call("hello", &[]) {
-        Response::Busy { message } => assert!(message.contains("connections"), "{message}"),
+        Response::Busy { message } => {
+            assert!(message.contains("daemon.max_connections = 5"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "busy must be immediate"
     );
-    drop(held);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    drop(agent);
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match d.call("hello", &[]) {
+            Response::Ok { result, .. } => break assert_eq!(result.stdout, "hello\n"),
+            Response::Busy { .. } if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            other => panic!("the places were not given back: {other:?}"),
+        }
+    }
 }
 
 #[test]

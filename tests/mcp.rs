@@ -25,6 +25,7 @@ fn policy(extra: &str) -> String {
 version = 1
 [daemon]
 allow_root = true
+queue_timeout = "500ms"
 [roles.agent]
 uids = [{AGENT}]
 [roles.ops]
@@ -472,7 +473,7 @@ command = "/bin/true"
     assert!(is_error(&busy["second"]), "{busy}");
     assert_eq!(
         text_of(&busy["second"]),
-        "BUSY: verb `slow` is already running its maximum number of times; retry shortly. Nothing ran; retry later."
+        "BUSY: verb `slow` is already running its maximum of 1 (max_concurrent), and none freed within 500ms (daemon.queue_timeout); retry shortly. Nothing ran; retry later."
     );
 
     // defaults and bools travel as JSON and the daemon renders them.

@@ -278,6 +278,26 @@ fn duration_or(
     }
 }
 
+/// A `[daemon]` limit: at least 1 (a limit of 0 would refuse everyone).
+fn count_or(
+    ctx: &mut Ctx,
+    key: &str,
+    value: &Option<toml::Spanned<usize>>,
+    default: usize,
+) -> usize {
+    match value {
+        None => default,
+        Some(v) if *v.get_ref() == 0 => {
+            ctx.at(
+                v.span(),
+                format!("daemon.{key} must be at least 1 (0 would refuse every caller)"),
+            );
+            default
+        }
+        Some(v) => *v.get_ref(),
+    }
+}
+
 fn size_or(ctx: &mut Ctx, value: &Option<toml::Spanned<String>>, default: u64) -> u64 {
     match value {
         None => default,
@@ -360,6 +380,9 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     }
 }
 
+/// The longest `daemon.queue_timeout` may be.
+const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(600);
+
 fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
     let socket_mode = match &raw.socket_mode {
         None => 0o660,
@@ -384,6 +407,18 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
             ctx.at(p.span(), "path must be absolute");
         }
     }
+    let queue_timeout = duration_or(ctx, &raw.queue_timeout, Duration::from_secs(5));
+    if queue_timeout > MAX_QUEUE_TIMEOUT
+        && let Some(v) = &raw.queue_timeout
+    {
+        ctx.at(
+            v.span(),
+            format!(
+                "daemon.queue_timeout must be at most {}s: a queued call holds its connection",
+                MAX_QUEUE_TIMEOUT.as_secs()
+            ),
+        );
+    }
     DaemonConfig {
         socket: raw.socket.as_ref().map(|s| s.get_ref().clone()),
         socket_mode,
@@ -396,8 +431,23 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
         state_dir: raw.state_dir.as_ref().map(|s| s.get_ref().clone()),
         user: raw.user.as_ref().map(|s| s.get_ref().clone()),
         allow_root: raw.allow_root,
-        max_connections: raw.max_connections.unwrap_or(256),
-        max_executions: raw.max_executions.unwrap_or(16),
+        max_connections: count_or(ctx, "max_connections", &raw.max_connections, 256),
+        max_connections_per_uid: count_or(
+            ctx,
+            "max_connections_per_uid",
+            &raw.max_connections_per_uid,
+            32,
+        ),
+        max_waits: count_or(ctx, "max_waits", &raw.max_waits, 256),
+        max_waits_per_uid: count_or(ctx, "max_waits_per_uid", &raw.max_waits_per_uid, 16),
+        approver_max_connections: count_or(
+            ctx,
+            "approver_max_connections",
+            &raw.approver_max_connections,
+            64,
+        ),
+        max_executions: count_or(ctx, "max_executions", &raw.max_executions, 16),
+        queue_timeout: queue_timeout.min(MAX_QUEUE_TIMEOUT),
         max_request_bytes: raw
             .max_request_bytes
             .unwrap_or(crate::protocol::MAX_REQUEST_BYTES),

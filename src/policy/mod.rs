@@ -67,8 +67,19 @@ pub struct DaemonConfig {
     pub state_dir: Option<PathBuf>,
     pub user: Option<String>,
     pub allow_root: bool,
+    /// Agent socket: connections being read or answered, in all (parked `wait`s not counted).
     pub max_connections: usize,
+    /// Per socket: connections one uid may hold at once.
+    pub max_connections_per_uid: usize,
+    /// Agent socket: `wait` requests parked at once, in all.
+    pub max_waits: usize,
+    /// Per socket: `wait` requests one uid may have parked at once.
+    pub max_waits_per_uid: usize,
+    /// Approver socket: connections in all, and parked `wait`s in all (its own pool).
+    pub approver_max_connections: usize,
     pub max_executions: usize,
+    /// How long a call over `max_executions` (or its verb's `max_concurrent`) waits for a slot.
+    pub queue_timeout: Duration,
     pub max_request_bytes: usize,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,

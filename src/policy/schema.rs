@@ -88,8 +88,26 @@ pub struct RawDaemon {
     pub user: Option<Spanned<String>>,
     #[serde(default)]
     pub allow_root: bool,
-    pub max_connections: Option<usize>,
-    pub max_executions: Option<usize>,
+    /// Agent socket: connections being read or answered, in all.
+    #[schemars(with = "Option<usize>")]
+    pub max_connections: Option<Spanned<usize>>,
+    /// Per socket: connections one uid may hold at once.
+    #[schemars(with = "Option<usize>")]
+    pub max_connections_per_uid: Option<Spanned<usize>>,
+    /// Agent socket: `wait` requests parked at once, in all.
+    #[schemars(with = "Option<usize>")]
+    pub max_waits: Option<Spanned<usize>>,
+    /// Per socket: `wait` requests one uid may have parked at once.
+    #[schemars(with = "Option<usize>")]
+    pub max_waits_per_uid: Option<Spanned<usize>>,
+    /// Approver socket: its own pool of connections (and of parked waits).
+    #[schemars(with = "Option<usize>")]
+    pub approver_max_connections: Option<Spanned<usize>>,
+    #[schemars(with = "Option<usize>")]
+    pub max_executions: Option<Spanned<usize>>,
+    /// How long a call over an execution limit waits for a slot before `busy`.
+    #[schemars(with = "Option<String>")]
+    pub queue_timeout: Option<Spanned<String>>,
     pub max_request_bytes: Option<usize>,
     #[schemars(with = "Option<String>")]
     pub request_timeout: Option<Spanned<String>>,

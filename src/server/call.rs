@@ -11,6 +11,7 @@
 //! journaled as ended, whether or not its client is still there.
 #![forbid(unsafe_code)]
 
+use super::slots::{FairSlots, Lane, Slot};
 use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
 };
@@ -26,7 +27,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::OwnedSemaphorePermit;
 
 /// Longest an approved proposal waits for an execution slot before it ends as not started.
 pub const APPROVED_RUN_SLOT_WAIT: Duration = Duration::from_secs(600);
@@ -261,8 +261,7 @@ impl Daemon {
         }
     }
 
-    /// Run a prepared call to its journaled end. An approved proposal's run waits for a slot
-    /// (and says so once through `queued`); any other run gets `busy` when all slots are taken.
+    /// Run a prepared call to its journaled end, once it has its execution slots (`slots`).
     pub(super) async fn run(
         &self,
         prepared: &Prepared,
@@ -350,70 +349,113 @@ impl Daemon {
         }
     }
 
-    /// The global execution slot and the verb's own (with `max_concurrent`).
+    /// The verb's own slot (with `max_concurrent`) and the global execution slot, taken in
+    /// that order. Over a limit, a direct call waits in its caller's lane for at most
+    /// `daemon.queue_timeout` (`busy` after it; nothing journaled, nothing ran), leaving the
+    /// queue if its client hangs up; an approved proposal's run journals `proposal_queued`, says
+    /// so once through `queued` and waits up to [`APPROVED_RUN_SLOT_WAIT`] in the lane of
+    /// approved runs.
     async fn slots(
         &self,
         prepared: &Prepared,
         run: &Run,
         cancel: &mut Cancel,
         queued: Option<tokio::sync::oneshot::Sender<String>>,
-    ) -> Result<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>), Response> {
+    ) -> Result<(Slot, Option<Slot>), Response> {
         let verb = &run.call.verb;
-        let verb_sem = prepared.verb_permits.get(verb).cloned();
-        let global = self.exec_permits.clone().try_acquire_owned();
-        let own = match &verb_sem {
-            Some(sem) => sem.clone().try_acquire_owned().map(Some),
-            None => Ok(None),
-        };
-        let busy_reason = match (global, own) {
-            (Ok(global), Ok(own)) => return Ok((global, own)),
-            (Err(_), _) => "verbd is running its maximum number of executions".to_string(),
-            (_, Err(_)) => format!("verb `{verb}` is already running its maximum number of times"),
-        };
-        let Some(id) = run.proposal else {
-            return Err(Response::Busy {
-                message: format!("{busy_reason}; retry shortly"),
-            });
-        };
-        // An approval is never lost to a transient limit: the run waits for a slot.
-        let reason = format!(
-            "{busy_reason}; the approved run waits for a slot (at most {}s)",
-            APPROVED_RUN_SLOT_WAIT.as_secs()
-        );
-        if let Err(e) = self
-            .record(Event::ProposalQueued {
-                id,
-                reason: reason.clone(),
-            })
-            .await
+        let own_slots = prepared.verb_permits.get(verb).cloned();
+        let own_now = own_slots.as_ref().map(FairSlots::try_take);
+        if !matches!(own_now, Some(None))
+            && let Some(global) = self.exec_slots.try_take()
         {
-            return Err(journal_failure(&e));
+            return Ok((global, own_now.flatten()));
         }
-        if let Some(queued) = queued {
-            let _ = queued.send(reason);
-        }
-        let global_sem = self.exec_permits.clone();
-        let acquire = async move {
-            let own = match verb_sem {
-                Some(sem) => Some(sem.acquire_owned().await.expect("permits are never closed")),
+        drop(own_now);
+        let verb_limit = |slots: &FairSlots| {
+            format!(
+                "verb `{verb}` is already running its maximum of {} (max_concurrent)",
+                slots.capacity()
+            )
+        };
+        let global_limit = format!(
+            "verbd is running its maximum of {} executions (daemon.max_executions)",
+            self.exec_slots.capacity()
+        );
+        let (lane, wait) = match run.proposal {
+            None => (
+                Lane::Caller(run.requester.uid),
+                prepared.policy.daemon.queue_timeout,
+            ),
+            Some(id) => {
+                // An approval is never lost to a transient limit: the run waits for a slot.
+                let busy_reason = match &own_slots {
+                    Some(own) if own.in_use() >= own.capacity() => verb_limit(own),
+                    _ => global_limit.clone(),
+                };
+                let reason = format!(
+                    "{busy_reason}; the approved run waits for a slot (at most {}s)",
+                    APPROVED_RUN_SLOT_WAIT.as_secs()
+                );
+                if let Err(e) = self
+                    .record(Event::ProposalQueued {
+                        id,
+                        reason: reason.clone(),
+                    })
+                    .await
+                {
+                    return Err(journal_failure(&e));
+                }
+                if let Some(queued) = queued {
+                    let _ = queued.send(reason);
+                }
+                (Lane::Approved, APPROVED_RUN_SLOT_WAIT)
+            }
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let global_slots = self.exec_slots.clone();
+        let acquire = async {
+            let own = match &own_slots {
+                Some(own) => match own.take(lane, deadline).await {
+                    Some(slot) => Some(slot),
+                    None => return Err(verb_limit(own)),
+                },
                 None => None,
             };
-            let global = global_sem
-                .acquire_owned()
-                .await
-                .expect("permits are never closed");
-            (global, own)
+            match global_slots.take(lane, deadline).await {
+                Some(global) => Ok((global, own)),
+                None => Err(global_limit.clone()),
+            }
         };
-        let why = tokio::select! {
-            acquired = tokio::time::timeout(APPROVED_RUN_SLOT_WAIT, acquire) => match acquired {
-                Ok(slots) => return Ok(slots),
-                Err(_) => format!(
-                    "not executed: no execution slot freed within {}s of the approval; propose again",
-                    APPROVED_RUN_SLOT_WAIT.as_secs()
-                ),
-            },
-            _ = cancel.cancelled() => {
-                "not executed: the daemon stopped before an execution slot freed; propose again".to_string()
+        let outcome = tokio::select! {
+            acquired = acquire => acquired.map_err(Some),
+            _ = cancel.cancelled() => Err(None),
+        };
+        let full = match outcome {
+            Ok(slots) => return Ok(slots),
+            Err(full) => full,
+        };
+        let Some(id) = run.proposal else {
+            return Err(match full {
+                Some(limit) => Response::Busy {
+                    message: format!(
+                        "{limit}, and none freed within {wait:?} (daemon.queue_timeout); retry shortly"
+                    ),
+                },
+                None => Response::Error {
+                    message:
+                        "the call was cancelled while it waited for an execution slot; nothing ran"
+                            .into(),
+                },
+            });
+        };
+        let why = match full {
+            Some(_) => format!(
+                "not executed: no execution slot freed within {}s of the approval; propose again",
+                APPROVED_RUN_SLOT_WAIT.as_secs()
+            ),
+            None => {
+                "not executed: the daemon stopped before an execution slot freed; propose again"
+                    .to_string()
             }
         };
         let response = Response::Error {

@@ -1,9 +1,11 @@
 //! The daemon: accept loop, limits, and dispatch of each request to its handler.
 //!
-//! Where a request goes: [`Daemon::serve`] accepts (over the connection limit: `busy` at once);
-//! `handle` reads the peer's credentials from the kernel (invariant 3), reads one request line
-//! (size and time limited), and — for a peer that matches no role — journals the refusal and
-//! answers `denied`; otherwise `dispatch` runs the request **in its own task, owned by the
+//! Where a request goes: [`Daemon::serve`] accepts and reads the peer's credentials from the
+//! kernel (invariant 3) at once, before a byte of the request; the socket's [`admission::Pool`]
+//! admits the connection or answers `busy` naming the limit (per uid, or the socket's total).
+//! `handle` reads one request line (size and time limited), and — for a peer that matches no
+//! role — journals the refusal and answers `denied`; a `wait` trades its connection place for a
+//! parked-wait place; otherwise `dispatch` runs the request **in its own task, owned by the
 //! daemon**. The connection only watches for its client hanging up: then it signals the task's
 //! [`Cancel`], and the task still reaches its journaled end (a running child is killed and the
 //! cancellation journaled; a file operation in progress completes and is journaled).
@@ -13,17 +15,21 @@
 //! [`ledger::Ledger`] (journal first, then the proposal book).
 //!
 //! Invariants: every decision is journaled (and fsync'd) before the caller sees it, and a call
-//! whose record cannot be written is denied (fail closed, invariant 6); limits never queue a
-//! caller's request — too many connections or executions get `busy` at once — except that an
-//! *approved* proposal waits for an execution slot (bounded, journaled) instead of being lost; a
-//! slow client only holds its own connection until the request timeout.
+//! whose record cannot be written is denied (fail closed, invariant 6); the agent and approver
+//! sockets have separate pools, and inside each every uid its own budget of connections and
+//! parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its own
+//! budget; a call over an execution limit waits in a fair queue ([`slots::FairSlots`], round
+//! robin per uid) for at most `daemon.queue_timeout`, then gets `busy`; an *approved* proposal
+//! waits for its slot longer (bounded, journaled) instead of being lost.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 mod approve;
 mod call;
 pub mod identity;
 pub mod ledger;
 pub mod peer;
+pub mod slots;
 pub mod socket;
 
 use crate::approvals::{Book, Interrupted};
@@ -34,13 +40,18 @@ use crate::policy::PreparedCall;
 use crate::policy::{ApprovalScope, Caller, Role};
 use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
+use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
+use nix::sys::socket::{MsgFlags, send};
+use slots::FairSlots;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::UCred;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 /// Settings that do not come from the policy.
 pub struct ServeSettings {
@@ -55,8 +66,11 @@ pub struct ServeSettings {
 pub struct Daemon {
     prepared: RwLock<Arc<Prepared>>,
     ledger: Ledger,
-    exec_permits: Arc<Semaphore>,
-    conn_permits: Arc<Semaphore>,
+    exec_slots: Arc<FairSlots>,
+    /// The agent socket's pool of connection places.
+    agent_pool: Arc<Pool>,
+    /// The approver socket's own pool: no agent takes a place an approver needs.
+    approver_pool: Arc<Pool>,
     settings: ServeSettings,
     /// Set once at shutdown, after the grace period: cancels every run still going.
     shutdown: watch::Sender<bool>,
@@ -106,8 +120,9 @@ impl Daemon {
     ) -> Arc<Daemon> {
         let daemon_cfg = &prepared.policy.daemon;
         Arc::new(Daemon {
-            exec_permits: Arc::new(Semaphore::new(daemon_cfg.max_executions)),
-            conn_permits: Arc::new(Semaphore::new(daemon_cfg.max_connections)),
+            exec_slots: FairSlots::new(daemon_cfg.max_executions),
+            agent_pool: Pool::new(SocketKind::Agent),
+            approver_pool: Pool::new(SocketKind::Approver),
             prepared: RwLock::new(Arc::new(prepared)),
             ledger: Ledger::new(journal, book),
             settings,
@@ -142,8 +157,7 @@ impl Daemon {
 
     /// Number of executions running now.
     pub fn executions_in_flight(&self) -> usize {
-        let max = self.prepared().policy.daemon.max_executions;
-        max.saturating_sub(self.exec_permits.available_permits())
+        self.exec_slots.in_use()
     }
 
     /// Cancel every run still going (shutdown, after the grace period): each kills its process
@@ -216,34 +230,23 @@ impl Daemon {
         Ok((prepared, report.summary()))
     }
 
-    /// Serve connections from `listener` until `shutdown` resolves.
+    /// Serve connections from `listener` (the socket of `kind`) until `shutdown` resolves.
     pub async fn serve(
         self: Arc<Self>,
         listener: UnixListener,
+        kind: SocketKind,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
+        let pool = match kind {
+            SocketKind::Agent => self.agent_pool.clone(),
+            SocketKind::Approver => self.approver_pool.clone(),
+        };
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => match self.conn_permits.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            let daemon = self.clone();
-                            tokio::spawn(async move {
-                                daemon.handle(stream).await;
-                                drop(permit);
-                            });
-                        }
-                        Err(_) => {
-                            tokio::spawn(write_response(
-                                stream,
-                                Response::Busy {
-                                    message: "too many connections; retry shortly".into(),
-                                },
-                            ));
-                        }
-                    },
+                    Ok((stream, _)) => self.admit(stream, &pool),
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -253,7 +256,9 @@ impl Daemon {
         }
     }
 
-    async fn handle(self: Arc<Self>, stream: UnixStream) {
+    /// The peer's credentials from the kernel, then its uid's place in `pool`: served, or
+    /// answered `busy` with the limit it hit, before anything of its request is read.
+    fn admit(self: &Arc<Self>, stream: UnixStream, pool: &Arc<Pool>) {
         let cred = match stream.peer_cred() {
             Ok(c) => c,
             Err(e) => {
@@ -261,6 +266,30 @@ impl Daemon {
                 return;
             }
         };
+        let limits = PoolLimits::of(pool.kind(), &self.prepared().policy.daemon);
+        match pool.admit(cred.uid(), &limits) {
+            Ok(admission) => {
+                tokio::spawn(self.clone().handle(stream, cred, admission));
+            }
+            Err(refused) => {
+                tracing::debug!(uid = cred.uid(), %refused, "connection refused as busy");
+                let answer = Response::Busy {
+                    message: refused.to_string(),
+                }
+                .encode();
+                // One send on the new socket, whose buffer takes a short line at once, then the
+                // close ends the answer: a refusal costs no task and no wake-up, however fast a
+                // flooder reconnects. A peer already gone gets nothing.
+                let _ = send(
+                    stream.as_raw_fd(),
+                    &answer,
+                    MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+                );
+            }
+        }
+    }
+
+    async fn handle(self: Arc<Self>, stream: UnixStream, cred: UCred, mut admission: Admission) {
         let caller = tokio::task::spawn_blocking(move || {
             peer::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
         })
@@ -313,6 +342,18 @@ impl Daemon {
                 return;
             }
         };
+        // A `wait` may block for minutes: it gives its connection place back for a parked one.
+        if matches!(request, Request::Wait { .. }) {
+            let limits = PoolLimits::of(admission.kind(), &ctx.prepared.policy.daemon);
+            if let Err(refused) = admission.park_for_wait(&limits) {
+                let response = Response::Busy {
+                    message: refused.to_string(),
+                };
+                let _ = write_half.write_all(&response.encode()).await;
+                let _ = write_half.shutdown().await;
+                return;
+            }
+        }
         let (hung_up, client) = watch::channel(false);
         let cancel = self.cancel_for_connection(client);
         let mut task = tokio::spawn(self.clone().dispatch(ctx, request, cancel));
@@ -582,9 +623,4 @@ pub fn verb_info(verb: &crate::policy::Verb) -> VerbInfo {
             })
             .collect(),
     }
-}
-
-async fn write_response(mut stream: UnixStream, response: Response) {
-    let _ = stream.write_all(&response.encode()).await;
-    let _ = stream.shutdown().await;
 }

@@ -1,0 +1,386 @@
+//! One caller cannot starve the others (issue 12.2) and calls over the execution limit queue
+//! fairly instead of getting `busy` at once (issue 16, lever 5). Each test is an attack by
+//! hostile uids (forked children that dropped to uids 61100+) against a real `verbd serve`.
+mod common;
+use common::*;
+#[path = "common/hostile.rs"]
+mod hostile;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use verbd::protocol::{Request, Response, encode_request};
+
+/// The flooding agent.
+const FLOODER: u32 = 61101;
+/// Another agent, who must not notice the flood.
+const BYSTANDER: u32 = 61102;
+/// The human approver.
+const APPROVER: u32 = 61103;
+
+/// The bound each victim's answer must arrive within: generous on a loaded 2-core machine, far
+/// below the 10 s a slow sender holds a place or the 600 s a `wait` does.
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// The tests of this file load the machine on purpose (hundreds of connections, a 200-call
+/// flood): one at a time, so that none of them measures another's load.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn policy(daemon: &str) -> String {
+    format!(
+        r#"
+version = 1
+[daemon]
+allow_root = true
+approver_socket = "@DIR@/approver.sock"
+{daemon}
+[roles.agents]
+uids = [{FLOODER}, {BYSTANDER}]
+[roles.me]
+uids = [0]
+[roles.sre]
+kind = "human"
+uids = [{APPROVER}]
+[approvals]
+approvers = ["sre"]
+
+[verb.hello]
+description = "a trivial verb"
+category = "read-only"
+roles = ["agents", "me"]
+command = "/bin/echo hello"
+
+[verb.nap]
+description = "sleeps"
+category = "read-only"
+roles = ["agents", "me"]
+timeout = "60s"
+command = "/bin/sleep {{secs}}"
+params.secs = {{ type = "string", pattern = "[0-9]{{1,2}}(\\.[0-9]{{1,3}})?" }}
+
+[verb.change]
+description = "mutating"
+category = "mutating"
+roles = ["agents"]
+command = "/bin/echo changed {{tag}}"
+params.tag = {{ type = "int", min = 1, max = 99 }}
+
+[verb.note]
+description = "write notes"
+builtin = "file.write"
+category = "mutating"
+approval = "none"
+roles = ["agents"]
+roots = ["@DIR@/root"]
+"#
+    )
+}
+
+fn start(daemon: &str) -> Daemon {
+    let d = Daemon::start_with(&policy(daemon), |dir| {
+        std::fs::create_dir_all(dir.join("root/notes")).unwrap();
+    });
+    d.open_socket();
+    let approver = d.path("approver.sock");
+    std::fs::set_permissions(&approver, std::fs::Permissions::from_mode(0o666)).unwrap();
+    d
+}
+
+fn line(request: &Request) -> Vec<u8> {
+    encode_request(request)
+}
+
+/// The Claude Code hook run as `uid` on a Write fixture beneath the allowed root.
+fn hook_as(uid: u32, socket: &Path, root: &Path) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let fixture = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude/write_allowed.json"),
+    )
+    .unwrap()
+    .replace("@ROOT@", root.to_str().unwrap());
+    let mut child = Command::new(BIN)
+        .args(["hook", "claude-code", "--socket"])
+        .arg(socket)
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(fixture.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A busy answer and its message, or a panic.
+fn busy_message(raw: &[u8]) -> String {
+    match Response::decode(raw) {
+        Ok(Response::Busy { message }) => message,
+        other => panic!("expected busy, got {other:?}"),
+    }
+}
+
+fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed();
+    println!("{what}: {took:?}");
+    assert!(
+        took < PROMPT,
+        "{what} took {took:?} while one agent flooded"
+    );
+    out
+}
+
+#[test]
+fn one_agent_flooding_waits_and_slow_sends_starves_nobody() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    // The defaults only: they are what must hold.
+    let d = start("");
+    let approver_socket = d.path("approver.sock");
+    let root = std::fs::canonicalize(d.dir.path()).unwrap().join("root");
+    // The flooder proposes twice: one proposal to wait on, one for the approver to approve.
+    let proposed = hostile::requests_as(
+        FLOODER,
+        &d.socket,
+        &[
+            hostile::call("change", &[("tag", "1")]),
+            hostile::call("change", &[("tag", "2")]),
+        ],
+    );
+    let ids: Vec<u64> = proposed
+        .iter()
+        .map(|raw| match hostile::decode(raw) {
+            Response::ConfirmRequired { id, .. } => id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // 300 `wait`s of ten minutes on the agent socket, then slow senders on both sockets.
+    let wait = line(&Request::Wait {
+        id: ids[0],
+        timeout_ms: 600_000,
+    });
+    let settle = Duration::from_millis(1500);
+    let waits = hostile::hold_connections_as(FLOODER, &d.socket, 300, &wait, false, settle);
+    let slow_agent =
+        hostile::hold_connections_as(FLOODER, &d.socket, 100, b"{\"v\":1,", true, settle);
+    let slow_approver =
+        hostile::hold_connections_as(FLOODER, &approver_socket, 100, b"{\"v\":1,", true, settle);
+    println!(
+        "flooder holds {} waits, {} + {} slow senders unanswered",
+        waits.unanswered(),
+        slow_agent.unanswered(),
+        slow_approver.unanswered()
+    );
+
+    // (a) The approver, on the approver socket: the real `pending`, then the real approval.
+    let pending = timed("approver: pending", || {
+        hostile::requests_as(APPROVER, &approver_socket, &[Request::Pending {}])
+    });
+    let hash = match hostile::decode(&pending[0]) {
+        Response::Proposals { proposals } => {
+            let listed: Vec<u64> = proposals.iter().map(|p| p.proposal.id).collect();
+            assert!(
+                listed.contains(&ids[0]) && listed.contains(&ids[1]),
+                "{listed:?}"
+            );
+            proposals
+                .iter()
+                .find(|p| p.proposal.id == ids[1])
+                .unwrap()
+                .proposal
+                .args_hash
+                .clone()
+        }
+        other => panic!("pending: {other:?}"),
+    };
+    let approved = timed("approver: approve", || {
+        hostile::requests_as(
+            APPROVER,
+            &approver_socket,
+            &[Request::Approve {
+                id: ids[1],
+                hash: hash[..12].to_string(),
+            }],
+        )
+    });
+    assert_eq!(stdout_of(&hostile::decode(&approved[0])), "changed 2\n");
+
+    // (b) Another agent calls a trivial verb.
+    let called = timed("second agent: call", || {
+        hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])])
+    });
+    assert_eq!(stdout_of(&hostile::decode(&called[0])), "hello\n");
+
+    // (c) The Claude Code hook of another agent checks a write beneath its root: allowed.
+    let hook = timed("second agent: hook check", || {
+        hook_as(BYSTANDER, &d.socket, &root)
+    });
+    assert_eq!(hook.status.code(), Some(0), "{hook:?}");
+    assert!(hook.stdout.is_empty(), "the hook objected: {hook:?}");
+
+    // The flooder spent only its own budget, and was told which limit it hit.
+    for raw in waits.answers() {
+        let message = busy_message(raw);
+        assert!(
+            message.contains("daemon.max_waits_per_uid")
+                || message.contains("daemon.max_connections_per_uid"),
+            "{message}"
+        );
+        assert!(message.contains(&FLOODER.to_string()), "{message}");
+    }
+    assert!(
+        waits.unanswered() <= 16 + 32,
+        "{} of the flooder's waits are held",
+        waits.unanswered()
+    );
+    for held in [&slow_agent, &slow_approver] {
+        assert!(held.unanswered() <= 32, "{}", held.unanswered());
+        for raw in held.answers() {
+            assert!(busy_message(raw).contains("daemon.max_connections_per_uid"));
+        }
+    }
+}
+
+#[test]
+fn thirty_two_concurrent_calls_over_sixteen_slots_all_run() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("max_executions = 16");
+    let calls: Vec<Request> = (0..32)
+        .map(|_| hostile::call("nap", &[("secs", "0.3")]))
+        .collect();
+    let answers = hostile::concurrent_requests_as(FLOODER, &d.socket, &calls);
+    let busy = answers
+        .iter()
+        .filter(|raw| matches!(hostile::decode(raw), Response::Busy { .. }))
+        .count();
+    println!("32 concurrent calls over 16 slots: {busy} busy");
+    assert_eq!(
+        busy, 0,
+        "calls over max_executions must queue, not get busy"
+    );
+    for raw in &answers {
+        assert_eq!(stdout_of(&hostile::decode(raw)), "");
+    }
+    // Journaled as before: one exec record (written before the child starts) and one result
+    // per run.
+    let events = d.journal_events();
+    let count = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind && e["verb"] == "nap")
+            .count()
+    };
+    assert_eq!((count("exec"), count("result")), (32, 32));
+}
+
+#[test]
+fn one_uid_flooding_two_hundred_calls_delays_another_by_one_turn() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start(
+        "max_executions = 4\nmax_connections = 300\nmax_connections_per_uid = 250\nqueue_timeout = \"120s\"",
+    );
+    let socket = d.socket.clone();
+    let flood = std::thread::spawn(move || {
+        let calls: Vec<Request> = (0..200)
+            .map(|_| hostile::call("nap", &[("secs", "0.2")]))
+            .collect();
+        hostile::concurrent_requests_as(FLOODER, &socket, &calls)
+    });
+    // The flood is queued once its runs follow one another.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d
+        .journal_events()
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["verb"] == "nap")
+        .count()
+        < 8
+    {
+        assert!(Instant::now() < deadline, "the flood never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let answer = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])]);
+    let took = started.elapsed();
+    println!("one call behind a 200-call flood over 4 slots: {took:?}");
+    assert_eq!(stdout_of(&hostile::decode(&answer[0])), "hello\n");
+    // One turn is one 0.2 s run; the flood's queue is ~10 s long.
+    assert!(
+        took < PROMPT,
+        "the single call waited {took:?} behind the flood"
+    );
+    let flooded = flood.join().unwrap();
+    let ran = flooded
+        .iter()
+        .filter(|raw| matches!(hostile::decode(raw), Response::Ok { .. }))
+        .count();
+    assert_eq!(ran, 200, "every queued call of the flood runs in the end");
+}
+
+#[test]
+fn a_call_still_queued_at_the_deadline_gets_busy_naming_the_limit() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("max_executions = 1\nqueue_timeout = \"500ms\"");
+    let socket = d.socket.clone();
+    let hog = std::thread::spawn(move || {
+        verbd::client::request(
+            &socket,
+            &hostile::call("nap", &[("secs", "4.321")]),
+            Duration::from_secs(30),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_matching("sleep 4.321").is_empty() {
+        assert!(Instant::now() < deadline, "the hog never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let answer = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])]);
+    let waited = started.elapsed();
+    let message = busy_message(answer[0].as_ref().expect("an answer"));
+    println!("after {waited:?}: busy: {message}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "busy came before the queue deadline: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(4000),
+        "busy came after the hog ended"
+    );
+    assert!(
+        message.contains("daemon.max_executions") && message.contains("daemon.queue_timeout"),
+        "{message}"
+    );
+    // Nothing ran: no exec record for the refused call.
+    assert!(
+        !d.journal_events()
+            .iter()
+            .any(|e| e["kind"] == "exec" && e["verb"] == "hello")
+    );
+    assert!(matches!(hog.join().unwrap(), Ok(Response::Ok { .. })));
+}
