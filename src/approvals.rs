@@ -190,7 +190,7 @@ impl Book {
                 self.transition(seq, *id, &[State::Pending], State::Denied)?;
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
-                    p.note = Some(reason.clone());
+                    p.note = Some(reason.to_string());
                 });
                 Ok(())
             }
@@ -220,7 +220,7 @@ impl Book {
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
                     p.outcome = Some(*outcome);
-                    p.note = Some(note.clone());
+                    p.note = Some(note.to_string());
                 });
                 Ok(())
             }

@@ -11,7 +11,7 @@ use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
 };
 use crate::approvals::unix_ms;
-use crate::events::{CallerRecord, Event};
+use crate::events::{Bounded, CallerRecord, Event};
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
 use crate::loader::Prepared;
@@ -257,6 +257,7 @@ impl Daemon {
         };
         if let Some(error) = error {
             tracing::warn!(id, %error, "approval notifier failed");
+            let error = Bounded::new(&error);
             let _ = self.record(Event::NotifyFailed { id, error }).await;
         }
     }
@@ -336,7 +337,7 @@ impl Daemon {
                 .record(Event::ApprovalRefused {
                     id,
                     by,
-                    reason: reason.clone(),
+                    reason: Bounded::new(&reason),
                 })
                 .await;
             return Response::Denied { reason };
@@ -509,7 +510,7 @@ impl Daemon {
             .record(Event::ProposalDenied {
                 id,
                 by: decider(&ctx.caller),
-                reason: reason.clone(),
+                reason: Bounded::new(&reason),
             })
             .await;
         self.ledger.release(id);
@@ -633,7 +634,7 @@ impl Daemon {
                 id,
                 by: decider(&ctx.caller),
                 outcome,
-                note,
+                note: Bounded::new(&note),
             })
             .await;
         self.ledger.release(id);

@@ -15,7 +15,9 @@ use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
 };
 use crate::approvals::{KeyEntry, KeyTarget, MAX_PENDING_PER_REQUESTER, RunEnd};
-use crate::events::{CancelCause, Event, OutputRecord, RefusalKind, RunDecision};
+use crate::events::{
+    Bounded, CancelCause, Event, OutputRecord, RefusalKind, RefusedArgs, RunDecision,
+};
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
 use crate::loader::Prepared;
@@ -249,10 +251,10 @@ impl Daemon {
         match self
             .record(Event::Refused {
                 caller: ctx.record.clone(),
-                verb: request.verb.clone(),
-                args: redact_args(&request.args),
+                verb: Bounded::new(&request.verb),
+                args: RefusedArgs::new(&request.args),
                 decision,
-                reason: refusal.message(),
+                reason: Bounded::new(&refusal.message()),
             })
             .await
         {
@@ -622,10 +624,10 @@ impl Daemon {
         match self
             .record(Event::Check {
                 caller: ctx.record.clone(),
-                path,
-                tool,
+                path: Bounded::new(&path),
+                tool: tool.as_deref().map(Bounded::new),
                 allowed,
-                reason: reason.clone(),
+                reason: Bounded::new(&reason),
             })
             .await
         {
@@ -672,27 +674,6 @@ fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
         );
     }
     args
-}
-
-/// Raw (refused) arguments are journaled, but long values are cut so a hostile client cannot
-/// flood the journal with one request.
-fn redact_args(args: &BTreeMap<String, serde_json::Value>) -> BTreeMap<String, serde_json::Value> {
-    const MAX: usize = 512;
-    args.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                serde_json::Value::String(s) if s.len() > MAX => {
-                    let cut = (0..=MAX)
-                        .rev()
-                        .find(|i| s.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    serde_json::Value::String(format!("{}…[{} bytes]", &s[..cut], s.len()))
-                }
-                other => other.clone(),
-            };
-            (k.clone(), v)
-        })
-        .collect()
 }
 
 fn refusal_response(refusal: &Refusal) -> (RefusalKind, Response) {

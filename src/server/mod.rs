@@ -369,7 +369,7 @@ impl Daemon {
         match self
             .record(Event::ConnectRefused {
                 caller: ctx.record.clone(),
-                reason: reason.clone(),
+                reason: crate::events::Bounded::new(&reason),
             })
             .await
         {
