@@ -335,6 +335,7 @@ impl Book {
             | Event::ProposalQueued { .. }
             | Event::ApprovalRefused { .. }
             | Event::NotifyFailed { .. }
+            | Event::RefusalsCoalesced { .. }
             | Event::Reload { .. } => Ok(()),
         }
     }

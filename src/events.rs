@@ -221,6 +221,35 @@ pub enum RefusalKind {
     Invalid,
 }
 
+/// A class of refusal, counted per caller for coalescing (see `server::refusals`): the verb or
+/// path does not matter, so varying them does not escape the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalClass {
+    /// `connect_refused`: a peer that matches no role.
+    ConnectRefused,
+    /// `refused` with decision `denied`.
+    Denied,
+    /// `refused` with decision `invalid`.
+    Invalid,
+    /// `check` answered not allowed.
+    CheckDenied,
+    /// `approval_refused`: an approve request from someone who may not approve it.
+    ApprovalRefused,
+}
+
+impl RefusalClass {
+    /// The event kind a refusal of this class is journaled as one by one.
+    pub fn kind(self) -> &'static str {
+        match self {
+            RefusalClass::ConnectRefused => "connect_refused",
+            RefusalClass::Denied | RefusalClass::Invalid => "refused",
+            RefusalClass::CheckDenied => "check",
+            RefusalClass::ApprovalRefused => "approval_refused",
+        }
+    }
+}
+
 /// Why a run was cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -372,6 +401,17 @@ pub enum Event {
         id: u64,
         error: Bounded,
     },
+    /// Refusals of one class for one caller that were answered but not journaled one by one,
+    /// because the caller had had its share of full records in the window: their count and
+    /// the times of the first and the last (the caller is the last one's).
+    RefusalsCoalesced {
+        caller: CallerRecord,
+        class: RefusalClass,
+        count: u64,
+        first: String,
+        last: String,
+        window_seconds: u64,
+    },
     /// A reload attempt and its outcome.
     Reload {
         ok: bool,
@@ -444,6 +484,8 @@ mod tests {
         ("ProposalApproved.hash", "a hash"),
         ("ProposalQueued.reason", "written by the daemon"),
         ("ProposalNotStarted.reason", "written by the daemon"),
+        ("RefusalsCoalesced.first", "a time the daemon writes"),
+        ("RefusalsCoalesced.last", "a time the daemon writes"),
         ("Reload.policy_hash", "a hash"),
         (
             "Reload.message",

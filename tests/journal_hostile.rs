@@ -213,3 +213,88 @@ fn hostile_requests_of_half_a_megabyte_make_journal_records_of_a_few_kib() {
         40_000 - verbd::events::MAX_ARGS_SHOWN
     );
 }
+
+/// Refusals flooded by one caller, and by a uid without a role: past each caller's share per
+/// window they are counted, and the counts reach the journal (and `audit tail`) at the latest
+/// at the daemon's stop.
+#[test]
+fn a_refusal_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() {
+    use verbd::events::RefusalClass;
+    let mut d = Daemon::start_with(POLICY, |dir| {
+        std::fs::create_dir(dir.join("data")).unwrap();
+    });
+    d.open_socket();
+    let before = record_sizes(&d).len();
+    const FLOOD: usize = 200;
+    let started = std::time::Instant::now();
+    let flood: Vec<Request> = (0..FLOOD)
+        .map(|n| call(&format!("no-such-verb-{n}"), BTreeMap::new()))
+        .collect();
+    let answers = hostile::requests_as(AGENT, &d.socket, &flood);
+    let strangers = hostile::requests_as(STRANGER, &d.socket, &flood[..60]);
+    let elapsed = started.elapsed();
+    for answer in answers.iter().chain(&strangers) {
+        assert!(
+            matches!(hostile::decode(answer), Response::Denied { .. }),
+            "every flooded call is refused"
+        );
+    }
+    // The clean stop journals the counts of the windows still open.
+    d.stop();
+    let records = record_sizes(&d);
+    let new: Vec<&Value> = records[before..].iter().map(|(_, r)| &r["event"]).collect();
+    let full = |kind: &str, uid: u32| {
+        new.iter()
+            .filter(|e| e["kind"] == kind && e["caller"]["uid"] == uid)
+            .count() as u64
+    };
+    let counted = |class: RefusalClass, uid: u32| -> u64 {
+        let class = serde_json::to_value(class).unwrap();
+        new.iter()
+            .filter(|e| e["kind"] == "refusals_coalesced" && e["class"] == class)
+            .filter(|e| e["caller"]["uid"] == uid)
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum()
+    };
+    let windows = elapsed.as_secs() / verbd::server::REFUSAL_WINDOW.as_secs() + 1;
+    let share = u64::from(verbd::server::FULL_RECORDS_PER_WINDOW) * windows;
+    let agent_full = full("refused", AGENT);
+    let stranger_full = full("connect_refused", STRANGER);
+    println!(
+        "{FLOOD} refusals in {elapsed:?}: {agent_full} records + {} counted; 60 role-less: {stranger_full} records + {} counted",
+        counted(RefusalClass::Denied, AGENT),
+        counted(RefusalClass::ConnectRefused, STRANGER)
+    );
+    assert!(
+        agent_full <= share,
+        "{agent_full} refused records for one caller in {windows} window(s); at most {share}"
+    );
+    assert!(
+        stranger_full <= share,
+        "{stranger_full} connect_refused records"
+    );
+    assert_eq!(
+        agent_full + counted(RefusalClass::Denied, AGENT),
+        FLOOD as u64,
+        "every refusal is in the journal, one by one or counted"
+    );
+    assert_eq!(
+        stranger_full + counted(RefusalClass::ConnectRefused, STRANGER),
+        60
+    );
+    // `audit tail` shows the count.
+    let tail = std::process::Command::new(BIN)
+        .args(["audit", "tail", "-n", "20", "--state-dir"])
+        .arg(&d.state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&tail.stdout);
+    let shown = text
+        .lines()
+        .find(|l| l.contains("refusals_coalesced") && l.contains(&format!("({AGENT})")))
+        .unwrap_or_else(|| panic!("audit tail shows no coalesced refusals:\n{text}"));
+    assert!(
+        shown.contains(&format!("count={}", counted(RefusalClass::Denied, AGENT))) || windows > 1,
+        "{shown}"
+    );
+}

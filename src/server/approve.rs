@@ -11,7 +11,7 @@ use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
 };
 use crate::approvals::unix_ms;
-use crate::events::{Bounded, CallerRecord, Event};
+use crate::events::{Bounded, CallerRecord, Event, RefusalClass};
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
 use crate::loader::Prepared;
@@ -333,12 +333,13 @@ impl Daemon {
             }
         };
         if let Some(reason) = refusal {
+            let event = Event::ApprovalRefused {
+                id,
+                by,
+                reason: Bounded::new(&reason),
+            };
             let _ = self
-                .record(Event::ApprovalRefused {
-                    id,
-                    by,
-                    reason: Bounded::new(&reason),
-                })
+                .record_refusal(&ctx.record, RefusalClass::ApprovalRefused, event)
                 .await;
             return Response::Denied { reason };
         }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::approvals::{KeyEntry, KeyTarget, MAX_PENDING_PER_REQUESTER, RunEnd};
 use crate::events::{
-    Bounded, CancelCause, Event, OutputRecord, RefusalKind, RefusedArgs, RunDecision,
+    Bounded, CancelCause, Event, OutputRecord, RefusalClass, RefusalKind, RefusedArgs, RunDecision,
 };
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
@@ -248,17 +248,19 @@ impl Daemon {
         refusal: Refusal,
     ) -> Response {
         let (decision, response) = refusal_response(&refusal);
-        match self
-            .record(Event::Refused {
-                caller: ctx.record.clone(),
-                verb: Bounded::new(&request.verb),
-                args: RefusedArgs::new(&request.args),
-                decision,
-                reason: Bounded::new(&refusal.message()),
-            })
-            .await
-        {
-            Ok(_) => response,
+        let class = match decision {
+            RefusalKind::Denied => RefusalClass::Denied,
+            RefusalKind::Invalid => RefusalClass::Invalid,
+        };
+        let event = Event::Refused {
+            caller: ctx.record.clone(),
+            verb: Bounded::new(&request.verb),
+            args: RefusedArgs::new(&request.args),
+            decision,
+            reason: Bounded::new(&refusal.message()),
+        };
+        match self.record_refusal(&ctx.record, class, event).await {
+            Ok(()) => response,
             Err(e) => journal_failure(&e),
         }
     }
@@ -621,17 +623,21 @@ impl Daemon {
             Ok(()) => (true, format!("{path} is beneath an allowed root")),
             Err(reason) => (false, reason),
         };
-        match self
-            .record(Event::Check {
-                caller: ctx.record.clone(),
-                path: Bounded::new(&path),
-                tool: tool.as_deref().map(Bounded::new),
-                allowed,
-                reason: Bounded::new(&reason),
-            })
-            .await
-        {
-            Ok(_) => Response::Check { allowed, reason },
+        let event = Event::Check {
+            caller: ctx.record.clone(),
+            path: Bounded::new(&path),
+            tool: tool.as_deref().map(Bounded::new),
+            allowed,
+            reason: Bounded::new(&reason),
+        };
+        let recorded = if allowed {
+            self.record(event).await.map(|_| ())
+        } else {
+            self.record_refusal(&ctx.record, RefusalClass::CheckDenied, event)
+                .await
+        };
+        match recorded {
+            Ok(()) => Response::Check { allowed, reason },
             Err(e) => journal_failure(&e),
         }
     }

@@ -12,7 +12,10 @@
 //! `wait`, `result`, `resolve` → `approve.rs`; every state change goes through the
 //! [`ledger::Ledger`] (journal first, then the proposal book).
 //!
-//! Invariants: every decision is journaled (and fsync'd) before the caller sees it, and a call
+//! Invariants: every decision is journaled (and fsync'd) before the caller sees it — except that
+//! a caller's refusals past its share in a window are counted and journaled as one
+//! `refusals_coalesced` record when the window ends (`refusals.rs`: a refusal acts on nothing) —
+//! and a call
 //! whose record cannot be written is denied (fail closed, invariant 6); limits never queue a
 //! caller's request — too many connections or executions get `busy` at once — except that an
 //! *approved* proposal waits for an execution slot (bounded, journaled) instead of being lost; a
@@ -24,6 +27,7 @@ mod call;
 pub mod identity;
 pub mod ledger;
 pub mod peer;
+mod refusals;
 pub mod socket;
 
 use crate::approvals::{Book, Interrupted};
@@ -35,6 +39,7 @@ use crate::policy::{ApprovalScope, Caller, Role};
 use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use ledger::Ledger;
+pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -60,6 +65,9 @@ pub struct Daemon {
     settings: ServeSettings,
     /// Set once at shutdown, after the grace period: cancels every run still going.
     shutdown: watch::Sender<bool>,
+    /// Per-caller refusal windows: past a caller's share, refusals are counted, not journaled
+    /// one by one.
+    refusals: refusals::RefusalWindows,
 }
 
 /// The cancellation signal a request's task watches: its client hanging up (unless the work
@@ -112,6 +120,7 @@ impl Daemon {
             ledger: Ledger::new(journal, book),
             settings,
             shutdown: watch::channel(false).0,
+            refusals: refusals::RefusalWindows::default(),
         })
     }
 
@@ -366,14 +375,19 @@ impl Daemon {
             ctx.caller.uid,
             ctx.caller.user.as_deref().unwrap_or("no user name")
         );
+        let event = Event::ConnectRefused {
+            caller: ctx.record.clone(),
+            reason: crate::events::Bounded::new(&reason),
+        };
         match self
-            .record(Event::ConnectRefused {
-                caller: ctx.record.clone(),
-                reason: crate::events::Bounded::new(&reason),
-            })
+            .record_refusal(
+                &ctx.record,
+                crate::events::RefusalClass::ConnectRefused,
+                event,
+            )
             .await
         {
-            Ok(_) => Response::Denied { reason },
+            Ok(()) => Response::Denied { reason },
             Err(e) => journal_failure(&e),
         }
     }
