@@ -76,7 +76,9 @@ impl Daemon {
                 }
             });
             if reserved.is_ok() {
-                let _ = self.record(Event::ProposalExpired { id }).await;
+                if self.record(Event::ProposalExpired { id }).await.is_ok() {
+                    self.count_decision(id, "expired");
+                }
                 self.ledger.release(id);
             }
         }
@@ -339,7 +341,12 @@ impl Daemon {
                 reason: Bounded::new(&reason),
             };
             let _ = self
-                .record_refusal(&ctx.record, RefusalClass::ApprovalRefused, event)
+                .record_refusal(
+                    &ctx.record,
+                    RefusalClass::ApprovalRefused,
+                    "approval_refused",
+                    event,
+                )
                 .await;
             return Response::Denied { reason };
         }
@@ -433,6 +440,7 @@ impl Daemon {
         if let Err(e) = approved {
             return journal_failure(&e);
         }
+        self.count_decision(id, "approved");
         let run = Run {
             requester: CallerRecord {
                 uid: requester.uid,
@@ -518,6 +526,7 @@ impl Daemon {
         if let Err(e) = denied {
             return journal_failure(&e);
         }
+        self.count_decision(id, "denied");
         decided(
             id,
             State::Denied,

@@ -259,7 +259,8 @@ impl Daemon {
             decision,
             reason: Bounded::new(&refusal.message()),
         };
-        match self.record_refusal(&ctx.record, class, event).await {
+        let rule = super::metrics::refusal_rule(&refusal);
+        match self.record_refusal(&ctx.record, class, rule, event).await {
             Ok(()) => response,
             Err(e) => journal_failure(&e),
         }
@@ -633,8 +634,13 @@ impl Daemon {
         let recorded = if allowed {
             self.record(event).await.map(|_| ())
         } else {
-            self.record_refusal(&ctx.record, RefusalClass::CheckDenied, event)
-                .await
+            self.record_refusal(
+                &ctx.record,
+                RefusalClass::CheckDenied,
+                "check_denied",
+                event,
+            )
+            .await
         };
         match recorded {
             Ok(()) => Response::Check { allowed, reason },

@@ -211,9 +211,20 @@ impl Ledger {
             .map(|(_, result)| result.clone())
     }
 
-    /// The journal's size and growth (waits while a group commits).
+    /// Outputs kept in memory now (for `status`).
+    pub fn kept_outputs(&self) -> usize {
+        self.live().outputs.len()
+    }
+
+    /// The journal's size and growth. Waits while a group commits: off the async threads, use
+    /// [`Ledger::journal_handle`] in a blocking task.
     pub fn journal_stats(&self) -> crate::journal::JournalStats {
         self.journal.lock().expect("journal lock").stats()
+    }
+
+    /// The shared journal, for reading its statistics off the async threads (`status`).
+    pub(super) fn journal_handle(&self) -> Arc<GroupCommit<Event>> {
+        self.journal.clone()
     }
 }
 

@@ -26,6 +26,7 @@ mod approve;
 mod call;
 pub mod identity;
 pub mod ledger;
+mod metrics;
 pub mod peer;
 mod refusals;
 pub mod socket;
@@ -68,6 +69,8 @@ pub struct Daemon {
     /// Per-caller refusal windows: past a caller's share, refusals are counted, not journaled
     /// one by one.
     refusals: refusals::RefusalWindows,
+    /// The counters `status` reports.
+    counted: metrics::Counted,
 }
 
 /// The cancellation signal a request's task watches: its client hanging up (unless the work
@@ -121,6 +124,7 @@ impl Daemon {
             settings,
             shutdown: watch::channel(false).0,
             refusals: refusals::RefusalWindows::default(),
+            counted: metrics::Counted::default(),
         })
     }
 
@@ -245,6 +249,7 @@ impl Daemon {
                             });
                         }
                         Err(_) => {
+                            self.counted.connection_busy();
                             tokio::spawn(write_response(
                                 stream,
                                 Response::Busy {
@@ -383,6 +388,7 @@ impl Daemon {
             .record_refusal(
                 &ctx.record,
                 crate::events::RefusalClass::ConnectRefused,
+                "connect_refused",
                 event,
             )
             .await
@@ -455,27 +461,25 @@ impl Daemon {
                 reason,
                 idempotency_key,
             } => {
-                self.call(
-                    &ctx,
-                    call::CallRequest {
-                        verb,
-                        args,
-                        reason,
-                        idempotency_key,
-                    },
-                    cancel,
-                )
-                .await
+                let started = std::time::Instant::now();
+                let label = self.verb_label(&ctx, &verb).to_string();
+                let response = self
+                    .clone()
+                    .call(
+                        &ctx,
+                        call::CallRequest {
+                            verb,
+                            args,
+                            reason,
+                            idempotency_key,
+                        },
+                        cancel,
+                    )
+                    .await;
+                self.counted.call(&label, &response, started.elapsed());
+                response
             }
-            Request::Status {} => Response::Info {
-                info: serde_json::json!({
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "policy": ctx.prepared.policy.origin,
-                    "policy_hash": ctx.prepared.policy.hash,
-                    "caller": { "uid": ctx.caller.uid, "user": ctx.caller.user, "roles": ctx.record.roles },
-                    "executions_in_flight": self.executions_in_flight(),
-                }),
-            },
+            Request::Status {} => self.status(&ctx).await,
             Request::Pending {} => self.pending(&ctx).await,
             Request::Approve { id, hash } => self.approve(&ctx, id, hash, cancel).await,
             Request::Deny { id, reason } => self.deny(&ctx, id, reason).await,

@@ -127,8 +127,7 @@ impl RefusalWindows {
     }
 
     /// Refusals counted in open windows, not journaled yet.
-    #[cfg(test)]
-    fn held(&self) -> u64 {
+    pub(super) fn held(&self) -> u64 {
         let windows = self.windows.lock().expect("refusal windows lock");
         windows.values().map(|window| window.held).sum()
     }
@@ -137,13 +136,16 @@ impl RefusalWindows {
 impl Daemon {
     /// Journal `event`, a refusal of `class` by `caller`, unless the caller already had its
     /// share of full records in this window: then it is only counted. Either way the caller
-    /// gets its answer; an error means a record could not be written.
+    /// gets its answer, and `status` counts it under `rule`; an error means a record could not
+    /// be written.
     pub(super) async fn record_refusal(
         &self,
         caller: &CallerRecord,
         class: RefusalClass,
+        rule: &'static str,
         event: Event,
     ) -> Result<(), JournalError> {
+        self.counted.refused(rule);
         let (admission, ended) =
             self.refusals
                 .admit(caller, class, Instant::now(), SystemTime::now());
@@ -165,6 +167,11 @@ impl Daemon {
                 tracing::error!(%error, "coalesced refusals could not be journaled");
             }
         }
+    }
+
+    /// Refusals counted and not journaled yet (for `status`).
+    pub fn refusals_held(&self) -> u64 {
+        self.refusals.held()
     }
 }
 
