@@ -21,14 +21,24 @@
 //!   key never runs it again, whether the first run finished, is still running, was cancelled
 //!   or was interrupted.
 //!
+//! - the book holds live state only, whatever the history's length: an idempotency key is
+//!   dropped [`IDEMPOTENCY_WINDOW`] after its call, an ended proposal [`PROPOSAL_RETENTION`] after
+//!   its end (`unknown_outcome` waits for its resolution however long that takes), run history
+//!   after [`RATE_HISTORY`] and beyond [`MAX_RATE_COUNT`] runs per verb and caller. Pruning is part
+//!   of `apply`, driven by the records' times (at most every [`PRUNE_INTERVAL`]), so the live
+//!   book, a replay from the beginning and a replay from a snapshot stay equal;
+//! - the book serializes ([`Book::snapshot_state`], [`BookSnapshot`]): the daemon journals it as
+//!   a state snapshot every few MiB and a restart replays from the latest one.
+//!
 //! In-memory reservations (an approval being journaled, a proposal id being allocated) are not
 //! book state; the daemon keeps them beside the book.
 #![forbid(unsafe_code)]
 
 use crate::events::Event;
-use crate::policy::units::Rate;
+use crate::policy::units::{MAX_RATE_COUNT, Rate};
 use crate::proposal::{Proposal, State};
 use crate::protocol::ExitInfo;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,8 +51,19 @@ pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// How far back run history is kept for rate limits (the longest period a rate may have).
 pub const RATE_HISTORY: Duration = crate::policy::units::MAX_RATE_PERIOD;
 
+/// How long an ended proposal (succeeded, failed, denied, expired, resolved) stays in the book
+/// after its end, for `result`, `wait` and a retry with its idempotency key.
+pub const PROPOSAL_RETENTION: Duration = IDEMPOTENCY_WINDOW;
+
+/// The book drops what is past its retention at most this often, in record time.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Version of [`BookSnapshot`]'s format.
+pub const BOOK_SNAPSHOT_VERSION: u32 = 1;
+
 /// What an idempotency key points at.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum KeyTarget {
     Proposal(u64),
     /// A run without approval: the journal seq of its exec record, and how it ended.
@@ -53,7 +74,8 @@ pub enum KeyTarget {
 }
 
 /// How a keyed run ended, as far as the journal knows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RunEnd {
     Running,
     Finished {
@@ -71,12 +93,64 @@ pub enum RunEnd {
 }
 
 /// A remembered idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeyEntry {
     pub verb: String,
     pub args_hash: String,
+    #[serde(with = "unix_ms_serde")]
     pub at: SystemTime,
     pub target: KeyTarget,
+}
+
+/// A time as Unix milliseconds (record times have millisecond precision, so nothing is lost).
+mod unix_ms_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    pub fn serialize<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(super::unix_ms(*time))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SystemTime, D::Error> {
+        u64::deserialize(deserializer).map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+    }
+}
+
+/// The idempotency keys as a list (a JSON object cannot have `(uid, key)` keys).
+mod keys_as_list {
+    use super::KeyEntry;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Keyed<E> {
+        uid: u32,
+        key: String,
+        entry: E,
+    }
+
+    pub fn serialize<S: Serializer>(
+        keys: &BTreeMap<(u32, String), KeyEntry>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(keys.iter().map(|((uid, key), entry)| Keyed {
+            uid: *uid,
+            key: key.clone(),
+            entry,
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<(u32, String), KeyEntry>, D::Error> {
+        let list = Vec::<Keyed<KeyEntry>>::deserialize(deserializer)?;
+        Ok(list
+            .into_iter()
+            .map(|k| ((k.uid, k.key), k.entry))
+            .collect())
+    }
 }
 
 /// An event that does not fit the state it finds (it changed nothing).
@@ -88,21 +162,47 @@ pub struct Conflict {
 }
 
 /// Proposals, idempotency keys and rate-limit history.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Book {
     proposals: BTreeMap<u64, Proposal>,
-    /// One past the highest proposal id ever journaled.
+    /// One past the highest proposal id ever journaled (pruned proposals included).
     next_id: u64,
+    #[serde(with = "keys_as_list")]
     keys: BTreeMap<(u32, String), KeyEntry>,
-    /// Per verb: (time, requester uid) of each execution start within [`RATE_HISTORY`].
-    runs: BTreeMap<String, VecDeque<(SystemTime, u32)>>,
+    /// Per verb and requester uid: the Unix ms of each execution start within [`RATE_HISTORY`],
+    /// the latest [`MAX_RATE_COUNT`] at most.
+    runs: BTreeMap<String, BTreeMap<u32, VecDeque<u64>>>,
     /// Runs started and not ended yet: exec seq → the proposal it runs, if any.
     open_runs: BTreeMap<u64, Option<u64>>,
+    /// Ended proposals: id → Unix ms of the end (they are dropped [`PROPOSAL_RETENTION`] later).
+    ended: BTreeMap<u64, u64>,
+    /// Record time (Unix ms) from which the next event prunes.
+    next_prune: u64,
+}
+
+/// The book as a state snapshot journals it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BookSnapshot {
+    pub version: u32,
+    pub book: Book,
+}
+
+#[derive(Serialize)]
+struct BookSnapshotRef<'a> {
+    version: u32,
+    book: &'a Book,
 }
 
 /// Milliseconds since the Unix epoch.
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Whether a run started at `start` (Unix ms) is older than [`RATE_HISTORY`] at `now`.
+fn outside_rate_history(start: u64, now: u64) -> bool {
+    now.saturating_sub(start) > RATE_HISTORY.as_millis() as u64
 }
 
 /// What the previous daemon left open, found when the next one starts (see [`Book::interrupted`]).
@@ -140,6 +240,7 @@ impl Book {
     /// Apply one journaled event: the only way the book changes.
     pub fn apply(&mut self, seq: u64, time: SystemTime, event: &Event) -> Result<(), Conflict> {
         let conflict = |message: String| Err(Conflict { seq, message });
+        self.prune_if_due(time);
         match event {
             Event::Start { .. } => {
                 let open: Vec<(u64, Option<u64>)> =
@@ -158,6 +259,7 @@ impl Book {
                     if p.state == State::Approved {
                         p.state = State::Failed;
                         p.note = Some(NOT_STARTED_AT_RESTART.into());
+                        self.ended.entry(p.id).or_insert(unix_ms(time));
                     }
                 }
                 Ok(())
@@ -182,29 +284,36 @@ impl Book {
                 Ok(())
             }
             Event::ProposalApproved { id, by, .. } => {
-                self.transition(seq, *id, &[State::Pending], State::Approved)?;
+                self.transition(seq, time, *id, &[State::Pending], State::Approved)?;
                 self.with(*id, |p| p.decided_by = Some(by.clone()));
                 Ok(())
             }
             Event::ProposalDenied { id, by, reason } => {
-                self.transition(seq, *id, &[State::Pending], State::Denied)?;
+                self.transition(seq, time, *id, &[State::Pending], State::Denied)?;
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
-                    p.note = Some(reason.clone());
+                    p.note = Some(reason.to_string());
                 });
                 Ok(())
             }
             Event::ProposalExpired { id } => {
-                self.transition(seq, *id, &[State::Pending], State::Expired)
+                self.transition(seq, time, *id, &[State::Pending], State::Expired)
             }
             Event::ProposalUnknownOutcome { id } => self.transition(
                 seq,
+                time,
                 *id,
                 &[State::Executing, State::UnknownOutcome],
                 State::UnknownOutcome,
             ),
             Event::ProposalNotStarted { id, reason } => {
-                self.transition(seq, *id, &[State::Approved, State::Failed], State::Failed)?;
+                self.transition(
+                    seq,
+                    time,
+                    *id,
+                    &[State::Approved, State::Failed],
+                    State::Failed,
+                )?;
                 if let Some(reason) = reason {
                     self.with(*id, |p| p.note = Some(reason.clone()));
                 }
@@ -216,11 +325,11 @@ impl Book {
                 outcome,
                 note,
             } => {
-                self.transition(seq, *id, &[State::UnknownOutcome], State::Resolved)?;
+                self.transition(seq, time, *id, &[State::UnknownOutcome], State::Resolved)?;
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
                     p.outcome = Some(*outcome);
-                    p.note = Some(note.clone());
+                    p.note = Some(note.to_string());
                 });
                 Ok(())
             }
@@ -232,17 +341,23 @@ impl Book {
                 idempotency_key,
                 ..
             } => {
-                let runs = self.runs.entry(verb.clone()).or_default();
-                while runs.front().is_some_and(|(t, _)| {
-                    time.duration_since(*t).unwrap_or_default() > RATE_HISTORY
-                }) {
+                let now = unix_ms(time);
+                let runs = self
+                    .runs
+                    .entry(verb.clone())
+                    .or_default()
+                    .entry(caller.uid)
+                    .or_default();
+                while runs.front().is_some_and(|t| outside_rate_history(*t, now))
+                    || runs.len() >= MAX_RATE_COUNT as usize
+                {
                     runs.pop_front();
                 }
-                runs.push_back((time, caller.uid));
+                runs.push_back(now);
                 self.open_runs.insert(seq, *proposal);
                 match proposal {
                     Some(id) => {
-                        self.transition(seq, *id, &[State::Approved], State::Executing)?;
+                        self.transition(seq, time, *id, &[State::Approved], State::Executing)?;
                         self.with(*id, |p| p.exec_seq = Some(seq));
                     }
                     None => {
@@ -286,7 +401,7 @@ impl Book {
                         } else {
                             State::Succeeded
                         };
-                        self.transition(seq, id, &[State::Executing], to)?;
+                        self.transition(seq, time, id, &[State::Executing], to)?;
                         self.with(id, |p| {
                             p.exit_code = *exit_code;
                             p.signal = *signal;
@@ -319,7 +434,7 @@ impl Book {
                 };
                 match proposal {
                     Some(id) => {
-                        self.transition(seq, id, &[State::Executing], State::UnknownOutcome)
+                        self.transition(seq, time, id, &[State::Executing], State::UnknownOutcome)
                     }
                     None => {
                         self.end_keyed_run(*exec_seq, RunEnd::Cancelled);
@@ -335,11 +450,19 @@ impl Book {
             | Event::ProposalQueued { .. }
             | Event::ApprovalRefused { .. }
             | Event::NotifyFailed { .. }
+            | Event::RefusalsCoalesced { .. }
             | Event::Reload { .. } => Ok(()),
         }
     }
 
-    fn transition(&mut self, seq: u64, id: u64, from: &[State], to: State) -> Result<(), Conflict> {
+    fn transition(
+        &mut self,
+        seq: u64,
+        time: SystemTime,
+        id: u64,
+        from: &[State],
+        to: State,
+    ) -> Result<(), Conflict> {
         let Some(p) = self.proposals.get_mut(&id) else {
             return Err(Conflict {
                 seq,
@@ -353,6 +476,9 @@ impl Book {
             });
         }
         p.state = to;
+        if !to.is_open() && to != State::UnknownOutcome {
+            self.ended.entry(id).or_insert(unix_ms(time));
+        }
         Ok(())
     }
 
@@ -370,6 +496,68 @@ impl Book {
         {
             entry.target = KeyTarget::Run { exec_seq, end };
         }
+    }
+
+    /// Drops what is past its retention, when the record time says it is due.
+    fn prune_if_due(&mut self, time: SystemTime) {
+        let now = unix_ms(time);
+        if now < self.next_prune {
+            return;
+        }
+        self.next_prune = now + PRUNE_INTERVAL.as_millis() as u64;
+        self.keys
+            .retain(|_, e| time.duration_since(e.at).unwrap_or_default() <= IDEMPOTENCY_WINDOW);
+        let retention = PROPOSAL_RETENTION.as_millis() as u64;
+        let expired: Vec<u64> = self
+            .ended
+            .iter()
+            .filter(|(_, ended)| now.saturating_sub(**ended) > retention)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.ended.remove(&id);
+            self.proposals.remove(&id);
+        }
+        for callers in self.runs.values_mut() {
+            for times in callers.values_mut() {
+                while times.front().is_some_and(|t| outside_rate_history(*t, now)) {
+                    times.pop_front();
+                }
+            }
+            callers.retain(|_, times| !times.is_empty());
+        }
+        self.runs.retain(|_, callers| !callers.is_empty());
+    }
+
+    /// The book as a state snapshot ([`BookSnapshot`]) for the journal.
+    pub fn snapshot_state(&self) -> serde_json::Value {
+        serde_json::to_value(BookSnapshotRef {
+            version: BOOK_SNAPSHOT_VERSION,
+            book: self,
+        })
+        .expect("the book always serializes")
+    }
+
+    /// The book of a state snapshot, if this version can read it.
+    pub fn from_snapshot(snapshot: BookSnapshot) -> Result<Book, String> {
+        if snapshot.version != BOOK_SNAPSHOT_VERSION {
+            return Err(format!(
+                "book snapshot version {} (this verbd reads version {BOOK_SNAPSHOT_VERSION})",
+                snapshot.version
+            ));
+        }
+        Ok(snapshot.book)
+    }
+
+    /// How much the book holds: proposals, idempotency keys, remembered runs (for `status`).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let runs = self
+            .runs
+            .values()
+            .flat_map(|callers| callers.values())
+            .map(VecDeque::len)
+            .sum();
+        (self.proposals.len(), self.keys.len(), runs)
     }
 
     /// What a `start` event will end (to journal one record per proposal for the audit trail).
@@ -457,15 +645,17 @@ impl Book {
         global: Option<Rate>,
         now: SystemTime,
     ) -> Option<String> {
+        let now = unix_ms(now);
         let runs = self.runs.get(verb);
+        // Each caller's latest MAX_RATE_COUNT runs are kept, and no rate counts more: a count
+        // from a full history is at least the limit, so it is refused either way.
         let within = |per: Duration, only: Option<u32>| {
+            let since = now.saturating_sub(per.as_millis() as u64);
             runs.into_iter()
                 .flatten()
-                .filter(|(t, u)| {
-                    now.duration_since(*t).unwrap_or_default() <= per
-                        && only.is_none_or(|o| o == *u)
-                })
-                .count()
+                .filter(|(uid, _)| only.is_none_or(|o| o == **uid))
+                .map(|(_, times)| times.iter().filter(|t| **t >= since).count())
+                .sum::<usize>()
         };
         if let Some(r) = per_caller
             && within(r.per, Some(uid)) >= r.count as usize
@@ -630,5 +820,154 @@ mod tests {
             .unwrap_err();
         assert!(err.message.contains("expired"), "{err}");
         assert_eq!(book, before);
+    }
+    #[test]
+    fn ended_proposals_keys_and_old_runs_leave_the_book_after_their_retention() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let by = Decider { uid: 5, user: None };
+        let mut keyed = proposal(2);
+        keyed.idempotency_key = Some("k".into());
+        let mut events: Vec<(u64, SystemTime, Event)> = vec![
+            (
+                1,
+                at(0),
+                Event::ProposalCreated {
+                    id: 1,
+                    proposal: Box::new(proposal(1)),
+                },
+            ),
+            (
+                2,
+                at(1),
+                Event::ProposalDenied {
+                    id: 1,
+                    by: by.clone(),
+                    reason: crate::events::Bounded::new("no"),
+                },
+            ),
+            (
+                3,
+                at(2),
+                Event::ProposalCreated {
+                    id: 2,
+                    proposal: Box::new(keyed),
+                },
+            ),
+            (
+                4,
+                at(3),
+                Event::ProposalCreated {
+                    id: 3,
+                    proposal: Box::new(proposal(3)),
+                },
+            ),
+            (
+                5,
+                at(4),
+                Event::ProposalApproved {
+                    id: 3,
+                    by: by.clone(),
+                    hash: String::new(),
+                },
+            ),
+            (6, at(5), exec(Some(3))),
+            (7, at(6), Event::ProposalUnknownOutcome { id: 3 }),
+        ];
+        // The journal's open exec of proposal 3 ends with a start.
+        events.push((
+            8,
+            at(7),
+            Event::Start {
+                version: String::new(),
+                policy: String::new(),
+                policy_hash: String::new(),
+                pid: 1,
+                uid: 0,
+            },
+        ));
+        let (mut book, conflicts) = Book::replay(events);
+        assert!(conflicts.is_empty(), "{conflicts:?}");
+        assert_eq!(book.sizes().0, 3);
+        assert!(book.key(1000, "k", at(8)).is_some());
+        let snapshot: BookSnapshot =
+            serde_json::from_value(book.snapshot_state()).expect("the snapshot reads back");
+        let mut restored = Book::from_snapshot(snapshot).unwrap();
+        assert_eq!(restored, book, "a snapshot restores the book exactly");
+        // A day and a bit later any event prunes: the denied proposal and the key are gone,
+        // the pending one stays (it is not ended) and so does the unknown outcome.
+        let later = at(IDEMPOTENCY_WINDOW.as_secs() + 120);
+        let stop = Event::Stop {
+            reason: String::new(),
+            in_flight: 0,
+        };
+        book.apply(9, later, &stop).unwrap();
+        restored.apply(9, later, &stop).unwrap();
+        assert_eq!(restored, book);
+        assert!(
+            book.get(1).is_none(),
+            "an ended proposal past its retention is dropped"
+        );
+        assert!(book.get(2).is_some(), "a pending proposal stays");
+        assert_eq!(book.get(3).unwrap().state, State::UnknownOutcome);
+        assert_eq!(book.sizes().1, 0, "the idempotency key is dropped");
+        assert_eq!(book.next_id(), 4, "ids are never reused");
+        // Run history keeps at most MAX_RATE_COUNT runs per verb and caller, and counts right.
+        let mut runs = Book::new();
+        for n in 0..(MAX_RATE_COUNT as u64 + 50) {
+            let mut e = exec(None);
+            if let Event::Exec { decision, .. } = &mut e {
+                *decision = RunDecision::Run;
+            }
+            runs.apply(n + 1, later + Duration::from_millis(n), &e)
+                .unwrap();
+            runs.apply(
+                n + 1,
+                later + Duration::from_millis(n),
+                &Event::Result {
+                    verb: "scale".into(),
+                    exec_seq: n + 1,
+                    proposal: None,
+                    exit_code: Some(0),
+                    signal: None,
+                    timed_out: false,
+                    duration_ms: 0,
+                    stdout: crate::events::OutputRecord {
+                        bytes: 0,
+                        kept: 0,
+                        truncated: false,
+                        sha256: String::new(),
+                    },
+                    stderr: crate::events::OutputRecord {
+                        bytes: 0,
+                        kept: 0,
+                        truncated: false,
+                        sha256: String::new(),
+                    },
+                    error: None,
+                },
+            )
+            .unwrap();
+        }
+        assert_eq!(runs.sizes().2, MAX_RATE_COUNT as usize);
+        let now = later + Duration::from_secs(60);
+        let rate = |count| {
+            Some(Rate {
+                count,
+                per: Duration::from_secs(3600),
+            })
+        };
+        assert!(
+            runs.rate_exceeded("scale", 1000, rate(MAX_RATE_COUNT), None, now)
+                .is_some()
+        );
+        assert!(
+            runs.rate_exceeded("scale", 1000, None, rate(MAX_RATE_COUNT), now)
+                .is_some()
+        );
+        assert!(
+            runs.rate_exceeded("scale", 1001, rate(1), None, now)
+                .is_none()
+        );
     }
 }

@@ -49,6 +49,7 @@ pub mod adapters;
 pub mod client;
 pub mod digest;
 pub mod protocol;
+pub mod status;
 pub mod terminal;
 
 // Failure injection for the integration tests only.

@@ -156,6 +156,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The daemon's identity; for callers whose roles are all human also its counters (calls,
+    /// refusals, proposals, approval latency, limits, the journal's size and growth)
+    Status {
+        #[command(flatten)]
+        socket: SocketArg,
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
+        /// Prometheus text exposition format (node_exporter's textfile collector)
+        #[arg(long)]
+        prometheus: bool,
+        /// Write to FILE atomically (temporary file, then rename) instead of standard output
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Ask the daemon to re-read, self-test and swap its policy (approvers; same as SIGHUP)
     Reload {
         #[command(flatten)]
@@ -328,6 +342,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(State::Resolved),
             false,
         ),
+        Command::Status {
+            socket,
+            json,
+            prometheus,
+            output,
+        } => {
+            let format = match (json, prometheus) {
+                (true, _) => cli::status::Format::Json,
+                (_, true) => cli::status::Format::Prometheus,
+                _ => cli::status::Format::Text,
+            };
+            cli::status::run(&socket.path(), format, output.as_deref())
+        }
         Command::Reload { socket } => {
             client::send(&socket.path(), &Request::Reload {}, None, false)
         }

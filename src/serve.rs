@@ -19,7 +19,7 @@
 //! verb can run.
 #![forbid(unsafe_code)]
 
-use crate::approvals::Book;
+use crate::approvals::{Book, BookSnapshot};
 use crate::events::{self, Event};
 use crate::journal::{self, Journal, JournalConfig, JournalError, Witness};
 use crate::loader::{LoadError, Loader, PolicySource, Prepared, Scope};
@@ -344,18 +344,61 @@ fn bind(
 
 /// Open the journal as the daemon user (who keeps appending to it; opening compares the journal
 /// with the last head published to the witness and verifies it since the last seal) and rebuild
-/// the proposal book from it, streamed: memory holds the book, never the history. A journal that
-/// does not verify, is missing records the witness saw, or holds a record this version cannot
-/// read stops the start: nothing is served on a broken or shortened record.
+/// the proposal book from the latest state snapshot and the records after it, streamed: time and
+/// memory follow the live state, never the history. A snapshot this version cannot read is
+/// passed over loudly for a replay of every record (slower, same book). A journal that does not
+/// verify, is missing records the witness saw, or holds a record this version cannot read stops
+/// the start: nothing is served on a broken or shortened record.
 pub fn open_journal(state_dir: &Path, witness: Witness) -> Result<(Journal, Book), StartError> {
+    open_journal_with(JournalConfig::for_daemon(state_dir, witness))
+}
+
+/// [`open_journal`] with the journal's settings given (tests snapshot more often).
+pub fn open_journal_with(config: JournalConfig) -> Result<(Journal, Book), StartError> {
+    let state_dir = &config.state_dir.clone();
     let broken = |source| StartError::Journal {
         state_dir: state_dir.display().to_string(),
         source,
     };
-    let journal =
-        Journal::open_with(JournalConfig::for_daemon(state_dir, witness)).map_err(broken)?;
-    let mut records = journal.replay_all().map_err(broken)?;
-    let mut book = Book::new();
+    let journal = Journal::open_with(config).map_err(broken)?;
+    let from_snapshot = match journal.replay::<BookSnapshot>() {
+        Ok(mut records) => match records
+            .snapshot
+            .take()
+            .map(|s| (s.seq, Book::from_snapshot(s.state)))
+        {
+            Some((seq, Err(reason))) => {
+                tracing::warn!(seq, %reason, "the journal's state snapshot is unreadable; replaying every record");
+                None
+            }
+            Some((_, Ok(book))) => Some((book, records)),
+            None => None,
+        },
+        Err(JournalError::Snapshot { seq, reason }) => {
+            tracing::warn!(seq, %reason, "the journal's state snapshot is unreadable; replaying every record");
+            None
+        }
+        Err(source) => return Err(broken(source)),
+    };
+    match from_snapshot {
+        Some((mut book, records)) => {
+            apply_records(&mut book, records, state_dir)?;
+            Ok((journal, book))
+        }
+        None => {
+            let mut book = Book::new();
+            apply_records(&mut book, journal.replay_all().map_err(broken)?, state_dir)?;
+            Ok((journal, book))
+        }
+    }
+}
+
+/// Apply the replayed records to `book` in order; the first problem of the replay stops it.
+fn apply_records<S>(
+    book: &mut Book,
+    mut records: journal::Replay<S>,
+    state_dir: &Path,
+) -> Result<(), StartError> {
     for record in records.by_ref() {
         if let Some(event) = events::decode(record.seq, &record.event)? {
             let time = journal::parse_rfc3339(&record.time).unwrap_or(std::time::UNIX_EPOCH);
@@ -364,8 +407,10 @@ pub fn open_journal(state_dir: &Path, witness: Witness) -> Result<(Journal, Book
             }
         }
     }
-    records.finish().map_err(broken)?;
-    Ok((journal, book))
+    records.finish().map_err(|source| StartError::Journal {
+        state_dir: state_dir.display().to_string(),
+        source,
+    })
 }
 
 fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> StartError {
@@ -459,6 +504,15 @@ async fn serve_async(
             }
         }
     });
+    // Coalesced refusals are journaled within a second of their window's end.
+    let flusher = daemon.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            flusher.flush_refusals(false).await;
+        }
+    });
     if let Some(interval) = sd::watchdog_interval() {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -488,6 +542,7 @@ async fn serve_async(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    daemon.flush_refusals(true).await;
     let _ = daemon
         .record(Event::Stop {
             reason: if in_flight > 0 {

@@ -1,7 +1,9 @@
 //! The proposal book has one state machine (invariants 4 and 9): after every step of any
 //! sequence of proposals, approvals, denials, resolutions, expiries, idempotent retries, client
 //! hang-ups, crashes and restarts, the daemon's live book equals the book replayed from its
-//! journal, and no proposal and no idempotency key ever runs twice.
+//! journal — replayed from the first record, and from the latest state snapshot as a restart
+//! does (the daemon here snapshots every KiB, so restarts start from snapshots too) — and no
+//! proposal and no idempotency key ever runs twice.
 //!
 //! The daemon is real (policy, sandboxed children, fsync'd journal, the request handlers) and is
 //! driven in-process with `Daemon::respond`, the same dispatch a connection uses; a restart drops
@@ -19,6 +21,8 @@ use verbd::protocol::{Outcome, Request, Response, State};
 use verbd::server::{Daemon, ServeSettings};
 
 const AGENT: u32 = 62001;
+/// The daemon here writes a state snapshot after every KiB of records (the journal's least).
+const SNAPSHOT_BYTES: u64 = verbd::journal::MIN_SNAPSHOT_BYTES;
 const SRE: u32 = 62002;
 
 fn policy(dir: &Path) -> String {
@@ -148,7 +152,12 @@ impl World {
         std::fs::create_dir_all(self.state()).unwrap();
         let prepared = loader.prepare(loader.compile().unwrap()).unwrap();
         let witness = verbd::journal::Witness::open(&self.state()).unwrap();
-        let (journal, book) = verbd::serve::open_journal(&self.state(), witness).unwrap();
+        let config = verbd::journal::JournalConfig {
+            witness: Some(witness),
+            snapshot_bytes: SNAPSHOT_BYTES,
+            ..verbd::journal::JournalConfig::new(&self.state())
+        };
+        let (journal, book) = verbd::serve::open_journal_with(config).unwrap();
         let interrupted = book.interrupted();
         let daemon = Daemon::new(
             prepared,
@@ -334,6 +343,24 @@ impl World {
         book
     }
 
+    /// The book as a restart rebuilds it: the latest state snapshot, then the records after it.
+    /// `None` while the journal has no snapshot yet.
+    fn replayed_from_snapshot(&self) -> Option<Book> {
+        let mut records =
+            verbd::journal::replay_from_snapshot::<verbd::approvals::BookSnapshot>(&self.state())
+                .unwrap();
+        let snapshot = records.snapshot.take()?;
+        let mut book = Book::from_snapshot(snapshot.state).unwrap();
+        for r in records.by_ref() {
+            let time = verbd::journal::parse_rfc3339(&r.time).unwrap();
+            if let Some(event) = verbd::events::decode(r.seq, &r.event).unwrap() {
+                book.apply(r.seq, time, &event).unwrap();
+            }
+        }
+        records.finish().unwrap();
+        Some(book)
+    }
+
     /// Exec records per proposal and per (caller, idempotency key): each at most one.
     fn runs_twice(&self) -> Vec<String> {
         let mut seen = BTreeMap::<String, usize>::new();
@@ -356,8 +383,9 @@ impl World {
     }
 }
 
-/// Run `ops` on a fresh daemon, checking after every step; the final book.
-fn check_sequence(ops: Vec<Op>) -> Result<Book, TestCaseError> {
+/// Run `ops` on a fresh daemon, checking after every step; the final book and how many steps
+/// were checked against a replay from a snapshot.
+fn check_sequence(ops: Vec<Op>) -> Result<(Book, usize), TestCaseError> {
     let runtime = new_runtime();
     let mut world = runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
@@ -373,6 +401,7 @@ fn check_sequence(ops: Vec<Op>) -> Result<Book, TestCaseError> {
         Ok::<World, TestCaseError>(world)
     })?;
     let mut runtime = runtime;
+    let mut from_snapshots = 0;
     for (step, op) in ops.iter().enumerate() {
         runtime.block_on(world.step(op));
         if matches!(op, Op::Crash { .. }) {
@@ -397,6 +426,16 @@ fn check_sequence(ops: Vec<Op>) -> Result<Book, TestCaseError> {
             step,
             op
         );
+        if let Some(from_snapshot) = world.replayed_from_snapshot() {
+            from_snapshots += 1;
+            prop_assert_eq!(
+                &live,
+                &from_snapshot,
+                "after step {} ({:?}) the live book differs from the one replayed from the latest snapshot",
+                step,
+                op
+            );
+        }
         let twice = world.runs_twice();
         prop_assert!(
             twice.is_empty(),
@@ -408,7 +447,7 @@ fn check_sequence(ops: Vec<Op>) -> Result<Book, TestCaseError> {
     }
     let book = world.daemon().ledger().snapshot();
     runtime.block_on(async move { drop(world) });
-    Ok(book)
+    Ok((book, from_snapshots))
 }
 
 fn new_runtime() -> tokio::runtime::Runtime {
@@ -438,7 +477,7 @@ proptest! {
 /// a resolved unknown outcome, a hung-up keyed call, a retry, a denial, restarts between them.
 #[test]
 fn every_former_divergence_in_one_sequence() {
-    let book = check_sequence(vec![
+    let (book, from_snapshots) = check_sequence(vec![
         Op::Propose {
             slow: true,
             content: 0,
@@ -464,6 +503,10 @@ fn every_former_divergence_in_one_sequence() {
         Op::Approve { pick: 1 },
     ])
     .unwrap();
+    assert!(
+        from_snapshots >= 5,
+        "only {from_snapshots} steps were checked against a replay from a snapshot"
+    );
     let resolved = book.get(1).unwrap();
     assert_eq!(resolved.state, State::Resolved, "{resolved:?}");
     assert_eq!(resolved.outcome, Some(Outcome::Succeeded));

@@ -1,6 +1,8 @@
 //! The shipped systemd files (systemd/), checked with systemd's own tools:
-//! - `systemd-analyze verify` accepts the service and both sockets without a warning;
-//! - `systemd-analyze security --offline=true` rates the service at most 2.0 (issue 8's CI gate);
+//! - `systemd-analyze verify` accepts the service, both sockets and the metrics service and
+//!   timer without a warning;
+//! - `systemd-analyze security --offline=true` rates the service at most 2.0 (issue 8's CI gate),
+//!   and the metrics service too;
 //! - the unit's system call filter still allows every syscall the per-call sandbox makes
 //!   (systemd's `@system-service` set lacks `landlock_*` and `seccomp`, so the unit must add
 //!   them) and still denies the dangerous groups;
@@ -22,8 +24,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const UNITS: [&str; 3] = ["verbd.service", "verbd.socket", "verbd-approve.socket"];
+const UNITS: [&str; 5] = [
+    "verbd.service",
+    "verbd.socket",
+    "verbd-approve.socket",
+    "verbd-metrics.service",
+    "verbd-metrics.timer",
+];
 const SHIPPED_EXEC_START: &str = "ExecStart=/usr/bin/verbd serve ";
+const SHIPPED_METRICS_START: &str = "ExecStart=/usr/bin/verbd status ";
 const EXPOSURE_LIMIT: f64 = 2.0;
 
 fn ci() -> bool {
@@ -65,8 +74,8 @@ fn read_shipped(relative: &str) -> String {
     std::fs::read_to_string(shipped(relative)).expect("read shipped systemd file")
 }
 
-/// The three units in a scratch directory, with `ExecStart=` pointing at the freshly built
-/// binary: `verify` checks that the program exists on this machine.
+/// The units in a scratch directory, with `ExecStart=` pointing at the freshly built binary:
+/// `verify` checks that the program exists on this machine.
 fn staged_units() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     for unit in UNITS {
@@ -82,6 +91,19 @@ fn staged_units() -> tempfile::TempDir {
             text = text.replace(
                 SHIPPED_EXEC_START,
                 &format!("ExecStart={} serve ", env!("CARGO_BIN_EXE_verbd")),
+            );
+        }
+        if unit == "verbd-metrics.service" {
+            assert_eq!(
+                text.lines()
+                    .filter(|line| line.starts_with(SHIPPED_METRICS_START))
+                    .count(),
+                1,
+                "verbd-metrics.service must have exactly one `{SHIPPED_METRICS_START}...` line"
+            );
+            text = text.replace(
+                SHIPPED_METRICS_START,
+                &format!("ExecStart={} status ", env!("CARGO_BIN_EXE_verbd")),
             );
         }
         std::fs::write(dir.path().join(unit), text).expect("stage unit");
@@ -179,13 +201,15 @@ fn service_exposure_is_at_most_two() {
         return;
     };
     let staged = staged_units();
-    let (code, level) = exposure(&systemd_analyze, staged.path(), "verbd.service");
-    println!("verbd.service overall exposure level: {level} (limit {EXPOSURE_LIMIT}, target 1.5)");
-    assert_eq!(code, 0, "systemd-analyze security --threshold=20 failed");
-    assert!(
-        level <= EXPOSURE_LIMIT,
-        "exposure {level} > {EXPOSURE_LIMIT}"
-    );
+    for service in ["verbd.service", "verbd-metrics.service"] {
+        let (code, level) = exposure(&systemd_analyze, staged.path(), service);
+        println!("{service} overall exposure level: {level} (limit {EXPOSURE_LIMIT}, target 1.5)");
+        assert_eq!(code, 0, "systemd-analyze security --threshold=20 failed");
+        assert!(
+            level <= EXPOSURE_LIMIT,
+            "{service}: exposure {level} > {EXPOSURE_LIMIT}"
+        );
+    }
 }
 
 #[test]
@@ -380,6 +404,8 @@ fn sysusers_and_tmpfiles_apply_in_a_scratch_root() {
         ("verbd.service", "Group", &group),
         ("verbd.socket", "SocketGroup", &group),
         ("verbd-approve.socket", "SocketGroup", &group),
+        ("verbd-metrics.service", "User", &passwd),
+        ("verbd-metrics.service", "Group", &group),
     ] {
         for name in unit_values(&read_shipped(unit), key) {
             id_of(table, &name);
@@ -392,6 +418,19 @@ fn sysusers_and_tmpfiles_apply_in_a_scratch_root() {
     assert_eq!(
         unit_values(&read_shipped("verbd-approve.socket"), "SocketGroup"),
         ["verbd-approvers"]
+    );
+    // The metrics user reaches the approver socket through its group, and only that.
+    let approvers = group
+        .iter()
+        .find(|entry| entry[0] == "verbd-approvers")
+        .expect("group verbd-approvers");
+    assert_eq!(approvers[3], "verbd-metrics", "verbd-approvers members");
+    assert!(
+        group
+            .iter()
+            .filter(|entry| entry[0] != "verbd-approvers")
+            .all(|entry| !entry[3].split(',').any(|member| member == "verbd-metrics")),
+        "verbd-metrics is in another group"
     );
 
     let (code, _) = run(Command::new(&tmpfiles)

@@ -9,6 +9,10 @@
 //! that result. So no appender hears of its record before the fdatasync that covers it, and no
 //! record is applied before it is durable. There is no timer and no waiting for company: a lone
 //! appender commits alone; appenders that arrive while an fdatasync runs form the next group.
+//!
+//! With a state source ([`GroupCommit::with_snapshots`]), the lock holder also writes a state
+//! snapshot when [`Journal::snapshot_due`] after a group, still holding the lock: the state it
+//! reads is then exactly the replay of every record before the snapshot.
 #![forbid(unsafe_code)]
 
 use std::sync::{LockResult, Mutex, MutexGuard, mpsc};
@@ -20,11 +24,15 @@ use super::{Appended, Journal, JournalError};
 /// What is done with each durable record, in journal order, before its appender hears of it.
 type Applier<E> = Box<dyn Fn(&E, &Appended) + Send + Sync>;
 
+/// The live state to snapshot, as the layer above serializes it.
+type StateSource = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+
 /// A journal shared by concurrent appenders (see the module docs).
 pub struct GroupCommit<E> {
     journal: Mutex<Journal>,
     queue: Mutex<Vec<Queued<E>>>,
     apply: Applier<E>,
+    state: Option<StateSource>,
 }
 
 struct Queued<E> {
@@ -42,7 +50,18 @@ impl<E: Serialize> GroupCommit<E> {
             journal: Mutex::new(journal),
             queue: Mutex::new(Vec::new()),
             apply: Box::new(apply),
+            state: None,
         }
+    }
+
+    /// Snapshot `state()` whenever one is due (see the module docs). A snapshot that cannot be
+    /// written is logged and retried after the next group: it costs only restart time.
+    pub fn with_snapshots(
+        mut self,
+        state: impl Fn() -> serde_json::Value + Send + Sync + 'static,
+    ) -> GroupCommit<E> {
+        self.state = Some(Box::new(state));
+        self
     }
 
     /// Appends `event` (blocking: call it off the async threads) and returns once it is durable
@@ -68,6 +87,12 @@ impl<E: Serialize> GroupCommit<E> {
                     }
                     // Only an appender that panicked has stopped listening; its record stands.
                     let _ = reply.send(result);
+                }
+                if let Some(state) = &self.state
+                    && journal.snapshot_due()
+                    && let Err(error) = journal.write_snapshot(&state())
+                {
+                    tracing::warn!(%error, "state snapshot not written; the next restart reads more");
                 }
             }
         }

@@ -97,11 +97,12 @@ pub use group::GroupCommit;
 pub use keys::{DEFAULT_EPOCH_RECORDS, DEFAULT_EPOCH_SECONDS, VerifyKey};
 pub use read::{
     ExportSummary, Replay, SealingSummary, SetupKeys, Snapshot, VerifyOptions, VerifyReport,
-    WitnessSummary, acknowledge_gap, export, replay, setup_keys, tail, verify,
+    WitnessSummary, acknowledge_gap, export, replay, replay_from_snapshot, setup_keys, tail,
+    verify,
 };
 pub use time::{format_rfc3339, parse_rfc3339};
 pub use witness::{JOURNALD_SOCKET, Witness, WitnessProtection, message_id};
-pub use writer::{Journal, JournalConfig, JournalStats};
+pub use writer::{Journal, JournalConfig, JournalStats, MIN_SNAPSHOT_BYTES};
 
 use record::MAX_LINE_BYTES;
 

@@ -253,6 +253,15 @@ pub fn replay(state_dir: &Path) -> Result<Replay<Value>, JournalError> {
     Replay::open(state_dir, None, false)
 }
 
+/// Streams the journal in `state_dir` from its latest state snapshot, decoded as `S` (from the
+/// beginning when there is none), as the daemon does at start; without writing anything.
+pub fn replay_from_snapshot<S: DeserializeOwned>(
+    state_dir: &Path,
+) -> Result<Replay<S>, JournalError> {
+    let hints = storage::read_hints(state_dir)?;
+    Replay::open(state_dir, hints.snapshot, false)
+}
+
 /// What to verify and with which keys.
 pub struct VerifyOptions {
     /// A state directory: every segment, and its witness.

@@ -448,6 +448,10 @@ const MESSAGE_FIELDS: &[&str] = &[
     "epoch",
     "first_seq",
     "records",
+    "class",
+    "count",
+    "first",
+    "last",
 ];
 
 /// Fields of a `proposal_created` record's proposal that its `MESSAGE` shows (in place of the
@@ -573,7 +577,8 @@ pub(super) fn entry_for(record: &Record) -> Vec<u8> {
     push_field(&mut out, "MESSAGE_ID", &message_id(kind));
     let priority = match kind {
         "journal_gap_acknowledged" | "journal_tail_repaired" => "4",
-        "refused" | "connect_refused" | "approval_refused" | "notify_failed" => "5",
+        "refused" | "connect_refused" | "approval_refused" | "notify_failed"
+        | "refusals_coalesced" => "5",
         _ => "6",
     };
     push_field(&mut out, "PRIORITY", priority);

@@ -27,6 +27,8 @@ use super::{
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes appended after which [`Journal::snapshot_due`] says a state snapshot is due.
 pub const DEFAULT_SNAPSHOT_BYTES: u64 = 8 * 1024 * 1024;
+/// The least distance between snapshots a configuration may ask for.
+pub const MIN_SNAPSHOT_BYTES: u64 = 1024;
 
 /// Most heads the start-up check reads back from the witness after the last seal (an epoch is
 /// 1000 records by default; more means someone appended to the witness).
@@ -37,7 +39,8 @@ pub struct JournalConfig {
     pub state_dir: PathBuf,
     /// The live segment is closed once it holds this many bytes.
     pub segment_bytes: u64,
-    /// [`Journal::snapshot_due`] turns true after this many bytes since the last snapshot.
+    /// [`Journal::snapshot_due`] turns true after this many bytes since the last snapshot
+    /// (counted across restarts; at least [`MIN_SNAPSHOT_BYTES`]).
     pub snapshot_bytes: u64,
     /// The witness, opened earlier (before a privilege drop); `None` opens it in the state
     /// directory as the current user.
@@ -389,6 +392,25 @@ impl Journal {
             .filter_map(|segment| fs::metadata(&segment.path).ok())
             .map(|metadata| metadata.len())
             .sum();
+        // Bytes a restart replays now (after the latest snapshot): a daemon that restarts
+        // often still snapshots once that much history piled up across its runs.
+        let bytes_since_snapshot: u64 = segments
+            .iter()
+            .filter_map(|segment| {
+                let length = if segment.live {
+                    live_length
+                } else {
+                    fs::metadata(&segment.path).ok()?.len()
+                };
+                match hints.snapshot {
+                    Some(mark) if segment.number < mark.segment => None,
+                    Some(mark) if segment.number == mark.segment => {
+                        Some(length.saturating_sub(mark.end))
+                    }
+                    _ => Some(length),
+                }
+            })
+            .sum();
         let (key, limits, custody) = match &plan {
             KeyPlan::Continue(key, limits, custody) => (key.duplicate(), *limits, *custody),
             KeyPlan::Start {
@@ -448,8 +470,8 @@ impl Journal {
                 .and_then(Journald::connect),
             hints,
             segment_bytes: config.segment_bytes.max(4096),
-            snapshot_bytes: config.snapshot_bytes.max(4096),
-            bytes_since_snapshot: 0,
+            snapshot_bytes: config.snapshot_bytes.max(MIN_SNAPSHOT_BYTES),
+            bytes_since_snapshot,
             rollback_pending: false,
             live_missing: false,
             unsynced: Vec::new(),

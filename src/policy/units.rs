@@ -102,7 +102,10 @@ impl std::fmt::Display for Rate {
 /// The longest period a rate may have: run history older than this is forgotten.
 pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(31 * 86_400);
 
-/// Parse `5/h`, `10/30m`, `100/d` (at most [`MAX_RATE_PERIOD`]).
+/// The largest count a rate may have: the daemon keeps this many runs per verb and caller.
+pub const MAX_RATE_COUNT: u32 = 10_000;
+
+/// Parse `5/h`, `10/30m`, `100/d` (at most [`MAX_RATE_PERIOD`] and [`MAX_RATE_COUNT`]).
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let (n, period) = text
         .split_once('/')
@@ -126,6 +129,11 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     if count == 0 || per.is_zero() {
         return Err(format!(
             "bad rate {text:?}: count and period must be positive"
+        ));
+    }
+    if count > MAX_RATE_COUNT {
+        return Err(format!(
+            "bad rate {text:?}: the count may be at most {MAX_RATE_COUNT} (the daemon keeps that many runs per verb and caller)"
         ));
     }
     Ok(Rate { count, per })
@@ -155,5 +163,7 @@ mod tests {
         assert_eq!(parse_rate("5/h").unwrap().per, Duration::from_secs(3600));
         assert_eq!(parse_rate("10/30m").unwrap().count, 10);
         assert!(parse_rate("0/h").is_err());
+        assert_eq!(parse_rate("10000/d").unwrap().count, MAX_RATE_COUNT);
+        assert!(parse_rate("10001/d").is_err());
     }
 }

@@ -144,6 +144,12 @@ impl Pool {
         })
     }
 
+    /// Connections and parked waits held now, from all uids together (for `status`).
+    pub fn in_use(&self) -> (usize, usize) {
+        let total = self.held.lock().expect("admission lock").total;
+        (total.connections, total.waits)
+    }
+
     /// (connections, parked waits) held now by `uid`, and in all.
     #[cfg(test)]
     fn held(&self, uid: u32) -> (Held, Held) {

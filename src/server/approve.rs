@@ -11,7 +11,7 @@ use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
 };
 use crate::approvals::unix_ms;
-use crate::events::{CallerRecord, Event};
+use crate::events::{Bounded, CallerRecord, Event, RefusalClass};
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
 use crate::loader::Prepared;
@@ -76,7 +76,9 @@ impl Daemon {
                 }
             });
             if reserved.is_ok() {
-                let _ = self.record(Event::ProposalExpired { id }).await;
+                if self.record(Event::ProposalExpired { id }).await.is_ok() {
+                    self.count_decision(id, "expired");
+                }
                 self.ledger.release(id);
             }
         }
@@ -257,6 +259,7 @@ impl Daemon {
         };
         if let Some(error) = error {
             tracing::warn!(id, %error, "approval notifier failed");
+            let error = Bounded::new(&error);
             let _ = self.record(Event::NotifyFailed { id, error }).await;
         }
     }
@@ -332,12 +335,18 @@ impl Daemon {
             }
         };
         if let Some(reason) = refusal {
+            let event = Event::ApprovalRefused {
+                id,
+                by,
+                reason: Bounded::new(&reason),
+            };
             let _ = self
-                .record(Event::ApprovalRefused {
-                    id,
-                    by,
-                    reason: reason.clone(),
-                })
+                .record_refusal(
+                    &ctx.record,
+                    RefusalClass::ApprovalRefused,
+                    "approval_refused",
+                    event,
+                )
                 .await;
             return Response::Denied { reason };
         }
@@ -431,6 +440,7 @@ impl Daemon {
         if let Err(e) = approved {
             return journal_failure(&e);
         }
+        self.count_decision(id, "approved");
         let run = Run {
             requester: CallerRecord {
                 uid: requester.uid,
@@ -509,13 +519,14 @@ impl Daemon {
             .record(Event::ProposalDenied {
                 id,
                 by: decider(&ctx.caller),
-                reason: reason.clone(),
+                reason: Bounded::new(&reason),
             })
             .await;
         self.ledger.release(id);
         if let Err(e) = denied {
             return journal_failure(&e);
         }
+        self.count_decision(id, "denied");
         decided(
             id,
             State::Denied,
@@ -633,7 +644,7 @@ impl Daemon {
                 id,
                 by: decider(&ctx.caller),
                 outcome,
-                note,
+                note: Bounded::new(&note),
             })
             .await;
         self.ledger.release(id);

@@ -16,7 +16,9 @@ use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
 };
 use crate::approvals::{KeyEntry, KeyTarget, MAX_PENDING_PER_REQUESTER, RunEnd};
-use crate::events::{CancelCause, Event, OutputRecord, RefusalKind, RunDecision};
+use crate::events::{
+    Bounded, CancelCause, Event, OutputRecord, RefusalClass, RefusalKind, RefusedArgs, RunDecision,
+};
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
 use crate::loader::Prepared;
@@ -246,17 +248,20 @@ impl Daemon {
         refusal: Refusal,
     ) -> Response {
         let (decision, response) = refusal_response(&refusal);
-        match self
-            .record(Event::Refused {
-                caller: ctx.record.clone(),
-                verb: request.verb.clone(),
-                args: redact_args(&request.args),
-                decision,
-                reason: refusal.message(),
-            })
-            .await
-        {
-            Ok(_) => response,
+        let class = match decision {
+            RefusalKind::Denied => RefusalClass::Denied,
+            RefusalKind::Invalid => RefusalClass::Invalid,
+        };
+        let event = Event::Refused {
+            caller: ctx.record.clone(),
+            verb: Bounded::new(&request.verb),
+            args: RefusedArgs::new(&request.args),
+            decision,
+            reason: Bounded::new(&refusal.message()),
+        };
+        let rule = super::metrics::refusal_rule(&refusal);
+        match self.record_refusal(&ctx.record, class, rule, event).await {
+            Ok(()) => response,
             Err(e) => journal_failure(&e),
         }
     }
@@ -661,17 +666,26 @@ impl Daemon {
             Ok(()) => (true, format!("{path} is beneath an allowed root")),
             Err(reason) => (false, reason),
         };
-        match self
-            .record(Event::Check {
-                caller: ctx.record.clone(),
-                path,
-                tool,
-                allowed,
-                reason: reason.clone(),
-            })
+        let event = Event::Check {
+            caller: ctx.record.clone(),
+            path: Bounded::new(&path),
+            tool: tool.as_deref().map(Bounded::new),
+            allowed,
+            reason: Bounded::new(&reason),
+        };
+        let recorded = if allowed {
+            self.record(event).await.map(|_| ())
+        } else {
+            self.record_refusal(
+                &ctx.record,
+                RefusalClass::CheckDenied,
+                "check_denied",
+                event,
+            )
             .await
-        {
-            Ok(_) => Response::Check { allowed, reason },
+        };
+        match recorded {
+            Ok(()) => Response::Check { allowed, reason },
             Err(e) => journal_failure(&e),
         }
     }
@@ -714,27 +728,6 @@ fn journaled_args(call: &PreparedCall) -> BTreeMap<String, String> {
         );
     }
     args
-}
-
-/// Raw (refused) arguments are journaled, but long values are cut so a hostile client cannot
-/// flood the journal with one request.
-fn redact_args(args: &BTreeMap<String, serde_json::Value>) -> BTreeMap<String, serde_json::Value> {
-    const MAX: usize = 512;
-    args.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                serde_json::Value::String(s) if s.len() > MAX => {
-                    let cut = (0..=MAX)
-                        .rev()
-                        .find(|i| s.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    serde_json::Value::String(format!("{}…[{} bytes]", &s[..cut], s.len()))
-                }
-                other => other.clone(),
-            };
-            (k.clone(), v)
-        })
-        .collect()
 }
 
 fn refusal_response(refusal: &Refusal) -> (RefusalKind, Response) {

@@ -10,7 +10,12 @@
 //!   before its record is written, so two decisions never race for one proposal, and proposal ids
 //!   are reserved before their record so two proposals never share one;
 //! - outputs: the scrubbed output of proposal runs and keyed runs, for `result`/`wait` and
-//!   idempotent retries (the journal holds only sizes and hashes; a restart loses them).
+//!   idempotent retries (the journal holds only sizes and hashes; a restart loses them), at
+//!   most [`MAX_KEPT_OUTPUTS`] and for at most [`OUTPUT_RETENTION`].
+//!
+//! Every few MiB of records (`Journal::snapshot_due`) the journal gets a snapshot of the book,
+//! written under the journal lock right after a group is applied (`GroupCommit::with_snapshots`),
+//! so a restart replays from it instead of from the first record.
 #![forbid(unsafe_code)]
 
 use crate::approvals::Book;
@@ -20,11 +25,14 @@ use crate::proposal::Proposal;
 use crate::protocol::RunResult;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 /// Most run outputs kept in memory for `result` and retries; the oldest go first.
 pub const MAX_KEPT_OUTPUTS: usize = 256;
+
+/// Longest a run's output is kept (as long as its proposal or idempotency key is).
+pub const OUTPUT_RETENTION: Duration = crate::approvals::PROPOSAL_RETENTION;
 
 /// The book plus the in-memory reservations and outputs.
 struct Live {
@@ -35,8 +43,8 @@ struct Live {
     reserved_keys: BTreeSet<(u32, String)>,
     /// The highest proposal id handed out (journaled or not).
     last_id: u64,
-    /// exec seq → the run's output.
-    outputs: BTreeMap<u64, RunResult>,
+    /// exec seq → when the run's output was kept, and the output.
+    outputs: BTreeMap<u64, (Instant, RunResult)>,
 }
 
 /// Journal + book, changed only together.
@@ -76,8 +84,10 @@ impl Ledger {
                 tracing::error!(%conflict, "a journaled event did not fit the proposal book");
             }
         };
+        let book = live.clone();
+        let state = move || book.lock().expect("ledger lock").book.snapshot_state();
         Ledger {
-            journal: Arc::new(GroupCommit::new(journal, apply)),
+            journal: Arc::new(GroupCommit::new(journal, apply).with_snapshots(state)),
             live,
             changes: watch::channel(0).0,
         }
@@ -183,15 +193,38 @@ impl Ledger {
     /// Keep a run's output (for `result`, `wait` and retries).
     pub fn keep_output(&self, exec_seq: u64, result: RunResult) {
         let mut live = self.live();
-        live.outputs.insert(exec_seq, result);
+        let now = Instant::now();
+        live.outputs
+            .retain(|_, (kept, _)| now.duration_since(*kept) <= OUTPUT_RETENTION);
+        live.outputs.insert(exec_seq, (now, result));
         while live.outputs.len() > MAX_KEPT_OUTPUTS {
             live.outputs.pop_first();
         }
     }
 
-    /// The kept output of the run with this exec seq.
+    /// The kept output of the run with this exec seq (within [`OUTPUT_RETENTION`]).
     pub fn output(&self, exec_seq: u64) -> Option<RunResult> {
-        self.live().outputs.get(&exec_seq).cloned()
+        self.live()
+            .outputs
+            .get(&exec_seq)
+            .filter(|(kept, _)| kept.elapsed() <= OUTPUT_RETENTION)
+            .map(|(_, result)| result.clone())
+    }
+
+    /// Outputs kept in memory now (for `status`).
+    pub fn kept_outputs(&self) -> usize {
+        self.live().outputs.len()
+    }
+
+    /// The journal's size and growth. Waits while a group commits: off the async threads, use
+    /// [`Ledger::journal_handle`] in a blocking task.
+    pub fn journal_stats(&self) -> crate::journal::JournalStats {
+        self.journal.lock().expect("journal lock").stats()
+    }
+
+    /// The shared journal, for reading its statistics off the async threads (`status`).
+    pub(super) fn journal_handle(&self) -> Arc<GroupCommit<Event>> {
+        self.journal.clone()
     }
 }
 

@@ -14,11 +14,13 @@
 //! `wait`, `result`, `resolve` → `approve.rs`; every state change goes through the
 //! [`ledger::Ledger`] (journal first, then the proposal book).
 //!
-//! Invariants: every decision is journaled (and fsync'd) before the caller sees it, and a call
-//! whose record cannot be written is denied (fail closed, invariant 6); the agent and approver
-//! sockets have separate pools, and inside each every uid its own budget of connections and
-//! parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its own
-//! budget; a call over an execution limit waits in a fair queue ([`slots::FairSlots`], round
+//! Invariants: every decision is journaled (and fsync'd) before the caller sees it — except that
+//! a caller's refusals past its share in a window are counted and journaled as one
+//! `refusals_coalesced` record when the window ends (`refusals.rs`: a refusal acts on nothing) —
+//! and a call whose record cannot be written is denied (fail closed, invariant 6); the agent and
+//! approver sockets have separate pools, and inside each every uid its own budget of connections
+//! and parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its
+//! own budget; a call over an execution limit waits in a fair queue ([`slots::FairSlots`], round
 //! robin per uid) for at most `daemon.queue_timeout`, then gets `busy`; an *approved* proposal
 //! waits for its slot longer (bounded, journaled) instead of being lost.
 #![forbid(unsafe_code)]
@@ -28,7 +30,9 @@ mod approve;
 mod call;
 pub mod identity;
 pub mod ledger;
+mod metrics;
 pub mod peer;
+mod refusals;
 pub mod slots;
 pub mod socket;
 
@@ -43,6 +47,7 @@ use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
 use nix::sys::socket::{MsgFlags, send};
+pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
 use slots::FairSlots;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -74,6 +79,11 @@ pub struct Daemon {
     settings: ServeSettings,
     /// Set once at shutdown, after the grace period: cancels every run still going.
     shutdown: watch::Sender<bool>,
+    /// Per-caller refusal windows: past a caller's share, refusals are counted, not journaled
+    /// one by one.
+    refusals: refusals::RefusalWindows,
+    /// The counters `status` reports.
+    counted: metrics::Counted,
 }
 
 /// The cancellation signal a request's task watches: its client hanging up (unless the work
@@ -127,6 +137,8 @@ impl Daemon {
             ledger: Ledger::new(journal, book),
             settings,
             shutdown: watch::channel(false).0,
+            refusals: refusals::RefusalWindows::default(),
+            counted: metrics::Counted::default(),
         })
     }
 
@@ -273,6 +285,7 @@ impl Daemon {
             }
             Err(refused) => {
                 tracing::debug!(uid = cred.uid(), %refused, "connection refused as busy");
+                self.counted.connection_busy();
                 let answer = Response::Busy {
                     message: refused.to_string(),
                 }
@@ -407,14 +420,20 @@ impl Daemon {
             ctx.caller.uid,
             ctx.caller.user.as_deref().unwrap_or("no user name")
         );
+        let event = Event::ConnectRefused {
+            caller: ctx.record.clone(),
+            reason: crate::events::Bounded::new(&reason),
+        };
         match self
-            .record(Event::ConnectRefused {
-                caller: ctx.record.clone(),
-                reason: reason.clone(),
-            })
+            .record_refusal(
+                &ctx.record,
+                crate::events::RefusalClass::ConnectRefused,
+                "connect_refused",
+                event,
+            )
             .await
         {
-            Ok(_) => Response::Denied { reason },
+            Ok(()) => Response::Denied { reason },
             Err(e) => journal_failure(&e),
         }
     }
@@ -482,27 +501,25 @@ impl Daemon {
                 reason,
                 idempotency_key,
             } => {
-                self.call(
-                    &ctx,
-                    call::CallRequest {
-                        verb,
-                        args,
-                        reason,
-                        idempotency_key,
-                    },
-                    cancel,
-                )
-                .await
+                let started = std::time::Instant::now();
+                let label = self.verb_label(&ctx, &verb).to_string();
+                let response = self
+                    .clone()
+                    .call(
+                        &ctx,
+                        call::CallRequest {
+                            verb,
+                            args,
+                            reason,
+                            idempotency_key,
+                        },
+                        cancel,
+                    )
+                    .await;
+                self.counted.call(&label, &response, started.elapsed());
+                response
             }
-            Request::Status {} => Response::Info {
-                info: serde_json::json!({
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "policy": ctx.prepared.policy.origin,
-                    "policy_hash": ctx.prepared.policy.hash,
-                    "caller": { "uid": ctx.caller.uid, "user": ctx.caller.user, "roles": ctx.record.roles },
-                    "executions_in_flight": self.executions_in_flight(),
-                }),
-            },
+            Request::Status {} => self.status(&ctx).await,
             Request::Pending {} => self.pending(&ctx).await,
             Request::Approve { id, hash } => self.approve(&ctx, id, hash, cancel).await,
             Request::Deny { id, reason } => self.deny(&ctx, id, reason).await,
