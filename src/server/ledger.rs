@@ -217,7 +217,7 @@ impl Ledger {
     }
 
     /// The journal's size and growth. Waits while a group commits: off the async threads, use
-    /// [`Ledger::journal_handle`] in a blocking task.
+    /// `Ledger::journal_handle` in a blocking task.
     pub fn journal_stats(&self) -> crate::journal::JournalStats {
         self.journal.lock().expect("journal lock").stats()
     }
