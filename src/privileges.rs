@@ -203,7 +203,8 @@ fn open_state_dir(state_dir: &Path) -> Result<OwnedFd, PrivilegeError> {
 /// entry is opened `O_PATH | O_NOFOLLOW` beneath the state dir's descriptor, checked through
 /// that descriptor (a directory, or a regular file with one link, owned by root or the daemon
 /// user) and chowned through it (`AT_EMPTY_PATH`), so the inode checked is the inode chowned.
-/// A symlink, FIFO, socket, device, a file with other hard links or a foreign owner is refused:
+/// Sockets (the ones this process bound) are skipped, never chowned. A symlink, FIFO, device, a
+/// file with other hard links or a foreign owner is refused:
 /// the daemon user can write the state dir and could have planted it to make root give away a
 /// file that is not the daemon's.
 fn give_state_dir(state_dir: &Path, user: &User) -> Result<(), PrivilegeError> {
@@ -252,6 +253,11 @@ fn give_state_dir(state_dir: &Path, user: &User) -> Result<(), PrivilegeError> {
             what,
         };
         match FileType::from_raw_mode(stat.st_mode) {
+            // The sockets this process bound here a moment ago (the default socket is
+            // `state_dir/verbd.sock`): the daemon keeps their listening descriptors and needs no
+            // ownership of the names. Left as they are, never chowned, so a socket the daemon
+            // user planted gains nothing either.
+            FileType::Socket => continue,
             FileType::Directory => {}
             FileType::RegularFile if stat.st_nlink == 1 => {}
             FileType::RegularFile => {

@@ -165,3 +165,63 @@ fn positive_control_an_ordinary_state_dir_is_given_to_the_daemon_user() {
         "{log}"
     );
 }
+
+/// The default socket is `state_dir/verbd.sock`, bound by root before the drop: giving the
+/// state dir away must leave it alone (it once refused it as "a Socket, not a file or
+/// directory", so `verbd serve` as root without `--socket` never served). The socket stays
+/// root's and is never chowned; the daemon serves on it.
+#[test]
+fn the_default_socket_in_the_state_dir_survives_the_privilege_drop() {
+    if !require_root("the_default_socket_in_the_state_dir_survives_the_privilege_drop") {
+        return;
+    }
+    let dir = open_tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let state = dir.path().join("state");
+    let log = dir.path().join("daemon.log");
+    let mut child = std::process::Command::new(BIN)
+        .arg("serve")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let socket = state.join("verbd.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("verbd: serving") {
+            break text;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("serve exited {status}: {text}");
+        }
+        assert!(Instant::now() < deadline, "never served: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(text.contains(&socket.display().to_string()), "{text}");
+    let call = std::process::Command::new(BIN)
+        .args(["call", "--socket"])
+        .arg(&socket)
+        .arg("hello")
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&call.stdout),
+        "hello\n",
+        "{}",
+        String::from_utf8_lossy(&call.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().uid(),
+        daemon_uid(),
+        "the state dir is the daemon user's"
+    );
+}
