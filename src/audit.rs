@@ -288,9 +288,15 @@ pub fn acknowledge_gap(
         ));
     }
     let text = match journal::acknowledge_gap(state_dir, reason)? {
-        Some((from, to)) => format!(
+        Some(journal::Acknowledged::MissingRecords { from, to }) => format!(
             "verbd: records seq {from} to {to} are acknowledged as lost; the next start journals \
              this (with your uid and reason) and serves again.\n"
+        ),
+        Some(journal::Acknowledged::WitnessLost { last }) => format!(
+            "verbd: the witness holds no heads; acknowledged that records cut before seq {} \
+             cannot be detected. The next start journals this (with your uid and reason), \
+             publishes heads again and serves.\n",
+            last + 1
         ),
         None => "verbd: no records are missing from the end of the journal; nothing to \
                  acknowledge.\n"

@@ -306,6 +306,51 @@ fn cut_tail_records_are_named_by_verify_and_the_restart_refuses_until_acknowledg
     assert!(out.contains("ACKNOWLEDGED GAP"), "{out}");
 }
 
+/// The intruder with the daemon's uid cuts the tail and unlinks the root-owned witness (the
+/// state directory is the daemon's, so it may): the restart refuses, exit 78, until root
+/// acknowledges the loss; then the daemon serves and the loss is on record.
+#[test]
+fn a_deleted_witness_with_a_cut_tail_stops_the_restart_until_acknowledged() {
+    let Some((mut d, state)) = journal_with_calls() else {
+        return;
+    };
+    let path = state.join("journal.jsonl");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let total = original.lines().count();
+    let kept: Vec<&str> = original.lines().take(total - 2).collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    std::fs::remove_file(state.join("journal.witness")).unwrap();
+    for attempt in 1..=2 {
+        let restart = restart_output(&d);
+        let err = String::from_utf8_lossy(&restart.stderr);
+        assert_eq!(restart.status.code(), Some(78), "attempt {attempt}: {err}");
+        assert!(err.contains("holds no heads"), "attempt {attempt}: {err}");
+        assert!(err.contains("verbd audit acknowledge-gap"), "{err}");
+    }
+    let (code, out, err) = cli(&[
+        "audit",
+        "acknowledge-gap",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--reason",
+        "test: witness deleted",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("the witness holds no heads"), "{out}");
+    d.respawn();
+    assert_eq!(stdout_of(&d.call("echo", &[("w", "after")])), "after\n");
+    d.stop();
+    let ack = d
+        .journal_events()
+        .into_iter()
+        .find(|e| e["kind"] == "journal_witness_lost_acknowledged")
+        .expect("the acknowledgement is journaled");
+    assert_eq!(ack["reason"], "test: witness deleted");
+    assert_eq!(ack["last_seq"], (total - 2) as u64);
+    let (code, out) = verify(&state);
+    assert_eq!(code, 0, "{out}");
+}
+
 #[test]
 fn setup_keys_then_verify_key_proves_every_epoch_and_a_wrong_key_fails() {
     if !require_root("setup-keys") {

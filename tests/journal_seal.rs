@@ -451,7 +451,13 @@ fn an_acknowledged_gap_is_journaled_and_the_journal_goes_on() {
     let range = journal::acknowledge_gap(dir.path(), "disk restored from backup; ticket 42")
         .unwrap()
         .expect("a gap");
-    assert_eq!(range, (all.len() as u64 - 1, all.len() as u64));
+    assert_eq!(
+        range,
+        journal::Acknowledged::MissingRecords {
+            from: all.len() as u64 - 1,
+            to: all.len() as u64
+        }
+    );
     let mut journal = Journal::open(dir.path()).expect("serves after the acknowledgement");
     journal.append(&event(99)).unwrap();
     journal.seal_now("stop").unwrap();
@@ -477,6 +483,99 @@ fn an_acknowledged_gap_is_journaled_and_the_journal_goes_on() {
         error.to_string().contains("only root may acknowledge"),
         "{error}"
     );
+}
+
+/// The daemon's uid can unlink the root-owned witness (the state directory is its own): the
+/// intruder's best move is to cut the tail and delete the witness with it. The next start must
+/// refuse until root acknowledges the loss, not warn and serve.
+#[test]
+fn a_deleted_witness_stops_the_next_start_until_root_acknowledges() {
+    if !nix::unistd::geteuid().is_root() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "needs root under CI"
+        );
+        skip::announce("SKIPPED: acknowledging a lost witness needs a root-owned acknowledgement");
+        return;
+    }
+    let (dir, key) = sealed_journal(8);
+    let all = lines(dir.path());
+    write_lines(dir.path(), &all[..all.len() - 3]);
+    fs::remove_file(dir.path().join(WITNESS_FILE)).unwrap();
+    let kept_last = all.len() as u64 - 3;
+
+    let report = verify_with(dir.path(), vec![key_again(&key)]);
+    assert!(
+        report
+            .not_proven
+            .iter()
+            .any(|line| line.contains("records cut off the end cannot be detected")),
+        "{:#?}",
+        report.not_proven
+    );
+    for attempt in 1..=2 {
+        // The first refused start re-creates the witness empty: the second must refuse too.
+        match Journal::open(dir.path()) {
+            Err(JournalError::WitnessLost { end, ref hash, .. }) => {
+                assert_eq!(end, kept_last, "attempt {attempt}");
+                let last: Value = serde_json::from_str(&all[kept_last as usize - 1]).unwrap();
+                let line_hash = hex(&Sha256::digest(all[kept_last as usize - 1].as_bytes()));
+                assert_eq!(hash, &line_hash, "attempt {attempt}: {last}");
+            }
+            Err(other) => panic!("attempt {attempt}: {other}"),
+            Ok(_) => panic!("attempt {attempt}: served with the witness gone"),
+        }
+    }
+    let error = Journal::open(dir.path()).err().unwrap().to_string();
+    assert!(error.contains("verbd audit acknowledge-gap"), "{error}");
+
+    // The daemon's own uid cannot excuse it.
+    let acknowledged = journal::acknowledge_gap(dir.path(), "witness lost; ticket 7").unwrap();
+    assert_eq!(
+        acknowledged,
+        Some(journal::Acknowledged::WitnessLost { last: kept_last })
+    );
+    std::os::unix::fs::chown(dir.path().join(GAP_ACK_FILE), Some(61000), None).unwrap();
+    let error = Journal::open(dir.path()).err().expect("refused");
+    assert!(
+        error.to_string().contains("only root may acknowledge"),
+        "{error}"
+    );
+    fs::remove_file(dir.path().join(GAP_ACK_FILE)).unwrap();
+
+    // An acknowledgement for another end does not count: cut one more record after it.
+    journal::acknowledge_gap(dir.path(), "witness lost; ticket 7").unwrap();
+    let now = lines(dir.path());
+    write_lines(dir.path(), &now[..now.len() - 1]);
+    assert!(matches!(
+        Journal::open(dir.path()),
+        Err(JournalError::WitnessLost { .. })
+    ));
+    write_lines(dir.path(), &now);
+
+    let mut journal = Journal::open(dir.path()).expect("serves after root acknowledged");
+    journal.append(&event(99)).unwrap();
+    journal.seal_now("stop").unwrap();
+    drop(journal);
+    assert!(!dir.path().join(GAP_ACK_FILE).exists());
+    let after = lines(dir.path());
+    let ack: Value = serde_json::from_str(&after[kept_last as usize]).unwrap();
+    assert_eq!(ack["event"]["kind"], "journal_witness_lost_acknowledged");
+    assert_eq!(ack["event"]["last_seq"], kept_last);
+    assert_eq!(ack["event"]["by_uid"], 0);
+    assert_eq!(ack["seq"], kept_last + 1);
+    let report = verify_with(dir.path(), vec![key_again(&key)]);
+    assert!(report.is_intact(), "{}", problems_of(&report));
+    let witness = report.witness.expect("a witness");
+    assert!(witness.heads > 0, "heads are published again: {witness:?}");
+    // From here on a cut tail is named again.
+    let after = lines(dir.path());
+    write_lines(dir.path(), &after[..after.len() - 1]);
+    assert!(matches!(
+        Journal::open(dir.path()),
+        Err(JournalError::MissingRecords { .. })
+    ));
 }
 
 #[test]

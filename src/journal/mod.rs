@@ -96,9 +96,9 @@ pub use display::format_record;
 pub use group::GroupCommit;
 pub use keys::{DEFAULT_EPOCH_RECORDS, DEFAULT_EPOCH_SECONDS, VerifyKey};
 pub use read::{
-    ExportSummary, Replay, SealingSummary, SetupKeys, Snapshot, VerifyOptions, VerifyReport,
-    WitnessSummary, acknowledge_gap, export, replay, replay_from_snapshot, setup_keys, tail,
-    verify,
+    Acknowledged, ExportSummary, Replay, SealingSummary, SetupKeys, Snapshot, VerifyOptions,
+    VerifyReport, WitnessSummary, acknowledge_gap, export, replay, replay_from_snapshot,
+    setup_keys, tail, verify,
 };
 pub use time::{format_rfc3339, parse_rfc3339};
 pub use witness::{JOURNALD_SOCKET, Witness, WitnessProtection, message_id};
@@ -173,6 +173,19 @@ pub enum JournalError {
         dir: PathBuf,
         from: u64,
         to: u64,
+        end: u64,
+        hash: String,
+    },
+    #[error(
+        "journal witness {path} holds no heads, but the journal has records up to seq {end} \
+         (hash {hash}): the witness was deleted or replaced, and records cut off the end with \
+         it cannot be detected. Not serving. Restore the witness from a backup if there is one; \
+         otherwise investigate (`verbd audit verify`) and, to serve again with the loss on \
+         record, run `verbd audit acknowledge-gap --state-dir {dir} --reason TEXT` as root"
+    )]
+    WitnessLost {
+        path: PathBuf,
+        dir: PathBuf,
         end: u64,
         hash: String,
     },

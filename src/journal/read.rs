@@ -786,6 +786,20 @@ pub(super) struct GapAck {
     pub(super) reason: String,
     pub(super) by_uid: u32,
     pub(super) time: String,
+    /// Not a cut tail but a lost witness: `from` = `to` = the journal's last seq, `hash` its
+    /// hash. Records cut before it cannot be named; the operator says so on record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) witness_lost: bool,
+}
+
+/// What an acknowledgement covers (see [`acknowledge_gap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acknowledged {
+    /// Records `from..=to` were published to the witness and are gone from the journal.
+    MissingRecords { from: u64, to: u64 },
+    /// The witness holds no heads while the journal ends at seq `last`: the witness was
+    /// deleted or replaced, and what was cut before `last` cannot be named.
+    WitnessLost { last: u64 },
 }
 
 /// Reads the acknowledgement file. It counts only if root wrote it (or, for a daemon that runs
@@ -850,32 +864,51 @@ pub(super) fn read_gap_ack(
         })
 }
 
-/// Finds the records missing from the end of the journal (published to the witness but gone)
-/// and writes an acknowledgement the next start journals before it serves again. Returns the
-/// missing range; `None` when nothing is missing.
-pub fn acknowledge_gap(state_dir: &Path, reason: &str) -> Result<Option<(u64, u64)>, JournalError> {
+/// Finds the records missing from the end of the journal (published to the witness but gone),
+/// or a witness that holds no heads for a journal that has records, and writes an
+/// acknowledgement the next start journals before it serves again. `None` when there is
+/// nothing to acknowledge.
+pub fn acknowledge_gap(
+    state_dir: &Path,
+    reason: &str,
+) -> Result<Option<Acknowledged>, JournalError> {
     let report = verify(&VerifyOptions::for_state_dir(state_dir))?;
-    let Some(truncated) = report
+    let truncated = report
         .problems
         .iter()
-        .find(|problem| problem.kind == ProblemKind::Truncated)
-    else {
-        return Ok(None);
-    };
-    let from = truncated.seq.unwrap_or_default();
-    let to = report
+        .find(|problem| problem.kind == ProblemKind::Truncated);
+    let witness_empty = report
         .witness
         .as_ref()
-        .and_then(|witness| witness.last_published_seq)
-        .unwrap_or(from);
-    let hash = witness_hash(&state_dir.join(WITNESS_FILE), to)?;
-    let ack = GapAck {
-        from,
-        to,
-        hash,
-        reason: reason.to_owned(),
-        by_uid: nix::unistd::getuid().as_raw(),
-        time: format_rfc3339(SystemTime::now()),
+        .is_some_and(|witness| witness.heads == 0);
+    let (ack, acknowledged) = match truncated {
+        Some(truncated) => {
+            let from = truncated.seq.unwrap_or_default();
+            let to = report
+                .witness
+                .as_ref()
+                .and_then(|witness| witness.last_published_seq)
+                .unwrap_or(from);
+            let hash = witness_hash(&state_dir.join(WITNESS_FILE), to)?;
+            (
+                gap_ack(from, to, hash, reason, false),
+                Acknowledged::MissingRecords { from, to },
+            )
+        }
+        None if witness_empty && report.last_seq > 0 => {
+            let last = tail(state_dir, 1)?
+                .pop()
+                .filter(|record| record.seq == report.last_seq)
+                .ok_or_else(|| JournalError::File {
+                    path: state_dir.join(super::JOURNAL_FILE),
+                    reason: "changed while it was read: run the command again".to_owned(),
+                })?;
+            (
+                gap_ack(last.seq, last.seq, last.hash, reason, true),
+                Acknowledged::WitnessLost { last: last.seq },
+            )
+        }
+        None => return Ok(None),
     };
     let path = state_dir.join(GAP_ACK_FILE);
     let text = serde_json::to_string(&ack).map_err(JournalError::Serialize)?;
@@ -900,7 +933,19 @@ pub fn acknowledge_gap(state_dir: &Path, reason: &str) -> Result<Option<(u64, u6
             action: "write",
             source,
         })?;
-    Ok(Some((from, to)))
+    Ok(Some(acknowledged))
+}
+
+fn gap_ack(from: u64, to: u64, hash: String, reason: &str, witness_lost: bool) -> GapAck {
+    GapAck {
+        from,
+        to,
+        hash,
+        reason: reason.to_owned(),
+        by_uid: nix::unistd::getuid().as_raw(),
+        time: format_rfc3339(SystemTime::now()),
+        witness_lost,
+    }
 }
 
 /// The hash the witness published for `seq` (its last head for that seq).

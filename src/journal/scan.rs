@@ -799,9 +799,9 @@ impl Checker {
         let seq = parsed.record.seq;
         let kind = parsed.kind();
         let state = self.epochs;
-        if kind == "journal_gap_acknowledged" {
-            // The lost records may have held the open epoch's seal: the epoch goes on from the
-            // key the daemon held, which cannot be earlier.
+        if kind == "journal_gap_acknowledged" || kind == "journal_witness_lost_acknowledged" {
+            // The lost records (named, or behind a lost witness) may have held the open epoch's
+            // seal: the epoch goes on from the key the daemon held, which cannot be earlier.
             if state.epoch.is_some_and(|open| epoch < open) {
                 self.report(
                     location,

@@ -576,7 +576,9 @@ pub(super) fn entry_for(record: &Record) -> Vec<u8> {
     push_field(&mut out, "MESSAGE", &journald_message(record));
     push_field(&mut out, "MESSAGE_ID", &message_id(kind));
     let priority = match kind {
-        "journal_gap_acknowledged" | "journal_tail_repaired" => "4",
+        "journal_gap_acknowledged"
+        | "journal_witness_lost_acknowledged"
+        | "journal_tail_repaired" => "4",
         "refused" | "connect_refused" | "approval_refused" | "notify_failed"
         | "refusals_coalesced" => "5",
         _ => "6",

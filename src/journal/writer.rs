@@ -290,10 +290,12 @@ impl Journal {
         };
         let local_key = storage::read_key(&dir, Access::Writer)?;
         let mut migrated_torn = None;
+        let mut migrated_from_v1 = false;
         let mut segments = storage::list_segments(&dir)?;
         if let Some(live) = segments.iter().find(|segment| segment.live)
             && first_line_is_v1(&live.path)?
         {
+            migrated_from_v1 = true;
             if segments.len() > 1 {
                 return Err(JournalError::File {
                     path: live.path.clone(),
@@ -349,6 +351,27 @@ impl Journal {
                     }
                 }
             }
+            // A journal with records and a witness with no heads: the witness was deleted (the
+            // daemon's uid can unlink a root-owned file in its own state directory) or replaced,
+            // and whatever was cut off the end with it cannot be detected. Only a v1 journal,
+            // written before heads were published, starts this way legitimately.
+            None if checked.witness_empty && end.seq > 0 && !migrated_from_v1 => {
+                match read_gap_ack(&dir, witness.protection())? {
+                    Some(ack)
+                        if ack.witness_lost && ack.to == end.seq && ack.hash == hex(&end.hash) =>
+                    {
+                        Some(ack)
+                    }
+                    _ => {
+                        return Err(JournalError::WitnessLost {
+                            path: witness.path().to_owned(),
+                            dir,
+                            end: end.seq,
+                            hash: hex(&end.hash),
+                        });
+                    }
+                }
+            }
             None => None,
         };
         if ack.is_some() && !live_exists {
@@ -359,13 +382,6 @@ impl Journal {
                     .to_owned(),
             });
         }
-        if checked.witness_empty && end.seq > 0 && migrated_torn.is_none() && !segments.is_empty() {
-            tracing::warn!(
-                witness = %witness.path().display(),
-                "the witness holds no heads but the journal has records: heads are published from now on; if it was deleted, records cut before now cannot be detected"
-            );
-        }
-
         let initial = storage::read_init(&dir)?;
         let credential = match &config.credentials_dir {
             Some(credentials) => storage::read_credential(credentials)?,
@@ -975,6 +991,9 @@ impl Journal {
     }
 
     fn acknowledge(&mut self, ack: &GapAck) -> Result<(), JournalError> {
+        if ack.witness_lost {
+            return self.acknowledge_witness_lost(ack);
+        }
         let mut event = Map::new();
         event.insert("kind".into(), "journal_gap_acknowledged".into());
         event.insert("from".into(), ack.from.into());
@@ -990,6 +1009,29 @@ impl Journal {
             from = ack.from,
             to = ack.to,
             "journal records acknowledged as lost by an operator; the gap is on record"
+        );
+        Ok(())
+    }
+
+    /// The operator's word that the witness was lost with the journal ending at `ack.to`: an
+    /// ordinary record after it (nothing is missing that anyone can name), whose head starts
+    /// the new witness.
+    fn acknowledge_witness_lost(&mut self, ack: &GapAck) -> Result<(), JournalError> {
+        let mut event = Map::new();
+        event.insert("kind".into(), "journal_witness_lost_acknowledged".into());
+        event.insert("last_seq".into(), ack.to.into());
+        event.insert("last_hash".into(), ack.hash.clone().into());
+        event.insert("by_uid".into(), ack.by_uid.into());
+        event.insert("reason".into(), ack.reason.clone().into());
+        self.write_event(&event, None)?;
+        let path = self.dir.join(GAP_ACK_FILE);
+        fs::remove_file(&path)
+            .map_err(|source| io_error("gap acknowledgement", &path, "remove", source))?;
+        tracing::warn!(
+            last_seq = ack.to,
+            "an operator acknowledged the loss of the journal witness; records cut before seq {} \
+             cannot be detected, and this is on record",
+            ack.to + 1
         );
         Ok(())
     }
