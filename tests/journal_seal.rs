@@ -5,6 +5,7 @@
 mod skip;
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -960,4 +961,51 @@ fn the_witness_is_append_only_when_the_host_says_so() {
         report.witness.unwrap().protection,
         journal::WitnessProtection::AppendOnly
     );
+}
+
+/// The witness is opened by root before the drop: a hard link planted under its name (to a
+/// file root owns elsewhere) must be refused, not appended to.
+#[test]
+fn a_hard_link_planted_as_the_witness_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("not-the-witness");
+    fs::write(&elsewhere, b"someone else's file\n").unwrap();
+    let state = dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    fs::hard_link(&elsewhere, state.join(WITNESS_FILE)).unwrap();
+    let error = Journal::open(&state).err().expect("refused");
+    assert!(error.to_string().contains("2 hard links"), "{error}");
+    assert_eq!(
+        fs::read(&elsewhere).unwrap(),
+        b"someone else's file\n",
+        "nothing was appended"
+    );
+    // Positive control: the same directory without the link opens.
+    fs::remove_file(state.join(WITNESS_FILE)).unwrap();
+    Journal::open(&state).expect("opens");
+}
+
+/// `acknowledge-gap` runs as root in the daemon user's directory: a hard link planted under
+/// the acknowledgement's name must not make root overwrite the file it points to.
+#[test]
+fn acknowledge_gap_never_writes_through_a_planted_hard_link() {
+    let (dir, _key) = sealed_journal(4);
+    let all = lines(dir.path());
+    write_lines(dir.path(), &all[..all.len() - 1]);
+    let outside = tempfile::tempdir().unwrap();
+    let elsewhere = outside.path().join("roots-file");
+    fs::write(&elsewhere, b"root's file\n").unwrap();
+    if fs::hard_link(&elsewhere, dir.path().join(GAP_ACK_FILE)).is_err() {
+        // Another file system: the link cannot exist, nor the attack.
+        skip::announce("SKIPPED: the temp dirs are on different file systems");
+        return;
+    }
+    journal::acknowledge_gap(dir.path(), "ticket 9")
+        .unwrap()
+        .expect("a gap");
+    assert_eq!(fs::read(&elsewhere).unwrap(), b"root's file\n");
+    assert_eq!(fs::metadata(&elsewhere).unwrap().nlink(), 1);
+    let ack = fs::read_to_string(dir.path().join(GAP_ACK_FILE)).unwrap();
+    assert!(ack.contains("ticket 9"), "{ack}");
 }

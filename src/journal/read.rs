@@ -912,10 +912,22 @@ pub fn acknowledge_gap(
     };
     let path = state_dir.join(GAP_ACK_FILE);
     let text = serde_json::to_string(&ack).map_err(JournalError::Serialize)?;
+    // Root writes in the daemon user's directory: whatever is under the name (a hard link to
+    // a file of root's elsewhere, say) is unlinked, never opened, and a new file is made.
+    match fs::remove_file(&path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            return Err(JournalError::Io {
+                what: "gap acknowledgement",
+                path,
+                action: "remove the old",
+                source: error,
+            });
+        }
+        _ => {}
+    }
     let mut file = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)

@@ -138,6 +138,19 @@ impl Witness {
                     .to_owned(),
             });
         }
+        if metadata.nlink() != 1 {
+            // A hard link the daemon user planted to some root-owned file elsewhere would make
+            // root append heads to it (fs.protected_hardlinks stops most such links; this
+            // stops the rest).
+            return Err(JournalError::File {
+                path,
+                reason: format!(
+                    "has {} hard links: another name elsewhere could be a file that is not the \
+                     witness. Keep it for the investigation, move it aside and restart",
+                    metadata.nlink()
+                ),
+            });
+        }
         if metadata.uid() != 0 && metadata.uid() != euid {
             return Err(JournalError::File {
                 path,
