@@ -276,6 +276,7 @@ version = 1
 [daemon]
 user = "nobody"
 [roles.ops]
+kind = "human"
 uids = [0]
 [roles.agents]
 uids = [@UIDS@]

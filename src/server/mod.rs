@@ -58,6 +58,10 @@ use tokio::net::unix::UCred;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+/// Answers up to this size fit a Unix stream socket's default send buffer (208 KiB on Linux),
+/// so writing them never waits on the peer.
+const ANSWER_WRITTEN_WITHOUT_WAITING: usize = 64 * 1024;
+
 /// Settings that do not come from the policy.
 pub struct ServeSettings {
     pub state_dir: PathBuf,
@@ -391,7 +395,23 @@ impl Daemon {
                 return;
             }
         };
-        let _ = write_half.write_all(&response.encode()).await;
+        // The caller's place must be free before it can act on the answer: a client that
+        // reconnects the moment it hears must never meet its own finished connection (32
+        // one-at-a-time clients of one uid got `busy` answers from that race: the write wakes
+        // the client, which can run before this task does again). An answer that fits the
+        // socket's send buffer is written without waiting on the peer, so its place goes
+        // first; a larger one keeps its place until written (a peer that does not read must
+        // not hold unbounded output outside every limit).
+        let encoded = response.encode();
+        let place_while_writing =
+            (encoded.len() > ANSWER_WRITTEN_WITHOUT_WAITING).then_some(admission);
+        // A peer that never reads must not hold its task forever.
+        let _ = tokio::time::timeout(
+            self.prepared().policy.daemon.request_timeout,
+            write_half.write_all(&encoded),
+        )
+        .await;
+        drop(place_while_writing);
         let _ = write_half.shutdown().await;
     }
 
