@@ -229,7 +229,7 @@ pub(super) fn send_listener(channel: RawFd, listener: RawFd) -> Result<(), i32> 
     if sent == 1 {
         Ok(())
     } else {
-        Err(super::child::errno())
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }
 

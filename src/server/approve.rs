@@ -355,7 +355,7 @@ impl Daemon {
         let requester = proposal.requester.clone();
         let (uid, gid, pid) = (requester.uid, requester.gid, requester.pid);
         let requester_caller =
-            tokio::task::spawn_blocking(move || super::peer::caller_from_cred(uid, gid, pid))
+            tokio::task::spawn_blocking(move || super::identity::caller_from_cred(uid, gid, pid))
                 .await
                 .expect("caller lookup panicked");
         let requester_roles: Vec<&Role> = prepared

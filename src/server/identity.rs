@@ -135,6 +135,11 @@ pub struct IdentityCache {
     entries: Mutex<Entries>,
 }
 
+/// Resolve a caller from kernel-reported credentials (SO_PEERCRED), through the cache.
+pub fn caller_from_cred(uid: u32, gid: u32, pid: i32) -> Caller {
+    shared().caller(uid, gid, pid)
+}
+
 /// The daemon's cache over the host's user database.
 pub fn shared() -> &'static IdentityCache {
     static SHARED: LazyLock<IdentityCache> = LazyLock::new(|| {

@@ -308,7 +308,7 @@ impl Daemon {
 
     async fn handle(self: Arc<Self>, stream: UnixStream, cred: UCred, mut admission: Admission) {
         let caller = tokio::task::spawn_blocking(move || {
-            peer::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
+            identity::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
         })
         .await
         .expect("caller lookup panicked");

@@ -1,18 +1,10 @@
-//! Caller identity from the kernel (invariant 3).
-//!
-//! The uid, gid and pid come from SO_PEERCRED on the accepted socket; the user name and group
-//! names are looked up in the user database from that uid (through [`super::identity`]'s cache,
-//! which answers only while the database is unchanged). Nothing the client sends is consulted.
+//! The user database's answer for a caller the kernel named (invariant 3): the user name and
+//! group names for the uid and gid that SO_PEERCRED reported. Uncached; `identity` caches it
+//! and is what the server asks. Nothing the client sends is consulted.
 #![forbid(unsafe_code)]
 
-use crate::policy::Caller;
 use nix::unistd::{Gid, Group, Uid, User};
 use std::ffi::CString;
-
-/// Resolve a caller from kernel-reported credentials.
-pub fn caller_from_cred(uid: u32, gid: u32, pid: i32) -> Caller {
-    super::identity::shared().caller(uid, gid, pid)
-}
 
 /// The user database's (uncached) answer for a uid and primary gid: the user name, and the
 /// names of the primary and supplementary groups.
