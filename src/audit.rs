@@ -211,6 +211,20 @@ pub fn setup_keys(
     for row in groups.chunks(3) {
         text.push_str(&format!("    {}\n", row.join("  ")));
     }
+    if let Ok(code) = qrcode::QrCode::new(key.as_bytes()) {
+        text.push_str(
+            "\nThe same key as a QR code, to scan into a password manager or a phone (the block \
+             characters are the dark modules; most scanners also read the inverted picture a \
+             light-on-dark terminal shows):\n\n",
+        );
+        let picture = zeroize::Zeroizing::new(
+            code.render::<qrcode::render::unicode::Dense1x2>()
+                .quiet_zone(true)
+                .build(),
+        );
+        text.push_str(&picture);
+        text.push('\n');
+    }
     text.push_str(&format!(
         "\nKey generation fingerprint: {}\nEpochs close every {} records or {} seconds.\n",
         made.fingerprint, made.epoch_records, made.epoch_seconds

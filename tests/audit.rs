@@ -3,6 +3,7 @@
 //! written denies every call (fail closed) and the daemon serves again once space is back.
 mod common;
 use common::*;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use verbd::protocol::Response;
@@ -627,4 +628,92 @@ fn the_witness_stays_roots_after_the_privilege_drop() {
             .unwrap()
             .contains("journal_gap_acknowledged")
     );
+}
+
+/// The QR form of the verification key decodes, with an independent decoder (zbarimg), to
+/// exactly the key printed as text.
+#[test]
+fn the_verification_key_qr_code_decodes_to_the_printed_key() {
+    let zbarimg = std::path::Path::new("/usr/bin/zbarimg");
+    if !zbarimg.exists() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI=true but zbarimg (package zbar-tools) is missing (.ci/run installs it)"
+        );
+        skip::announce("SKIPPED: zbarimg (zbar-tools) is not installed");
+        return;
+    }
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (code, out, err) = cli(&[
+        "audit",
+        "setup-keys",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let key = out
+        .split_whitespace()
+        .find(|word| word.starts_with("vk1-"))
+        .expect("a verification key is printed");
+    // The picture: the lines of block characters after the QR heading.
+    let after = out
+        .split("as a QR code")
+        .nth(1)
+        .expect("a QR code is printed");
+    let rows: Vec<Vec<char>> = after
+        .lines()
+        .skip_while(|line| !line.contains('█'))
+        .take_while(|line| line.contains(['█', '▀', '▄']))
+        .map(|line| line.chars().collect())
+        .collect();
+    assert!(rows.len() > 10, "{after}");
+    // Each character is two modules tall: ▀ top dark, ▄ bottom dark, █ both; a quiet zone of
+    // light modules around it, then 8 pixels per module, as a PBM image.
+    let width = rows.iter().map(Vec::len).max().unwrap();
+    let mut modules: Vec<Vec<bool>> = Vec::new();
+    for row in &rows {
+        let (mut top, mut bottom) = (Vec::new(), Vec::new());
+        for column in 0..width {
+            let c = row.get(column).copied().unwrap_or(' ');
+            top.push(matches!(c, '█' | '▀'));
+            bottom.push(matches!(c, '█' | '▄'));
+        }
+        modules.push(top);
+        modules.push(bottom);
+    }
+    let (scale, margin) = (8usize, 8usize);
+    let pixels_wide = (width + 2 * margin) * scale;
+    let pixels_high = (modules.len() + 2 * margin) * scale;
+    let mut pbm = format!("P1\n{pixels_wide} {pixels_high}\n");
+    for y in 0..pixels_high {
+        for x in 0..pixels_wide {
+            let (my, mx) = (
+                (y / scale).checked_sub(margin),
+                (x / scale).checked_sub(margin),
+            );
+            let dark = match (my, mx) {
+                (Some(my), Some(mx)) => modules.get(my).and_then(|r| r.get(mx)) == Some(&true),
+                _ => false,
+            };
+            pbm.push_str(if dark { "1 " } else { "0 " });
+        }
+        pbm.push('\n');
+    }
+    let image = dir.path().join("key.pbm");
+    std::fs::write(&image, pbm).unwrap();
+    let decoded = Command::new(zbarimg)
+        .args(["--raw", "-q"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(
+        decoded.status.success(),
+        "zbarimg could not read the QR code: {}",
+        String::from_utf8_lossy(&decoded.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&decoded.stdout).trim_end(), key);
 }
