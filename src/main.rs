@@ -277,10 +277,24 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("verbd: {e:#}");
+            eprintln!("verbd: {}", describe(&e));
             ExitCode::from(cli::EXIT_ERROR)
         }
     }
+}
+
+/// The error and its causes, each cause once: most layers' messages already end with their
+/// source's text, which `{:#}` would print a second time.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
