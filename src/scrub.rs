@@ -931,4 +931,32 @@ mod tests {
             b"ok ticket=[REDACTED:ticket] done\n"
         );
     }
+
+    /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
+    /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
+    #[test]
+    fn only_a_whole_redaction_marker_is_left_alone() {
+        let pattern = ScrubPattern {
+            name: "pass".to_owned(),
+            regex: r"pass=(?P<secret>\S+)".to_owned(),
+        };
+        let scrubber = Scrubber::new(&SecretStore::empty(), &[pattern], false).unwrap();
+        for value in [
+            "hunter2]",
+            "[REDACTED-but-not]x",
+            "[REDACTED:a]b]",
+            "[REDACTEDx",
+        ] {
+            let line = format!("pass={value} end\n");
+            assert_eq!(
+                scrubber.scrub(line.as_bytes()),
+                b"pass=[REDACTED:pass] end\n",
+                "{value}"
+            );
+        }
+        assert_eq!(
+            scrubber.scrub(b"pass=[REDACTED:x] end\n"),
+            b"pass=[REDACTED:x] end\n"
+        );
+    }
 }
