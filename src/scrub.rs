@@ -932,6 +932,34 @@ mod tests {
         );
     }
 
+    /// A line too long to hold is cut, but never inside a token: an AWS key straddling the
+    /// place where the cut would fall, at several offsets, comes out whole as one marker.
+    #[test]
+    fn a_long_line_is_never_cut_inside_a_token() {
+        let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
+        let key = b"AKIAABCDEFGHIJKLMNOP";
+        for offset in [0usize, 5, 10, 19] {
+            let total = MAX_HELD_LINE + 2 * LONG_LINE_OVERLAP;
+            let mut line = vec![b'x'; total];
+            line.push(b' ');
+            let start = total - LONG_LINE_OVERLAP - offset;
+            line[start - 1] = b' ';
+            line[start..start + key.len()].copy_from_slice(key);
+            line[start + key.len()] = b' ';
+            let mut stream = scrubber.stream();
+            let mut out = stream.push(&line);
+            out.extend(stream.push(b"tail\n"));
+            out.extend(stream.finish());
+            let text = String::from_utf8(out).unwrap();
+            assert!(!text.contains("AKIA"), "offset {offset}: the key leaked");
+            assert_eq!(
+                text.matches("[REDACTED:aws-access-key]").count(),
+                1,
+                "offset {offset}"
+            );
+        }
+    }
+
     /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
     /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
     #[test]
