@@ -960,6 +960,28 @@ mod tests {
         }
     }
 
+    /// An incomplete line is held whole until its newline, also when a whole secret sits in
+    /// it: releasing the part before the secret would split the line that line-based patterns
+    /// need to see at once.
+    #[test]
+    fn an_incomplete_line_holding_a_secret_is_held_whole() {
+        let scrubber = Scrubber::new(&store(&[("k", b"s3cr3t-value-xyz")]), &[], false).unwrap();
+        // Past the withheld tail (the stream always keeps its last bytes), so the first line
+        // can go out.
+        let filler = "b".repeat(CUT_WITHHELD_TAIL + 300);
+        let first = format!("{}\n", "a".repeat(300));
+        let open_line = format!("abc s3cr3t-value-xyz {filler}");
+        let mut stream = scrubber.stream();
+        let released = stream.push(format!("{first}{open_line}").as_bytes());
+        assert_eq!(String::from_utf8(released).unwrap(), first);
+        let mut rest = stream.push(b" more\n");
+        rest.extend(stream.finish());
+        assert_eq!(
+            String::from_utf8(rest).unwrap(),
+            format!("abc [REDACTED:k] {filler} more\n")
+        );
+    }
+
     /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
     /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
     #[test]
