@@ -982,6 +982,25 @@ mod tests {
         );
     }
 
+    /// A private key block split across chunks is swallowed to its END marker: the body in the
+    /// second chunk never comes out.
+    #[test]
+    fn a_private_key_split_across_chunks_is_swallowed_whole() {
+        let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
+        let mut stream = scrubber.stream();
+        let mut out = stream.push(b"before\n-----BEGIN PRIVATE KEY-----\n");
+        out.extend(stream.push("FIRSTHALF".repeat(200).as_bytes()));
+        out.extend(stream.push("SECONDHALF".repeat(200).as_bytes()));
+        out.extend(stream.push(b"\n-----END PRIVATE KEY-----\nafter\n"));
+        out.extend(stream.finish());
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("HALF"), "{text}");
+        assert!(
+            text.starts_with("before\n") && text.ends_with("after\n"),
+            "{text}"
+        );
+    }
+
     /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
     /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
     #[test]
