@@ -513,6 +513,47 @@ mod tests {
         }
     }
 
+    /// The limits hold exactly at their boundary: the longest allowed value passes, one byte
+    /// (or digit) more is refused by the limit's own rule, and the message names the parameter.
+    #[test]
+    fn length_limits_hold_at_their_boundary() {
+        let int = param(ParamKind::Int {
+            min: i64::MIN,
+            max: i64::MAX,
+        });
+        assert_eq!(
+            int.validate("9223372036854775807").unwrap(),
+            "9223372036854775807"
+        );
+        assert_eq!(
+            int.validate("-9223372036854775808").unwrap(),
+            "-9223372036854775808"
+        );
+        assert_eq!(
+            int.validate("10000000000000000000").unwrap_err().rule,
+            "int"
+        );
+
+        let unit = param(ParamKind::SystemdUnit);
+        let longest = format!("{}.service", "a".repeat(DEFAULT_MAX_LENGTH - 8));
+        assert_eq!(unit.validate(&longest).unwrap(), longest);
+        let too_long = format!("a{longest}");
+        assert!(unit.validate(&too_long).is_err());
+
+        let path = param(ParamKind::Path {
+            roots: vec![PathBuf::from("/")],
+            create: false,
+            opened_by: PathOpener::Child,
+        });
+        let long_path = format!("/{}", "a/".repeat(2500));
+        let rejection = path.validate(&long_path).unwrap_err();
+        assert_eq!(rejection.rule, "max-length", "{rejection}");
+        assert_eq!(
+            rejection.to_string(),
+            "parameter `p`: path is longer than 4096 bytes"
+        );
+    }
+
     #[test]
     fn control_characters_refused_everywhere() {
         let kinds = [

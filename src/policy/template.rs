@@ -538,6 +538,61 @@ mod tests {
             .collect()
     }
 
+    /// A path judged lexically (history from another host) is rendered as text and never
+    /// opened here; on this host the same path must exist and is pinned.
+    #[test]
+    fn a_lexically_checked_path_is_never_opened_on_this_host() {
+        let mut p = params();
+        let gone = "/nonexistent-verbd-test/file.log";
+        p.insert(
+            "file".into(),
+            Param {
+                name: "file".into(),
+                description: String::new(),
+                kind: ParamKind::Path {
+                    roots: vec![PathBuf::from("/")],
+                    create: false,
+                    opened_by: crate::policy::params::PathOpener::Child,
+                },
+                required: true,
+                default: None,
+                allow_dash: false,
+            },
+        );
+        let t = Template::parse_line("/bin/cat {file}").unwrap();
+        let rendered = t
+            .render(&p, &args(&[("file", gone)]), PathCheck::Lexical)
+            .unwrap();
+        assert_eq!(rendered.display(), ["/bin/cat", gone]);
+        assert!(
+            t.render(&p, &args(&[("file", gone)]), PathCheck::OnThisHost)
+                .is_err()
+        );
+    }
+
+    /// Placeholder names: a letter or `_` first, then letters, digits, `_` and `-`, at most 64.
+    #[test]
+    fn placeholder_names_follow_one_rule() {
+        for good in ["{_x}", "{a}", "{a-b_9}", &format!("{{{}}}", "n".repeat(64))] {
+            assert!(
+                Template::parse_line(&format!("/bin/x {good}")).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in [
+            "{9a}",
+            "{-a}",
+            "{a.b}",
+            "{}",
+            &format!("{{{}}}", "n".repeat(65)),
+        ] {
+            assert!(
+                Template::parse_line(&format!("/bin/x {bad}")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn values_stay_inside_one_element() {
         let t = Template::parse_line("/usr/bin/journalctl -u {unit} --since=-{since}").unwrap();
