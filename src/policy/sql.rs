@@ -2232,6 +2232,11 @@ mod tests {
         refused(r#"select U&"x" UESCAPE '!!' (1)"#, "unicode-escape");
         refused(r#"select U&"x\00" (1)"#, "unicode-escape");
         accepted(r#"select U&"\0075pper"('ok')"#);
+        // A line comment that runs to the end of the text, right after the identifier or the
+        // keyword: the scan stops at the end (it once could read one byte past it).
+        accepted("select U&\"\\0075pper\"('ok') --");
+        accepted("select 1 as U&\"x\" -- trailing comment");
+        refused("select U&\"x\" UESCAPE --", "unicode-escape");
     }
 
     #[test]
