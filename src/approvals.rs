@@ -626,15 +626,6 @@ impl Book {
             .collect()
     }
 
-    /// The earliest expiry of a pending proposal (when `overdue` will next find one).
-    pub fn next_expiry(&self) -> Option<u64> {
-        self.proposals
-            .values()
-            .filter(|p| p.state == State::Pending)
-            .map(|p| p.expires_ms)
-            .min()
-    }
-
     /// Why one more run of `verb` by `uid` would exceed `per_caller` or `global` within their
     /// periods, or `None` when it may run.
     pub fn rate_exceeded(
