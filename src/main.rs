@@ -197,7 +197,7 @@ enum Command {
     /// Agent runtime adapters
     Hook {
         #[command(subcommand)]
-        command: HookCommand,
+        command: cli::local::HookCommand,
     },
     /// MCP server on stdio for agent runtimes: each verb you may call is a tool
     /// (`claude mcp add verbd -- verbd mcp`); --print-config prints a runtime's snippet
@@ -210,7 +210,7 @@ enum Command {
     /// Sandbox profiles: what they allow, and which rule decides (offline)
     Sandbox {
         #[command(subcommand)]
-        command: SandboxCommand,
+        command: cli::local::SandboxCommand,
     },
     /// Policy tools (work offline, no daemon needed)
     Policy {
@@ -229,72 +229,14 @@ enum Command {
     Man { dir: PathBuf },
 }
 
-#[derive(Subcommand)]
-enum HookCommand {
-    /// Claude Code PreToolUse hook: reads the hook JSON on stdin; exit 0 allows, exit 2 denies
-    /// (and every failure denies)
-    ClaudeCode {
-        #[command(flatten)]
-        socket: SocketArg,
-        /// Print the settings.json snippet instead
-        #[arg(long)]
-        print_settings: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum SandboxCommand {
-    /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
-    /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private
-    /// paths out of reach), or with --exec as `verbd exec` would on this host (mount namespace or
-    /// Landlock-only split). Exit 0 allowed, 1 denied.
-    Why {
-        /// Policy holding the profile (default: the embedded demo policy)
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        /// The daemon's state directory (default: as `verbd serve` chooses it)
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        /// Explain the profile as `verbd exec` applies it
-        #[arg(long)]
-        exec: bool,
-        profile: String,
-        path: PathBuf,
-        #[arg(value_enum, default_value = "read")]
-        access: WhyAccess,
-    },
-}
-
-/// The access `verbd sandbox why` asks about.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum WhyAccess {
-    Read,
-    Write,
-    Exec,
-}
-
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("verbd: {}", describe(&e));
+            eprintln!("verbd: {}", cli::describe(&e));
             ExitCode::from(cli::EXIT_ERROR)
         }
     }
-}
-
-/// The error and its causes, each cause once: most layers' messages already end with their
-/// source's text, which `{:#}` would print a second time.
-fn describe(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -405,39 +347,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             keeps_capabilities,
             private,
         })),
-        Command::Sandbox {
-            command:
-                SandboxCommand::Why {
-                    policy,
-                    state_dir,
-                    exec,
-                    profile,
-                    path,
-                    access,
-                },
-        } => cli::local::sandbox_why(
-            policy,
-            state_dir,
-            exec,
-            &profile,
-            &path,
-            match access {
-                WhyAccess::Read => verbd::sandbox::FsAccess::Read,
-                WhyAccess::Write => verbd::sandbox::FsAccess::Write,
-                WhyAccess::Exec => verbd::sandbox::FsAccess::Exec,
-            },
-        ),
+        Command::Sandbox { command } => cli::local::sandbox(command),
         Command::Audit { command } => cli::audit::run(command),
-        Command::Hook { command } => match command {
-            HookCommand::ClaudeCode {
-                socket,
-                print_settings,
-            } => cli::local::claude_code_hook(
-                &socket.path(),
-                socket.socket.as_deref(),
-                print_settings,
-            ),
-        },
+        Command::Hook { command } => cli::local::hook(command),
         Command::Mcp {
             socket,
             print_config,

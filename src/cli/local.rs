@@ -1,5 +1,5 @@
 //! Commands that work without a daemon: `exec` (confine a program), `selftest`, the hidden
-//! sandbox canary, and the Claude Code hook.
+//! sandbox canary, `sandbox why`, and the Claude Code hook (with their argument types).
 #![forbid(unsafe_code)]
 
 use super::EXIT_CHECK_FAILED;
@@ -191,4 +191,82 @@ pub fn claude_code_hook(
     }
     let code = claude_hook::run(socket, claude_hook::DEFAULT_DEADLINE);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+#[derive(clap::Subcommand)]
+pub enum HookCommand {
+    /// Claude Code PreToolUse hook: reads the hook JSON on stdin; exit 0 allows, exit 2 denies
+    /// (and every failure denies)
+    ClaudeCode {
+        #[command(flatten)]
+        socket: crate::SocketArg,
+        /// Print the settings.json snippet instead
+        #[arg(long)]
+        print_settings: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum SandboxCommand {
+    /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
+    /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private
+    /// paths out of reach), or with --exec as `verbd exec` would on this host (mount namespace or
+    /// Landlock-only split). Exit 0 allowed, 1 denied.
+    Why {
+        /// Policy holding the profile (default: the embedded demo policy)
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Explain the profile as `verbd exec` applies it
+        #[arg(long)]
+        exec: bool,
+        profile: String,
+        path: PathBuf,
+        #[arg(value_enum, default_value = "read")]
+        access: WhyAccess,
+    },
+}
+
+/// The access `verbd sandbox why` asks about.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WhyAccess {
+    Read,
+    Write,
+    Exec,
+}
+
+/// `verbd sandbox …`.
+pub fn sandbox(command: SandboxCommand) -> anyhow::Result<ExitCode> {
+    let SandboxCommand::Why {
+        policy,
+        state_dir,
+        exec,
+        profile,
+        path,
+        access,
+    } = command;
+    sandbox_why(
+        policy,
+        state_dir,
+        exec,
+        &profile,
+        &path,
+        match access {
+            WhyAccess::Read => verbd::sandbox::FsAccess::Read,
+            WhyAccess::Write => verbd::sandbox::FsAccess::Write,
+            WhyAccess::Exec => verbd::sandbox::FsAccess::Exec,
+        },
+    )
+}
+
+/// `verbd hook …`.
+pub fn hook(command: HookCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        HookCommand::ClaudeCode {
+            socket,
+            print_settings,
+        } => claude_code_hook(&socket.path(), socket.socket.as_deref(), print_settings),
+    }
 }

@@ -42,3 +42,17 @@ pub fn parse_kv(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     }
     Ok(out)
 }
+
+/// The error and its causes, each cause once: most layers' messages already end with their
+/// source's text, which `{:#}` would print a second time.
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
