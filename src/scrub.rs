@@ -1001,6 +1001,23 @@ mod tests {
         );
     }
 
+    /// An unterminated private key block swallows exactly `MAX_PRIVATE_KEY_BLOCK` bytes, then
+    /// output flows again (also when the block is fed in pieces that end exactly at the cap).
+    #[test]
+    fn an_unterminated_private_key_swallows_exactly_its_cap() {
+        let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
+        let mut stream = scrubber.stream();
+        let mut out = stream.push(b"-----BEGIN PRIVATE KEY-----\n");
+        for _ in 0..(MAX_PRIVATE_KEY_BLOCK / 1024) {
+            out.extend(stream.push(&[b'k'; 1024]));
+        }
+        out.extend(stream.push(b"\nvisible again\n"));
+        out.extend(stream.finish());
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("visible again"), "{}", text.len());
+        assert!(!text.contains("kkkk"), "the key body leaked");
+    }
+
     /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
     /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
     #[test]
