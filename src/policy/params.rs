@@ -545,6 +545,11 @@ mod tests {
             create: false,
             opened_by: PathOpener::Child,
         });
+        // Exactly 4096 bytes is within the limit (refused, if at all, for another reason).
+        let at_limit = format!("/{}", "a".repeat(4095));
+        if let Err(rejection) = path.validate(&at_limit) {
+            assert_ne!(rejection.rule, "max-length", "{rejection}");
+        }
         let long_path = format!("/{}", "a/".repeat(2500));
         let rejection = path.validate(&long_path).unwrap_err();
         assert_eq!(rejection.rule, "max-length", "{rejection}");
