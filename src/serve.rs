@@ -80,6 +80,14 @@ pub enum StartError {
         state_dir: String,
         source: JournalError,
     },
+    #[error(
+        "FAIL journal: {source}\n     fix: the daemon (uid {uid}) cannot reach or write its state directory {state_dir}. This is not damage to the journal: every directory above the state directory must be searchable by that uid (use the default /var/lib/verbd, or a --state-dir whose parents allow it, e.g. chmod o+x on them)"
+    )]
+    StateDirDenied {
+        state_dir: String,
+        uid: u32,
+        source: JournalError,
+    },
     #[error("{0}")]
     Replay(#[from] events::DecodeError),
     #[error("the self-test failed (see above)")]
@@ -104,6 +112,7 @@ impl StartError {
             | StartError::UnknownSocketName(_)
             | StartError::Policy(_)
             | StartError::StateDir { .. }
+            | StartError::StateDirDenied { .. }
             | StartError::Prepare(_)
             | StartError::Bind(_)
             | StartError::Privileges(_)
@@ -120,7 +129,9 @@ impl StartError {
                 "sockets from systemd unusable; not serving".into()
             }
             StartError::Policy(_) => "policy invalid; not serving".into(),
-            StartError::StateDir { .. } => "state directory unusable; not serving".into(),
+            StartError::StateDir { .. } | StartError::StateDirDenied { .. } => {
+                "state directory unusable; not serving".into()
+            }
             StartError::Prepare(_) => "policy cannot be prepared; not serving".into(),
             StartError::Bind(_) => "cannot bind the socket; not serving".into(),
             StartError::Privileges(e) if e.is_configuration() => {
@@ -356,9 +367,22 @@ pub fn open_journal(state_dir: &Path, witness: Witness) -> Result<(Journal, Book
 /// [`open_journal`] with the journal's settings given (tests snapshot more often).
 pub fn open_journal_with(config: JournalConfig) -> Result<(Journal, Book), StartError> {
     let state_dir = &config.state_dir.clone();
-    let broken = |source| StartError::Journal {
-        state_dir: state_dir.display().to_string(),
-        source,
+    let broken = |source: JournalError| {
+        let denied = source
+            .io_error()
+            .is_some_and(|error| error.kind() == std::io::ErrorKind::PermissionDenied);
+        if denied {
+            StartError::StateDirDenied {
+                state_dir: state_dir.display().to_string(),
+                uid: nix::unistd::geteuid().as_raw(),
+                source,
+            }
+        } else {
+            StartError::Journal {
+                state_dir: state_dir.display().to_string(),
+                source,
+            }
+        }
     };
     let journal = Journal::open_with(config).map_err(broken)?;
     let from_snapshot = match journal.replay::<BookSnapshot>() {

@@ -4,6 +4,7 @@
 //! socket file left behind. A clean stop exits 0.
 mod common;
 use common::*;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -147,6 +148,34 @@ fn an_unusable_state_dir_exits_78() {
         "cannot create the state directory",
         "state directory",
     );
+}
+
+/// The state dir exists but its parent is not searchable by the daemon user (a root-owned 0700
+/// temp dir): the start ends with 78 and says what is wrong and how to fix it — not "the
+/// journal does not verify … find the damage", which sent an operator hunting for tampering.
+#[test]
+fn a_state_dir_the_daemon_user_cannot_reach_exits_78_and_says_so() {
+    if !require_root("serve exits") {
+        return;
+    }
+    let ended = serve_once(&healthy("user = \"nobody\""), |dir| {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    });
+    println!("exit {:?}; log: {}", ended.code, ended.log);
+    assert_eq!(ended.code, Some(78), "{}", ended.log);
+    assert!(
+        ended
+            .log
+            .contains("cannot reach or write its state directory"),
+        "{}",
+        ended.log
+    );
+    assert!(
+        ended.log.contains("not damage to the journal"),
+        "{}",
+        ended.log
+    );
+    assert!(!ended.log.contains("find the damage"), "{}", ended.log);
 }
 
 #[test]
