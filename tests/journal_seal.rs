@@ -1,6 +1,8 @@
 //! Forward-secure sealing, truncation evidence, segments, snapshots and export, on real files.
 //! The attacker here holds what an intruder who takes the host at time t holds: the state
 //! directory with the live sealing key (`journal.sealkey`), and write access to the journal.
+#[path = "common/hostile.rs"]
+mod hostile;
 #[path = "common/skip.rs"]
 mod skip;
 
@@ -805,8 +807,9 @@ fn setup_keys_on_a_running_journal_starts_a_new_generation() {
     assert!(report.sealing.proven_with_verify_key > 0);
 }
 
-#[test]
-fn a_v1_journal_is_verified_and_continued_as_segment_1() {
+/// A state directory holding a v1 journal (before epochs and the witness) of three records,
+/// HMAC'd with `journal.key`; returns it and the hash of its last line.
+fn v1_state_dir() -> (TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let key = [5u8; 32];
     fs::write(dir.path().join(journal::KEY_FILE), key).unwrap();
@@ -842,6 +845,12 @@ fn a_v1_journal_is_verified_and_continued_as_segment_1() {
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
+    (dir, prev)
+}
+
+#[test]
+fn a_v1_journal_is_verified_and_continued_as_segment_1() {
+    let (dir, prev) = v1_state_dir();
     let mut journal = Journal::open(dir.path()).expect("migrates");
     journal.append(&event(4)).unwrap();
     drop(journal);
@@ -1008,4 +1017,50 @@ fn acknowledge_gap_never_writes_through_a_planted_hard_link() {
     assert_eq!(fs::metadata(&elsewhere).unwrap().nlink(), 1);
     let ack = fs::read_to_string(dir.path().join(GAP_ACK_FILE)).unwrap();
     assert!(ack.contains("ticket 9"), "{ack}");
+}
+
+/// The daemon's uid holds `journal.key`, so it can write a v1 journal, which starts without
+/// witness heads legitimately. Cutting the tail, rewriting the journal as v1 and deleting the
+/// witness must not get past a witness that protects against that uid: a daemon that dropped
+/// from root to an unprivileged uid, with the root-owned witness opened before the drop, refuses.
+#[test]
+fn a_journal_rewritten_as_v1_does_not_excuse_a_deleted_witness() {
+    if !nix::unistd::geteuid().is_root() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "needs root under CI"
+        );
+        skip::announce("SKIPPED: a root-owned witness and a dropped uid need root");
+        return;
+    }
+    const DAEMON: u32 = 61077;
+    let (dir, _) = v1_state_dir();
+    // As `serve` does: root opens the witness (it is created, empty and root's), then gives
+    // the state directory to the daemon user and drops to it.
+    let witness = journal::Witness::open(dir.path()).unwrap();
+    for entry in fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.ends_with(WITNESS_FILE) {
+            std::os::unix::fs::chown(&path, Some(DAEMON), Some(DAEMON)).unwrap();
+        }
+    }
+    std::os::unix::fs::chown(dir.path(), Some(DAEMON), Some(DAEMON)).unwrap();
+    let state = dir.path().to_owned();
+    let (pid, mut answer) = hostile::fork_as(DAEMON, move |mut out| {
+        let mut config = JournalConfig::new(&state);
+        config.witness = Some(witness);
+        let said = match Journal::open_with(config) {
+            Err(JournalError::WitnessLost { end: 3, .. }) => "refused".to_owned(),
+            Err(other) => format!("other error: {other}"),
+            Ok(_) => "served".to_owned(),
+        };
+        let _ = std::io::Write::write_all(&mut out, said.as_bytes());
+    });
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut answer, &mut said).unwrap();
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(said, "refused");
 }

@@ -353,9 +353,15 @@ impl Journal {
             }
             // A journal with records and a witness with no heads: the witness was deleted (the
             // daemon's uid can unlink a root-owned file in its own state directory) or replaced,
-            // and whatever was cut off the end with it cannot be detected. Only a v1 journal,
-            // written before heads were published, starts this way legitimately.
-            None if checked.witness_empty && end.seq > 0 && !migrated_from_v1 => {
+            // and whatever was cut off the end with it cannot be detected. A v1 journal (written
+            // before heads were published) starts this way legitimately, but the daemon's uid
+            // can also write one (it holds `journal.key`): where the witness protects against
+            // that uid, a v1 journal needs the acknowledgement too.
+            None if checked.witness_empty
+                && end.seq > 0
+                && (!migrated_from_v1
+                    || witness.protection() != WitnessProtection::Unprotected) =>
+            {
                 match read_gap_ack(&dir, witness.protection())? {
                     Some(ack)
                         if ack.witness_lost && ack.to == end.seq && ack.hash == hex(&end.hash) =>

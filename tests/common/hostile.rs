@@ -36,7 +36,7 @@ fn exchange(socket: &Path, request: &Request) -> RawAnswer {
 
 /// Forks a child that drops to `uid` (and gid `uid`, no supplementary groups), runs `body` with
 /// the write end of a pipe and leaves with `_exit(0)`. Returns the child's pid and the read end.
-fn fork_as(uid: u32, body: impl FnOnce(std::fs::File)) -> (i32, std::fs::File) {
+pub fn fork_as(uid: u32, body: impl FnOnce(std::fs::File)) -> (i32, std::fs::File) {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
