@@ -368,9 +368,13 @@ pub fn open_journal(state_dir: &Path, witness: Witness) -> Result<(Journal, Book
 pub fn open_journal_with(config: JournalConfig) -> Result<(Journal, Book), StartError> {
     let state_dir = &config.state_dir.clone();
     let broken = |source: JournalError| {
-        let denied = source
-            .io_error()
-            .is_some_and(|error| error.kind() == std::io::ErrorKind::PermissionDenied);
+        // Only the directory itself: an unreadable journal file inside it stays a journal
+        // problem (its owner, the daemon's uid, could have made it so).
+        let denied = matches!(
+            &source,
+            JournalError::Io { what: "state directory", source: error, .. }
+                if error.kind() == std::io::ErrorKind::PermissionDenied
+        );
         if denied {
             StartError::StateDirDenied {
                 state_dir: state_dir.display().to_string(),

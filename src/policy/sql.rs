@@ -854,9 +854,9 @@ fn unicode_escape_clause(
     }
 }
 
-/// Decodes the `\XXXX`, `\+XXXXXX` and doubled-escape sequences of a `U&` identifier body, as
-/// the server does (surrogate pairs combined; NUL, lone surrogates and values above U+10FFFF
-/// refused).
+/// Decodes the `\` + 4 hex digits, `\+` + 6 hex digits and doubled-escape sequences of a `U&`
+/// identifier body, as the server does (surrogate pairs combined; NUL, lone surrogates and
+/// values above U+10FFFF refused).
 fn decode_unicode_escapes(body: &str, escape: char) -> Result<String, String> {
     let mut out = String::with_capacity(body.len());
     let mut chars = body.chars().peekable();
@@ -885,10 +885,9 @@ fn decode_unicode_escapes(body: &str, escape: char) -> Result<String, String> {
         };
         let mut value = 0u32;
         for _ in 0..digits {
-            let digit = chars
-                .next()
-                .and_then(|d| d.to_digit(16))
-                .ok_or("invalid Unicode escape (write \\XXXX or \\+XXXXXX)")?;
+            let digit = chars.next().and_then(|d| d.to_digit(16)).ok_or(
+                "invalid Unicode escape (write \\ and 4 hex digits, or \\+ and 6, e.g. \\0041)",
+            )?;
             value = value * 16 + digit;
         }
         match (pending_high.take(), value) {
