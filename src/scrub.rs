@@ -883,6 +883,15 @@ mod tests {
         SecretStore::from_values(values)
     }
 
+    /// A scrubber with no secrets and one policy pattern.
+    fn pattern_scrubber(name: &str, regex: &str) -> Scrubber {
+        let pattern = ScrubPattern {
+            name: name.to_owned(),
+            regex: regex.to_owned(),
+        };
+        Scrubber::new(&SecretStore::empty(), &[pattern], false).unwrap()
+    }
+
     #[test]
     fn builtins_compile() {
         Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
@@ -921,11 +930,7 @@ mod tests {
 
     #[test]
     fn policy_pattern_with_secret_group_keeps_prefix() {
-        let pattern = ScrubPattern {
-            name: "ticket".to_owned(),
-            regex: r"ticket=(?P<secret>[0-9]{6})".to_owned(),
-        };
-        let scrubber = Scrubber::new(&SecretStore::empty(), &[pattern], false).unwrap();
+        let scrubber = pattern_scrubber("ticket", r"ticket=(?P<secret>[0-9]{6})");
         assert_eq!(
             scrubber.scrub(b"ok ticket=123456 done\n"),
             b"ok ticket=[REDACTED:ticket] done\n"
@@ -1022,11 +1027,7 @@ mod tests {
     /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
     #[test]
     fn only_a_whole_redaction_marker_is_left_alone() {
-        let pattern = ScrubPattern {
-            name: "pass".to_owned(),
-            regex: r"pass=(?P<secret>\S+)".to_owned(),
-        };
-        let scrubber = Scrubber::new(&SecretStore::empty(), &[pattern], false).unwrap();
+        let scrubber = pattern_scrubber("pass", r"pass=(?P<secret>\S+)");
         for value in [
             "hunter2]",
             "[REDACTED-but-not]x",

@@ -244,6 +244,20 @@ fn setup_keys(state: &std::path::Path, epoch_records: u32) -> String {
         .to_owned()
 }
 
+/// `verbd audit acknowledge-gap` (it must succeed); returns what it printed.
+fn acknowledge_gap(state: &std::path::Path, reason: &str) -> String {
+    let (code, out, err) = cli(&[
+        "audit",
+        "acknowledge-gap",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--reason",
+        reason,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    out
+}
+
 fn restart_output(d: &Daemon) -> std::process::Output {
     Command::new(BIN)
         .args(["serve", "--policy"])
@@ -284,15 +298,7 @@ fn cut_tail_records_are_named_by_verify_and_the_restart_refuses_until_acknowledg
         };
         assert!(err.contains(&missing), "{err}");
     }
-    let (code, out, err) = cli(&[
-        "audit",
-        "acknowledge-gap",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--reason",
-        "test: three records cut",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    acknowledge_gap(&state, "test: three records cut");
     d.respawn();
     assert_eq!(stdout_of(&d.call("echo", &[("w", "after")])), "after\n");
     d.stop();
@@ -328,15 +334,7 @@ fn a_deleted_witness_with_a_cut_tail_stops_the_restart_until_acknowledged() {
         assert!(err.contains("holds no heads"), "attempt {attempt}: {err}");
         assert!(err.contains("verbd audit acknowledge-gap"), "{err}");
     }
-    let (code, out, err) = cli(&[
-        "audit",
-        "acknowledge-gap",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--reason",
-        "test: witness deleted",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    let out = acknowledge_gap(&state, "test: witness deleted");
     assert!(out.contains("the witness holds no heads"), "{out}");
     d.respawn();
     assert_eq!(stdout_of(&d.call("echo", &[("w", "after")])), "after\n");
@@ -597,15 +595,7 @@ fn the_witness_stays_roots_after_the_privilege_drop() {
     let refused = serve(&dir.path().join("s2")).wait_with_output().unwrap();
     assert_eq!(refused.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("missing records"));
-    let (code, out, err) = cli(&[
-        "audit",
-        "acknowledge-gap",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--reason",
-        "test",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    acknowledge_gap(&state, "test");
     let socket = dir.path().join("s3");
     let mut child = serve(&socket);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
