@@ -9,7 +9,11 @@
 //!   protected directory (a new hook, a new `.claude` file);
 //! - **Landlock-only split** (forced with `VERBD_EXEC_LANDLOCK_ONLY`): the same protected
 //!   entries hold; the documented trade-off is that no new entry can be created at the top of the
-//!   project.
+//!   project;
+//! - in **both**, the create broker refuses every *new* protected name (`AGENTS.md` at the top,
+//!   `src/CLAUDE.md`, `.envrc` by rename, a protected symlink, a hard link, a nested `.git`, a
+//!   create through a dangling symlink or an absolute symlink back into the project, a second
+//!   name through `/proc/self/fd/N`), while the ordinary calls it performs keep working.
 //!
 //! The same script run without `verbd exec` is the positive control: every attempt succeeds.
 mod common;
@@ -61,6 +65,56 @@ attempt("git-rename", lambda: os.rename(".git", "git-moved"))
 attempt("docs-rename", lambda: os.rename("docs", "docs-moved"))
 attempt("nested-memory-modify", lambda: write("docs/CLAUDE.md"))
 attempt("via-parent-root", lambda: write(f"/proc/{os.getppid()}/root{os.getcwd()}/CLAUDE.md"))
+def both(*ops):
+    for op in ops:
+        op()
+def fifo_both_ends():
+    import threading
+    os.mkfifo("src/pipe-both")
+    reader = {}
+    t = threading.Thread(target=lambda: reader.setdefault("fd", os.open("src/pipe-both", os.O_RDONLY | os.O_CREAT)))
+    t.start()
+    w = os.open("src/pipe-both", os.O_WRONLY | os.O_CREAT)
+    t.join()
+    os.close(w)
+    os.close(reader["fd"])
+def link_via_descriptor(existing, new):
+    fd = os.open(existing, os.O_RDONLY)
+    here = os.open(".", os.O_RDONLY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", new, src_dir_fd=here, follow_symlinks=True)
+    finally:
+        os.close(here)
+        os.close(fd)
+def tmpfile_linked():
+    fd = os.open("src", os.O_TMPFILE | os.O_WRONLY, 0o600)
+    os.write(fd, b"tmp")
+    # With a directory fd, os.link calls linkat(AT_SYMLINK_FOLLOW), the O_TMPFILE idiom (the
+    # absolute source ignores the directory).
+    here = os.open(".", os.O_RDONLY)
+    os.link(f"/proc/self/fd/{fd}", "src/from-tmpfile", src_dir_fd=here, follow_symlinks=True)
+    os.close(here)
+    os.close(fd)
+attempt("new-memory-top", lambda: write("AGENTS.md"))
+attempt("new-memory-in-src", lambda: write("src/CLAUDE.md"))
+attempt("new-envrc-by-rename", lambda: replace(".envrc"))
+attempt("new-symlink-protected", lambda: os.symlink("src", "GEMINI.md"))
+attempt("new-hardlink-protected", lambda: both(lambda: write("src/plain.txt"), lambda: os.link("src/plain.txt", "src/.envrc")))
+attempt("new-nested-git", lambda: os.makedirs("src/vendored/.git"))
+attempt("new-through-dangling-symlink", lambda: both(lambda: os.symlink("AGENTS.md", "src/notes.md"), lambda: write("src/notes.md")))
+attempt("new-git-by-directory-rename", lambda: both(lambda: os.makedirs("src/stage/hooks"), lambda: os.rename("src/stage", "src/.git")))
+attempt("via-absolute-symlink-modify", lambda: both(lambda: os.symlink(os.getcwd(), "src/again"), lambda: write("src/again/CLAUDE.md")))
+attempt("via-absolute-symlink-create", lambda: both(lambda: os.symlink(os.getcwd(), "src/back"), lambda: write("src/back/AGENTS.md")))
+attempt("second-name-via-descriptor", lambda: link_via_descriptor("CLAUDE.md", "src/copy.md"))
+attempt("plain-rename-in-src", lambda: both(lambda: write("src/a.txt"), lambda: os.rename("src/a.txt", "src/b.txt")))
+attempt("plain-link-in-src", lambda: both(lambda: write("src/c.txt"), lambda: os.link("src/c.txt", "src/d.txt")))
+attempt("plain-symlink-in-src", lambda: os.symlink("b.txt", "src/e.txt"))
+attempt("plain-mkdir-in-src", lambda: os.makedirs("src/x/y"))
+attempt("fifo-both-ends", fifo_both_ends)
+attempt("tmpfile-linked", tmpfile_linked)
+attempt("devnull-create-flag", lambda: write("/dev/null"))
+attempt("existing-protected-mkdir-p", lambda: os.makedirs(".git", exist_ok=True))
+attempt("existing-protected-read-with-create-flag", lambda: os.close(os.open(".git/config", os.O_RDONLY | os.O_CREAT)))
 "#;
 
 /// Existing protected entries and their original content.
@@ -174,6 +228,15 @@ fn protected_entries_untouched(repo: &Path) {
         "docs-moved",
         ".git/hooks/post-checkout",
         ".claude/settings.local.json",
+        "AGENTS.md",
+        "src/CLAUDE.md",
+        ".envrc",
+        "GEMINI.md",
+        "src/.envrc",
+        "src/vendored/.git",
+        "src/AGENTS.md",
+        "src/.git",
+        "src/copy.md",
     ] {
         assert!(!repo.join(gone).exists(), "{gone} exists");
     }
@@ -195,7 +258,57 @@ const REFUSED_IN_BOTH_MODES: &[&str] = &[
     "docs-rename",
     "nested-memory-modify",
     "via-parent-root",
+    "via-absolute-symlink-modify",
 ];
+
+/// New protected names, refused in both modes by the create broker (`EACCES`), wherever the
+/// write root would let a new entry be made.
+const NEW_PROTECTED_NAMES: &[&str] = &[
+    "new-memory-top",
+    "new-memory-in-src",
+    "new-envrc-by-rename",
+    "new-symlink-protected",
+    "new-hardlink-protected",
+    "new-nested-git",
+    "new-through-dangling-symlink",
+    "new-git-by-directory-rename",
+    "via-absolute-symlink-create",
+    "second-name-via-descriptor",
+];
+
+/// What the broker performs for the program in both modes: ordinary creates, links, renames,
+/// FIFOs opened from both ends, an `O_TMPFILE` linked through `/proc/self/fd`, `O_CREAT` on
+/// `/dev/null` and on existing protected entries that are only read.
+const BROKERED_IN_BOTH_MODES: &[&str] = &[
+    "plain-rename-in-src",
+    "plain-link-in-src",
+    "plain-symlink-in-src",
+    "plain-mkdir-in-src",
+    "fifo-both-ends",
+    "tmpfile-linked",
+    "devnull-create-flag",
+    "existing-protected-mkdir-p",
+    "existing-protected-read-with-create-flag",
+];
+
+/// Both modes: every new protected name is refused (and said so on stderr), every ordinary
+/// brokered call succeeds.
+fn creates_are_brokered(lines: &[(String, i32)], stderr: &str) {
+    for name in NEW_PROTECTED_NAMES {
+        assert_eq!(errno_of(lines, name), libc::EACCES, "{name}: {lines:?}");
+    }
+    for name in BROKERED_IN_BOTH_MODES {
+        assert_eq!(errno_of(lines, name), 0, "{name}: {lines:?}\n{stderr}");
+    }
+    assert!(
+        stderr.contains("new protected names: refused in every write root"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("AGENTS.md is a protected name `agents.md`"),
+        "the refusal says why: {stderr}"
+    );
+}
 
 #[test]
 fn the_unconfined_control_can_do_everything() {
@@ -207,7 +320,7 @@ fn the_unconfined_control_can_do_everything() {
         .filter_map(|l| l.strip_prefix("attempt(\""))
         .filter_map(|l| l.split('"').next())
         .collect();
-    assert_eq!(names.len(), 20, "{names:?}");
+    assert_eq!(names.len(), 40, "{names:?}");
     // Each attempt in a fresh project: earlier ones would remove what later ones act on.
     for name in names {
         let (_dir, repo, policy) = project();
@@ -244,20 +357,27 @@ fn in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold() {
     for name in REFUSED_IN_BOTH_MODES {
         assert_ne!(errno_of(&lines, name), 0, "{name} was allowed: {lines:?}");
     }
-    // Precise answers: read-only (EROFS) for writes, a mount point (EBUSY) for moves, Landlock
-    // (EACCES) for the way around through the launcher's /proc root.
+    // Precise answers: read-only (EROFS) for writes, a mount point (EBUSY) for moves and
+    // removals, the create broker (EACCES) for renames of protected names, new protected names
+    // and the way around through the launcher's /proc root (a magic link it never follows).
     for (name, errno) in [
         ("memory-modify", libc::EROFS),
         ("memory-remove", libc::EBUSY),
-        ("memory-rename", libc::EBUSY),
-        ("hook-create", libc::EROFS),
-        ("git-rename", libc::EBUSY),
+        ("memory-rename", libc::EACCES),
+        ("hook-create", libc::EACCES),
+        ("git-rename", libc::EACCES),
         ("docs-rename", libc::EBUSY),
         ("via-parent-root", libc::EACCES),
+        ("via-absolute-symlink-modify", libc::EROFS),
     ] {
         assert_eq!(errno_of(&lines, name), errno, "{name}: {lines:?}");
     }
+    creates_are_brokered(&lines, &stderr);
     assert!(repo.join("new.py").exists() && repo.join("new-dir").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(repo.join("src/from-tmpfile")).unwrap(),
+        "tmp"
+    );
     protected_entries_untouched(&repo);
 
     // The offline self-test says which mode `verbd exec` gets on this host.
@@ -304,6 +424,7 @@ fn landlock_only_keeps_protected_entries_and_cannot_create_at_the_top() {
             "{name} must be refused by Landlock: {lines:?}"
         );
     }
+    creates_are_brokered(&lines, &stderr);
     assert!(!repo.join("new.py").exists());
     protected_entries_untouched(&repo);
 }

@@ -13,7 +13,8 @@
 //! no_new_privs, Landlock (filesystem, then the TCP port layer of module `net_rules`), seccomp (the
 //! last filter hands its listener to the connect broker of [`unix_broker`], which decides every
 //! `connect` outside the sandbox: a confined program reaches only the Unix sockets its profile
-//! lists).
+//! lists; under `verbd exec` it also hands every creating call to the create broker of module
+//! `create_broker`, which refuses new protected names).
 //!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with
@@ -30,6 +31,7 @@
 //! process_group` together with `install` (std applies them before `pre_exec`).
 
 mod child;
+mod create_broker;
 pub mod exec_env;
 pub mod fs_rules;
 mod namespace;
@@ -256,6 +258,8 @@ pub struct PreparedSandbox {
     daemon_filters: Arc<Vec<BpfProgram>>,
     exec_filters: Arc<Vec<BpfProgram>>,
     connect_filter: Arc<BpfProgram>,
+    /// `verbd exec`'s last filter: connects and every naming syscall to the brokers.
+    exec_broker_filter: Arc<BpfProgram>,
     net_template: Option<RulesetCreated>,
     cap_last_cap: u32,
     keep_mask: u64,
@@ -440,6 +444,7 @@ impl PreparedSandbox {
             daemon_filters,
             exec_filters,
             connect_filter: Arc::new(seccomp::connect_program()),
+            exec_broker_filter: Arc::new(seccomp::exec_program()),
             net_template,
             cap_last_cap,
             keep_mask,
@@ -500,6 +505,29 @@ impl PreparedSandbox {
         self
     }
 
+    /// Where `verbd exec`'s create broker refuses protected names: the canonical write roots.
+    fn create_policy(&self) -> create_broker::CreatePolicy {
+        create_broker::CreatePolicy {
+            write_roots: self
+                .spec
+                .write
+                .iter()
+                .filter_map(|root| std::fs::canonicalize(root).ok())
+                .collect(),
+            protected: self.spec.protected.clone(),
+            mount_points: self
+                .exec
+                .iter()
+                .flat_map(|setup| &setup.mounts)
+                .filter_map(|mount| std::fs::symlink_metadata(&mount.path).ok())
+                .map(|meta| {
+                    use std::os::unix::fs::MetadataExt;
+                    (meta.dev(), meta.ino())
+                })
+                .collect(),
+        }
+    }
+
     /// What the broker lets this profile's children connect to.
     pub fn connect_policy(&self) -> unix_broker::ConnectPolicy {
         unix_broker::ConnectPolicy {
@@ -534,7 +562,11 @@ impl PreparedSandbox {
                 None => None,
             },
             filters,
-            connect_filter: Arc::clone(&self.connect_filter),
+            connect_filter: if daemon_child {
+                Arc::clone(&self.connect_filter)
+            } else {
+                Arc::clone(&self.exec_broker_filter)
+            },
             broker_channel,
             seccomp_flags: SECCOMP_FLAGS,
             forced_failure: self.forced_failure,
@@ -656,6 +688,7 @@ impl PreparedSandbox {
             Arc::new(self.connect_policy()),
             identity,
             unix_broker::Reporter::Log,
+            None,
         )
         .map_err(SandboxError::Broker)?;
         plan.keep_fds = keep_fds;
@@ -864,8 +897,17 @@ pub fn exec_confined(
     let mut connect_policy = prepared.connect_policy();
     connect_policy.unix_sockets.push(verbd_socket);
 
+    let create_policy = prepared.create_policy();
+    let creates = unix_broker::CreateSetup {
+        policy: create_policy.clone(),
+        ruleset: prepared
+            .template
+            .try_clone()
+            .map_err(SandboxError::CloneRuleset)?,
+    };
+
     // The program runs in a forked child; this process stays outside the sandbox as its connect
-    // broker and exits with the child's status.
+    // and create broker and exits with the child's status.
     let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
     let mut plan = prepared.plan(FilterUse::ExecWrapper, child_end.as_raw_fd())?;
     plan.death_signal_parent = Some(std::process::id() as libc::pid_t);
@@ -881,9 +923,10 @@ pub fn exec_confined(
             uid: r.uid,
             gid: r.gid,
         });
-        unix_broker::run_launcher(broker_end, pid, connect_policy, identity);
+        unix_broker::run_launcher(broker_end, pid, connect_policy, identity, creates);
     }
     drop(broker_end);
+    drop(creates);
     // This process's own status (the file opened above names the parent, now the broker).
     let status_file = std::fs::File::open("/proc/self/status").map_err(SandboxError::Status)?;
     if let Some(setup) = &prepared.exec
@@ -929,9 +972,10 @@ pub fn exec_confined(
             }
         };
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
+            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status),
+            create_policy.describe(),
             connect_policy.describe(),
             describe_network(&prepared.spec.network),
             dropped_env.join(", ")

@@ -32,7 +32,11 @@
 //! 3. the **connect filter**: `connect` answers `SECCOMP_RET_USER_NOTIF`, so every connect waits
 //!    for the broker outside the sandbox (module `unix_broker`), which decides on its own copy of
 //!    the address and connects on the child's behalf. Installed last, with
-//!    `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+//!    `SECCOMP_FILTER_FLAG_NEW_LISTENER`. For `verbd exec` it is the **broker filter**
+//!    ([`exec_program`]) instead: `connect` and every syscall that gives a new name (`open`/
+//!    `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link`, `rename` in all
+//!    forms) notify, for the connect broker and the create broker (module `create_broker`);
+//!    `openat2` answers `ENOSYS`.
 //!
 //! Why this shape (measured on a 2-vCPU VM, fork + attach + `_exit`, medians of
 //! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
@@ -369,6 +373,72 @@ pub(super) fn connect_program() -> BpfProgram {
         insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
     ]
+}
+
+/// Syscalls that give a new name to something, each answered by `verbd exec`'s create broker
+/// (module `create_broker`); `open` and `openat` only with `O_CREAT`, tested in the filter.
+const NAMING_SYSCALLS: &[i64] = &[
+    libc::SYS_creat,
+    libc::SYS_mkdir,
+    libc::SYS_mkdirat,
+    libc::SYS_mknod,
+    libc::SYS_mknodat,
+    libc::SYS_symlink,
+    libc::SYS_symlinkat,
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+];
+
+/// offsetof(struct seccomp_data, args[i]), low 32 bits (little-endian).
+const fn offset_arg(i: u32) -> u32 {
+    16 + 8 * i
+}
+
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
+
+/// `verbd exec`'s broker filter: arch check, then `connect`, every [`NAMING_SYSCALLS`] and `open`/
+/// `openat` with `O_CREAT` answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
+/// flags sit behind a pointer: libc falls back to `openat`); everything else is allowed (the
+/// other filters still apply).
+pub(super) fn exec_program() -> BpfProgram {
+    let always = NAMING_SYSCALLS.len() as u32 + 1;
+    // Positions: 4 prefix, openat2 (2), open (3), openat (3), then the `always` comparisons.
+    let compare_start = 12;
+    let allow_after_compares = compare_start + always;
+    let check = allow_after_compares + 1;
+    let notify = check + 3;
+    let mut program = vec![
+        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, OFFSET_NR),
+        insn(JEQ_K, 0, 1, libc::SYS_openat2 as u32),
+        insn(RET_K, 0, 0, ret_errno(libc::ENOSYS)),
+        insn(JEQ_K, 0, 2, libc::SYS_open as u32),
+        insn(LD_W_ABS, 0, 0, offset_arg(1)),
+        insn(JA, 0, 0, check - 9),
+        insn(JEQ_K, 0, 2, libc::SYS_openat as u32),
+        insn(LD_W_ABS, 0, 0, offset_arg(2)),
+        insn(JA, 0, 0, check - 12),
+    ];
+    let numbers = std::iter::once(libc::SYS_connect).chain(NAMING_SYSCALLS.iter().copied());
+    for (i, nr) in numbers.enumerate() {
+        let at = compare_start + i as u32;
+        program.push(insn(JEQ_K, (notify - at - 1) as u8, 0, nr as u32));
+    }
+    program.extend([
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        insn(JSET_K, 0, 1, libc::O_CREAT as u32),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+    ]);
+    debug_assert_eq!(program.len() as u32, notify + 1);
+    program
 }
 
 fn jump_too_far() -> SandboxError {
@@ -740,5 +810,53 @@ mod tests {
             run(&connect, AUDIT_ARCH_X86_64, libc::SYS_sendto as u32),
             libc::SECCOMP_RET_ALLOW
         );
+    }
+
+    #[test]
+    fn the_exec_filter_brokers_exactly_the_naming_calls() {
+        let program = exec_program();
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let call = |nr: i64, args: [u64; 6]| run_call(&program, nr, args);
+        let creat = libc::O_CREAT as u64;
+        let rdwr = libc::O_RDWR as u64;
+        assert_eq!(call(libc::SYS_open, [0, creat | rdwr, 0, 0, 0, 0]), notify);
+        assert_eq!(
+            call(libc::SYS_open, [0, rdwr, 0, 0, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        // The flags of openat are its third argument: O_CREAT elsewhere does not count.
+        assert_eq!(call(libc::SYS_openat, [0, 0, creat, 0, 0, 0]), notify);
+        assert_eq!(
+            call(libc::SYS_openat, [0, creat, rdwr, creat, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        // O_TMPFILE names nothing until linkat.
+        assert_eq!(
+            call(
+                libc::SYS_openat,
+                [0, 0, libc::O_TMPFILE as u64 | rdwr, 0, 0, 0]
+            ),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(call(libc::SYS_openat2, [0; 6]), ret_errno(libc::ENOSYS));
+        for &nr in NAMING_SYSCALLS.iter().chain(&[libc::SYS_connect]) {
+            assert_eq!(call(nr, [0; 6]), notify, "syscall {nr}");
+        }
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_unlink,
+            libc::SYS_unlinkat,
+            libc::SYS_rmdir,
+            libc::SYS_execve,
+            libc::SYS_bind,
+        ] {
+            assert_eq!(
+                call(nr, [creat; 6]),
+                libc::SECCOMP_RET_ALLOW,
+                "syscall {nr}"
+            );
+        }
+        assert!(program.len() <= 4096);
     }
 }

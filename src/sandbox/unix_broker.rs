@@ -8,12 +8,14 @@
 //!
 //! How: the child's last seccomp filter answers `connect` with `SECCOMP_RET_USER_NOTIF`
 //! (module `seccomp`); the child sends the listener fd over a socketpair (`send_listener`,
-//! async-signal-safe, before `execve`); the broker ([`serve`]) receives each notification, copies
+//! async-signal-safe, before `execve`); the broker (`serve`) receives each notification, copies
 //! the address out of the caller's memory (`process_vm_readv`), decides on that copy
 //! ([`ConnectPolicy::decide`]), takes the caller's socket (`pidfd_getfd`), connects it itself
 //! — to the *listed* path, never to the caller's string — and replies with the result. Unix
 //! connects are answered in turn; a TCP connect (`network = "full"` or `connect_tcp`) runs on a
-//! thread of its own, since a handshake can take minutes.
+//! thread of its own, since a handshake can take minutes. Under `verbd exec` the same listener
+//! also carries the program's creating calls: they are read here and passed to the create
+//! broker (module `create_broker`); any other notification answers `ENOSYS`.
 //!
 //! Invariants:
 //! - the broker never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the caller's memory can change
@@ -33,7 +35,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use landlock::RulesetCreated;
+
 use super::Network;
+use super::create_broker::{CreateBroker, CreatePolicy};
 
 /// `errno` of a refused connect: permission denied, distinct from "nobody listens"
 /// (`ECONNREFUSED`) and "no such file" (`ENOENT`).
@@ -315,6 +320,16 @@ impl Reporter {
             Reporter::Log => tracing::warn!(pid, reason, "sandboxed connect refused"),
         }
     }
+
+    /// A create, link or rename the create broker refused (module `create_broker`).
+    pub(super) fn create_refused(self, pid: u32, reason: &str) {
+        match self {
+            Reporter::Stderr => {
+                eprintln!("verbd exec: create refused for pid {pid}: {reason}");
+            }
+            Reporter::Log => tracing::warn!(pid, reason, "sandboxed create refused"),
+        }
+    }
 }
 
 /// The credentials a serving thread takes before brokering (verbs with `run_as`).
@@ -325,18 +340,22 @@ pub struct ThreadIdentity {
 }
 
 /// Daemon side: a thread that receives each listener sent on `channel` and serves it on its own
-/// thread until every process under that filter has exited. Returns at once.
+/// thread until every process under that filter has exited. Returns at once. With `creates`
+/// (`verbd exec`, one child), that listener's creates go to the create broker.
 pub(super) fn spawn_receiver(
     channel: OwnedFd,
     policy: Arc<ConnectPolicy>,
     identity: Option<ThreadIdentity>,
     reporter: Reporter,
+    creates: Option<CreateBroker>,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name("verbd-connect-broker".into())
         .spawn(move || {
+            let mut creates = creates;
             while let Ok(Some(listener)) = receive_listener(&channel) {
                 let policy = Arc::clone(&policy);
+                let creates = creates.take();
                 let spawned = std::thread::Builder::new()
                     .name("verbd-connect-serve".into())
                     .spawn(move || {
@@ -350,7 +369,7 @@ pub(super) fn spawn_receiver(
                             );
                             return;
                         }
-                        serve(&listener, &policy, reporter);
+                        serve(&Arc::new(listener), &policy, reporter, creates.as_ref());
                     });
                 if let Err(e) = spawned {
                     reporter.refused(0, &format!("cannot start a broker thread: {e}"));
@@ -362,7 +381,7 @@ pub(super) fn spawn_receiver(
 
 /// Switches the calling thread (only this thread: raw syscalls, not libc's process-wide
 /// wrappers) to `identity`, with no supplementary groups.
-fn take_identity(identity: ThreadIdentity) -> io::Result<()> {
+pub(super) fn take_identity(identity: ThreadIdentity) -> io::Result<()> {
     // SAFETY: raw syscalls without pointers (setgroups with a null list of length 0).
     let results = unsafe {
         [
@@ -394,27 +413,39 @@ pub(super) fn serve_in_background(
     channel: OwnedFd,
     policy: ConnectPolicy,
     identity: Option<ThreadIdentity>,
+    creates: CreateBroker,
 ) -> io::Result<()> {
-    spawn_receiver(channel, Arc::new(policy), identity, Reporter::Stderr)
+    spawn_receiver(
+        channel,
+        Arc::new(policy),
+        identity,
+        Reporter::Stderr,
+        Some(creates),
+    )
 }
 
 /// `verbd exec`'s parent after the fork: brokers for `child` and exits with its status (a
 /// signal `N` becomes 128 + N, as shells report it). Terminal signals (SIGINT, SIGQUIT) reach
 /// the child directly, as part of the foreground process group, so this process ignores them;
-/// if it is killed, the child's parent-death signal ends the child too.
+/// if it is killed, the child's parent-death signal ends the child too. The create broker
+/// (module `create_broker`) is started first, confined as the child is; if it cannot be, the
+/// child is killed before its program runs.
 pub(super) fn run_launcher(
     channel: OwnedFd,
     child: libc::pid_t,
     policy: ConnectPolicy,
     identity: Option<ThreadIdentity>,
+    creates: CreateSetup,
 ) -> ! {
     // SAFETY: setting the disposition of two signals to SIG_IGN; no handler code runs.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    if let Err(e) = serve_in_background(channel, policy, identity) {
-        eprintln!("verbd exec: cannot start the connect broker: {e}");
+    let started = CreateBroker::start(creates.policy, creates.ruleset, identity, Reporter::Stderr)
+        .and_then(|creates| serve_in_background(channel, policy, identity, creates));
+    if let Err(e) = started {
+        eprintln!("verbd exec: cannot start the broker: {e}");
         // SAFETY: signalling our own child, whose pid we hold and have not reaped.
         unsafe { libc::kill(child, libc::SIGKILL) };
     }
@@ -477,8 +508,21 @@ impl Drop for ConnectSlot {
     }
 }
 
-/// Serves one listener until every process under its filter has exited (`POLLHUP`).
-pub fn serve(listener: &OwnedFd, policy: &ConnectPolicy, reporter: Reporter) {
+/// What `verbd exec`'s create broker is started with.
+pub(super) struct CreateSetup {
+    pub policy: CreatePolicy,
+    /// A clone of the child's Landlock ruleset, for the create thread.
+    pub ruleset: RulesetCreated,
+}
+
+/// Serves one listener until every process under its filter has exited (`POLLHUP`): connects
+/// here, creates (if `creates`) on the create broker's thread; anything else `ENOSYS`.
+fn serve(
+    listener: &Arc<OwnedFd>,
+    policy: &ConnectPolicy,
+    reporter: Reporter,
+    creates: Option<&CreateBroker>,
+) {
     let tcp_slots = ConnectSlots::new(MAX_CONCURRENT_TCP_CONNECTS);
     loop {
         let mut poll = libc::pollfd {
@@ -514,6 +558,16 @@ pub fn serve(listener: &OwnedFd, policy: &ConnectPolicy, reporter: Reporter) {
                 Some(libc::ENOENT) | Some(libc::EINTR) => continue,
                 _ => return,
             }
+        }
+        if notification.data.nr != libc::SYS_connect as i32 {
+            let now = match creates {
+                Some(creates) => creates.submit(listener, &notification),
+                None => Some(libc::ENOSYS),
+            };
+            if let Some(errno) = now {
+                reply(listener, notification.id, errno);
+            }
+            continue;
         }
         match handle(listener, &notification, policy, reporter) {
             Answer::Now(errno) => reply(listener, notification.id, errno),
@@ -625,7 +679,7 @@ fn handle(
     }
 }
 
-fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
+pub(super) fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
     // SAFETY: raw syscall without pointers.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
     if fd < 0 {
@@ -635,7 +689,7 @@ fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn pidfd_getfd(pidfd: &OwnedFd, target_fd: i32) -> io::Result<OwnedFd> {
+pub(super) fn pidfd_getfd(pidfd: &OwnedFd, target_fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: raw syscall without pointers.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0u32) };
     if fd < 0 {
@@ -645,7 +699,7 @@ fn pidfd_getfd(pidfd: &OwnedFd, target_fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn id_valid(listener: &OwnedFd, id: u64) -> bool {
+pub(super) fn id_valid(listener: &OwnedFd, id: u64) -> bool {
     // SAFETY: the listener fd and a readable u64.
     unsafe {
         libc::ioctl(
@@ -656,7 +710,7 @@ fn id_valid(listener: &OwnedFd, id: u64) -> bool {
     }
 }
 
-fn read_memory(tid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
+pub(super) fn read_memory(tid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buffer = vec![0u8; len];
     if len == 0 {
         return Ok(buffer);
@@ -701,7 +755,7 @@ fn connect(socket: &OwnedFd, address: &[u8]) -> i32 {
     }
 }
 
-fn reply(listener: &OwnedFd, id: u64, errno: i32) {
+pub(super) fn reply(listener: &OwnedFd, id: u64, errno: i32) {
     let response = libc::seccomp_notif_resp {
         id,
         val: 0,

@@ -1,0 +1,1109 @@
+//! The create broker of `verbd exec`: every syscall that gives a new name to something — `open`
+//! and `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link` and `rename` in all
+//! their forms — is performed outside the sandboxed program, by a thread that refuses a
+//! protected name (module `protected`) wherever a write root would otherwise let one be made.
+//!
+//! Why: Landlock grants rights on directories, not names, and a mount can only cover a name that
+//! exists. Under `verbd exec` in a mount namespace the write roots are granted whole, so without
+//! this broker an agent could create a new top-level `AGENTS.md` or `.envrc`, a hook in a new
+//! nested `.git`, or recreate a protected symlink it had removed. With it, a protected name that
+//! does not exist cannot come into being in a write root, in either isolation mode.
+//!
+//! How: the child's last seccomp filter (module `seccomp`, [`super::seccomp::exec_program`])
+//! answers those syscalls with `SECCOMP_RET_USER_NOTIF` (`openat2`, whose flags sit behind a
+//! pointer, answers `ENOSYS`: libc falls back to `openat`). The connect broker's thread
+//! (module `unix_broker`) receives each notification, copies the path strings out of the
+//! caller's memory, and hands the request with the caller's root, working directory and umask
+//! to the **create thread**. That thread confined itself at start exactly as the child is:
+//! the same Landlock ruleset (a clone of the profile's template), no_new_privs, no capabilities,
+//! the run-as identity where the profile has one — so it can never create, open or rename
+//! anything the program could not, and it adds one rule: no protected name.
+//!
+//! Resolution happens in the caller's view of the file system: every path is made absolute (the
+//! caller's working directory or directory fd, as the kernel would read it) and resolved beneath
+//! the caller's root (`/proc/TID/root`, which in a mount namespace carries its read-only binds)
+//! with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so an absolute symlink cannot lead
+//! out of the namespace to the host's writable originals, and `/proc/self` links, which would
+//! name this thread, are never followed (the plain forms `/dev/std{in,out,err}`, `/dev/fd/N`,
+//! `/proc/self/fd/N` are recognised and reopen the caller's own descriptor). The final
+//! component is then created relative to the resolved directory, with `O_NOFOLLOW`; the new
+//! descriptor reaches the caller with `SECCOMP_IOCTL_NOTIF_ADDFD` + `SECCOMP_ADDFD_FLAG_SEND`.
+//!
+//! Invariants:
+//! - never `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel never acts on the caller's strings,
+//!   which can change after they were read;
+//! - a protected name is never created: for one, `O_CREAT` is dropped (an existing entry opens
+//!   as the kernel and the mounts allow, a missing one is `EACCES`), `mkdir`/`mknod`/`symlink`/
+//!   `link` answer `EEXIST` if it exists and `EACCES` otherwise, `rename` answers `EACCES`;
+//! - fail closed: a path that cannot be read, a working directory that cannot be named, a
+//!   directory whose name does not lead back to the same inode, a create through a dangling
+//!   symlink — refused. When the broker is gone, the kernel answers `ENOSYS`.
+//!
+//! Not brokered: `bind` of a pathname Unix socket (a socket inode is no file a tool reads) and
+//! `O_TMPFILE` (unnamed until `linkat`, which is brokered).
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+
+use landlock::{RulesetCreated, RulesetStatus};
+
+use super::unix_broker::{self, Reporter, ThreadIdentity};
+use crate::protected::ProtectedNames;
+
+/// `PATH_MAX`: longer paths are `ENAMETOOLONG`, as the kernel answers.
+const PATH_MAX: usize = 4096;
+/// Open flags that create.
+const CREATING: i32 = libc::O_CREAT | libc::O_EXCL;
+
+/// Where a program may not create protected names.
+#[derive(Debug, Clone)]
+pub struct CreatePolicy {
+    /// The profile's write roots, canonical: protected names are matched relative to each.
+    pub write_roots: Vec<PathBuf>,
+    pub protected: ProtectedNames,
+    /// `(st_dev, st_ino)` of every mount point of the program's mount namespace (read-only
+    /// binds and pinned directories). The kernel refuses to rename a mount point only in the
+    /// namespace it is mounted in, and the create thread lives outside: it refuses these itself.
+    pub mount_points: Vec<(u64, u64)>,
+}
+
+impl CreatePolicy {
+    /// The protected rule `path` (absolute, as the caller sees it) hits, relative to any write
+    /// root containing it, or as a protected absolute path.
+    fn protected(&self, path: &Path) -> Option<String> {
+        if let Some(hit) = self.protected.paths().iter().find(|p| path.starts_with(p)) {
+            return Some(format!("protected path {}", hit.display()));
+        }
+        self.write_roots
+            .iter()
+            .filter_map(|root| path.strip_prefix(root).ok())
+            .find_map(|relative| self.protected.match_path(relative))
+            .map(|hit| hit.to_string())
+    }
+
+    /// Is `path` a proper prefix of a protected rule (`.git` for `.git/hooks`) in a write root?
+    /// A directory renamed there would bring protected names into being all at once.
+    fn leads_to_protected(&self, path: &Path) -> bool {
+        self.write_roots
+            .iter()
+            .filter_map(|root| path.strip_prefix(root).ok())
+            .any(|relative| !relative.as_os_str().is_empty() && self.protected.leads_to(relative))
+    }
+
+    /// One line for `--print-status`.
+    pub fn describe(&self) -> String {
+        "new protected names: refused in every write root (creates, links and renames brokered outside the sandbox)".into()
+    }
+}
+
+/// A path argument as the create thread resolves it.
+#[derive(Debug)]
+enum Place {
+    /// Absolute in the caller's view, resolved beneath its root.
+    Path(PathBuf),
+    /// One of the caller's own descriptors (`/dev/fd/N`, `/proc/self/fd/N`, `AT_EMPTY_PATH`).
+    Descriptor(OwnedFd),
+}
+
+#[derive(Debug)]
+enum Operation {
+    Open {
+        place: Place,
+        flags: i32,
+        mode: u32,
+    },
+    Mkdir {
+        place: Place,
+        mode: u32,
+    },
+    Mknod {
+        place: Place,
+        mode: u32,
+        device: u64,
+    },
+    Symlink {
+        target: Vec<u8>,
+        place: Place,
+    },
+    Link {
+        old: Place,
+        new: Place,
+        flags: i32,
+    },
+    Rename {
+        old: Place,
+        new: Place,
+        flags: u32,
+    },
+}
+
+/// One brokered call, ready for the create thread.
+struct Request {
+    /// The listener the notification came from, to answer on.
+    listener: Arc<OwnedFd>,
+    id: u64,
+    tid: u32,
+    root: OwnedFd,
+    umask: u32,
+    operation: Operation,
+}
+
+/// What a syscall gets back.
+enum Outcome {
+    /// 0 or an errno (positive).
+    Errno(i32),
+    /// A new descriptor for the caller; `O_CLOEXEC` in the caller when `close_on_exec`.
+    Descriptor { fd: OwnedFd, close_on_exec: bool },
+}
+
+/// What [`perform`] leaves: an answer, or an open that may wait (a FIFO), to run and answer on
+/// a thread of its own.
+enum Performed {
+    Now(Outcome),
+    Waits {
+        open: Box<dyn FnOnce() -> Result<OwnedFd, i32> + Send>,
+        close_on_exec: bool,
+    },
+}
+
+/// How many waiting opens (FIFOs) of one program the broker holds at once, each on a thread;
+/// one more answers `EAGAIN`, so a program cannot make the launcher start threads without bound.
+const MAX_WAITING_OPENS: usize = 64;
+
+/// The handle of a running create thread.
+pub(super) struct CreateBroker {
+    requests: mpsc::Sender<Request>,
+}
+
+impl CreateBroker {
+    /// Starts the create thread: it confines itself with `ruleset` (and `identity`), then
+    /// performs each request and answers it. Fails if it cannot confine itself — the caller
+    /// then ends the program before it runs.
+    pub(super) fn start(
+        policy: CreatePolicy,
+        ruleset: RulesetCreated,
+        identity: Option<ThreadIdentity>,
+        reporter: Reporter,
+    ) -> io::Result<CreateBroker> {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        std::thread::Builder::new()
+            .name("verbd-create-broker".into())
+            .spawn(move || {
+                let confined = confine_this_thread(ruleset, identity);
+                let failed = confined.is_err();
+                let _ = ready_tx.send(confined);
+                if failed {
+                    return;
+                }
+                let waiting = Arc::new(AtomicUsize::new(0));
+                for request in incoming {
+                    let (listener, id, tid) =
+                        (Arc::clone(&request.listener), request.id, request.tid);
+                    match perform(&policy, request, reporter) {
+                        Performed::Waits {
+                            open,
+                            close_on_exec,
+                        } => wait_on_a_thread(
+                            &waiting,
+                            listener,
+                            id,
+                            tid,
+                            open,
+                            close_on_exec,
+                            reporter,
+                        ),
+                        Performed::Now(outcome) => answer(&listener, id, tid, outcome, reporter),
+                    }
+                }
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(CreateBroker { requests }),
+            Ok(Err(reason)) => Err(io::Error::other(format!(
+                "the create broker cannot confine itself: {reason}"
+            ))),
+            Err(_) => Err(io::Error::other("the create broker thread ended at start")),
+        }
+    }
+
+    /// Reads one notification's arguments (on the connect broker's thread, which may read the
+    /// caller's memory and descriptors) and queues it. `Some(errno)` to answer now.
+    pub(super) fn submit(
+        &self,
+        listener: &Arc<OwnedFd>,
+        notification: &libc::seccomp_notif,
+    ) -> Option<i32> {
+        let tid = notification.pid;
+        let pidfd = match unix_broker::pidfd_open(tid) {
+            Ok(fd) => fd,
+            Err(_) => return Some(libc::ESRCH),
+        };
+        if !unix_broker::id_valid(listener, notification.id) {
+            return None;
+        }
+        let caller = Caller { tid, pidfd: &pidfd };
+        let prepared = caller
+            .operation(&notification.data)
+            .and_then(|operation| Ok((caller.root()?, caller.umask()?, operation)));
+        if !unix_broker::id_valid(listener, notification.id) {
+            return None;
+        }
+        match prepared {
+            Err(errno) => Some(errno),
+            Ok((root, umask, operation)) => {
+                let request = Request {
+                    listener: Arc::clone(listener),
+                    id: notification.id,
+                    tid,
+                    root,
+                    umask,
+                    operation,
+                };
+                // The thread is gone only if it could not confine itself (then nothing runs).
+                self.requests.send(request).err().map(|_| libc::ENOSYS)
+            }
+        }
+    }
+}
+
+/// Runs a waiting open on a thread of its own (it inherits this thread's confinement: Landlock
+/// domain, no_new_privs, credentials) and answers from there; `EAGAIN` beyond
+/// [`MAX_WAITING_OPENS`].
+fn wait_on_a_thread(
+    waiting: &Arc<AtomicUsize>,
+    listener: Arc<OwnedFd>,
+    id: u64,
+    tid: u32,
+    open: Box<dyn FnOnce() -> Result<OwnedFd, i32> + Send>,
+    close_on_exec: bool,
+    reporter: Reporter,
+) {
+    let taken = waiting
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_WAITING_OPENS).then_some(n + 1)
+        })
+        .is_ok();
+    if !taken {
+        unix_broker::reply(&listener, id, libc::EAGAIN);
+        return;
+    }
+    let count = Arc::clone(waiting);
+    let answer_listener = Arc::clone(&listener);
+    let spawned = std::thread::Builder::new()
+        .name("verbd-create-wait".into())
+        .spawn(move || {
+            let outcome = match open() {
+                Ok(fd) => Outcome::Descriptor { fd, close_on_exec },
+                Err(errno) => Outcome::Errno(errno),
+            };
+            answer(&answer_listener, id, tid, outcome, reporter);
+            count.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        waiting.fetch_sub(1, Ordering::AcqRel);
+        unix_broker::reply(&listener, id, libc::EAGAIN);
+    }
+}
+
+/// The confinement of the create thread, as the program's: identity, no capabilities, its own
+/// umask, no_new_privs and the profile's Landlock ruleset (all per thread).
+fn confine_this_thread(
+    ruleset: RulesetCreated,
+    identity: Option<ThreadIdentity>,
+) -> Result<(), String> {
+    if let Some(identity) = identity {
+        unix_broker::take_identity(identity).map_err(|e| format!("run-as identity: {e}"))?;
+    }
+    for set in [
+        caps::CapSet::Ambient,
+        caps::CapSet::Effective,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(|e| format!("dropping capabilities: {e}"))?;
+    }
+    // SAFETY: plain syscall without pointers; gives this thread its own umask and cwd.
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return Err(format!("unshare(CLONE_FS): {}", io::Error::last_os_error()));
+    }
+    match ruleset.restrict_self() {
+        Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => Ok(()),
+        Ok(status) => Err(format!("Landlock only {:?}", status.ruleset)),
+        Err(e) => Err(format!("Landlock: {e}")),
+    }
+}
+
+/// The calling thread of one notification.
+struct Caller<'a> {
+    tid: u32,
+    pidfd: &'a OwnedFd,
+}
+
+impl Caller<'_> {
+    fn operation(&self, data: &libc::seccomp_data) -> Result<Operation, i32> {
+        let arg = |i: usize| data.args[i];
+        let int = |i: usize| data.args[i] as i32;
+        let nr = i64::from(data.nr);
+        let operation = match nr {
+            libc::SYS_open => Operation::Open {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                flags: int(1),
+                mode: arg(2) as u32,
+            },
+            libc::SYS_openat => Operation::Open {
+                place: self.place(int(0), arg(1), false)?,
+                flags: int(2),
+                mode: arg(3) as u32,
+            },
+            libc::SYS_creat => Operation::Open {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                flags: libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                mode: arg(1) as u32,
+            },
+            libc::SYS_mkdir => Operation::Mkdir {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                mode: arg(1) as u32,
+            },
+            libc::SYS_mkdirat => Operation::Mkdir {
+                place: self.place(int(0), arg(1), false)?,
+                mode: arg(2) as u32,
+            },
+            libc::SYS_mknod => Operation::Mknod {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                mode: arg(1) as u32,
+                device: arg(2),
+            },
+            libc::SYS_mknodat => Operation::Mknod {
+                place: self.place(int(0), arg(1), false)?,
+                mode: arg(2) as u32,
+                device: arg(3),
+            },
+            libc::SYS_symlink => Operation::Symlink {
+                target: self.string(arg(0))?,
+                place: self.place(libc::AT_FDCWD, arg(1), false)?,
+            },
+            libc::SYS_symlinkat => Operation::Symlink {
+                target: self.string(arg(0))?,
+                place: self.place(int(1), arg(2), false)?,
+            },
+            libc::SYS_link => Operation::Link {
+                old: self.place(libc::AT_FDCWD, arg(0), false)?,
+                new: self.place(libc::AT_FDCWD, arg(1), false)?,
+                flags: 0,
+            },
+            libc::SYS_linkat => {
+                let flags = int(4);
+                Operation::Link {
+                    old: self.place(int(0), arg(1), flags & libc::AT_EMPTY_PATH != 0)?,
+                    new: self.place(int(2), arg(3), false)?,
+                    flags,
+                }
+            }
+            libc::SYS_rename => Operation::Rename {
+                old: self.place(libc::AT_FDCWD, arg(0), false)?,
+                new: self.place(libc::AT_FDCWD, arg(1), false)?,
+                flags: 0,
+            },
+            libc::SYS_renameat => Operation::Rename {
+                old: self.place(int(0), arg(1), false)?,
+                new: self.place(int(2), arg(3), false)?,
+                flags: 0,
+            },
+            libc::SYS_renameat2 => Operation::Rename {
+                old: self.place(int(0), arg(1), false)?,
+                new: self.place(int(2), arg(3), false)?,
+                flags: arg(4) as u32,
+            },
+            _ => return Err(libc::ENOSYS),
+        };
+        Ok(operation)
+    }
+
+    /// A NUL-terminated string of the caller's, read a page at a time (a string may end just
+    /// before an unmapped page).
+    fn string(&self, address: u64) -> Result<Vec<u8>, i32> {
+        if address == 0 {
+            return Err(libc::EFAULT);
+        }
+        const PAGE: u64 = 4096;
+        let mut bytes = Vec::new();
+        let mut at = address;
+        while bytes.len() <= PATH_MAX {
+            let chunk = (PAGE - at % PAGE) as usize;
+            let read = unix_broker::read_memory(self.tid, at, chunk).map_err(|_| libc::EFAULT)?;
+            if let Some(end) = read.iter().position(|&b| b == 0) {
+                bytes.extend_from_slice(&read[..end]);
+                return if bytes.len() >= PATH_MAX {
+                    Err(libc::ENAMETOOLONG)
+                } else {
+                    Ok(bytes)
+                };
+            }
+            bytes.extend_from_slice(&read);
+            at += chunk as u64;
+        }
+        Err(libc::ENAMETOOLONG)
+    }
+
+    /// The place `(dirfd, path)` names, as the kernel would resolve it for this caller.
+    fn place(&self, dirfd: i32, address: u64, empty_allowed: bool) -> Result<Place, i32> {
+        let path = self.string(address)?;
+        if path.is_empty() {
+            if empty_allowed && dirfd != libc::AT_FDCWD {
+                return self.descriptor(dirfd);
+            }
+            return Err(libc::ENOENT);
+        }
+        if let Some(fd) = own_descriptor(&path) {
+            return self.descriptor(fd);
+        }
+        let path = PathBuf::from(OsStr::from_bytes(&path));
+        if path.is_absolute() {
+            return Ok(Place::Path(path));
+        }
+        let link = if dirfd == libc::AT_FDCWD {
+            format!("/proc/{}/cwd", self.tid)
+        } else {
+            format!("/proc/{}/fd/{dirfd}", self.tid)
+        };
+        let base = std::fs::read_link(&link).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) if dirfd != libc::AT_FDCWD => libc::EBADF,
+            Some(errno) => errno,
+            None => libc::EACCES,
+        })?;
+        // A directory fd reads as an absolute path; anything else (a pipe, a deleted
+        // directory) cannot be a base a name is created in.
+        if !base.is_absolute() {
+            return Err(libc::ENOTDIR);
+        }
+        if base.as_os_str().as_bytes().ends_with(b" (deleted)") {
+            return Err(libc::ENOENT);
+        }
+        Ok(Place::Path(base.join(path)))
+    }
+
+    fn descriptor(&self, fd: i32) -> Result<Place, i32> {
+        unix_broker::pidfd_getfd(self.pidfd, fd)
+            .map(Place::Descriptor)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EBADF))
+    }
+
+    /// The caller's root directory (carrying its mount namespace).
+    fn root(&self) -> Result<OwnedFd, i32> {
+        open_path(
+            libc::AT_FDCWD,
+            &format!("/proc/{}/root", self.tid),
+            libc::O_PATH | libc::O_DIRECTORY,
+        )
+    }
+
+    fn umask(&self) -> Result<u32, i32> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.tid))
+            .map_err(|_| libc::ESRCH)?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Umask:"))
+            .and_then(|value| u32::from_str_radix(value.trim(), 8).ok())
+            .ok_or(libc::ESRCH)
+    }
+}
+
+/// The descriptor number a path names when it is one of the caller's own: `/dev/stdin`,
+/// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`, `/proc/thread-self/fd/N`.
+fn own_descriptor(path: &[u8]) -> Option<i32> {
+    match path {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    let number = [
+        &b"/dev/fd/"[..],
+        b"/proc/self/fd/",
+        b"/proc/thread-self/fd/",
+    ]
+    .iter()
+    .find_map(|prefix| path.strip_prefix(*prefix))?;
+    if number.is_empty() || !number.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(number).ok()?.parse().ok()
+}
+
+fn c_string(bytes: &[u8]) -> Result<CString, i32> {
+    CString::new(bytes).map_err(|_| libc::EINVAL)
+}
+
+fn last_errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// `openat(dirfd, path, flags | O_CLOEXEC)` (mode 0).
+fn open_path(dirfd: RawFd, path: &str, flags: i32) -> Result<OwnedFd, i32> {
+    let path = c_string(path.as_bytes())?;
+    // SAFETY: `path` is NUL-terminated and alive for the call.
+    let fd = unsafe { libc::openat(dirfd, path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the kernel just created this fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat2` beneath `root`, as the caller would resolve `path`, without magic links.
+fn open_in_root(root: &OwnedFd, path: &Path, flags: i32, mode: u32) -> Result<OwnedFd, i32> {
+    let c_path = c_string(path.as_os_str().as_bytes())?;
+    // SAFETY: all-zero is a valid `open_how` (integers only).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 {
+        u64::from(mode)
+    } else {
+        0
+    };
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // ELOOP is also the answer for a /proc magic link (`/proc/PID/root`, `/proc/self/cwd`):
+    // followed here they would name this thread's process, outside the program's namespace, so
+    // they are refused like any path the program may not take.
+    // SAFETY: `c_path` is NUL-terminated and `how` a valid `open_how` of the size passed; both
+    // outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c_path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(match last_errno() {
+            libc::ELOOP => libc::EACCES,
+            errno => errno,
+        });
+    }
+    // SAFETY: the kernel just created this fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `/proc/thread-self/fd/N` of one of this thread's descriptors: reopening through it is
+/// checked by Landlock against this thread's (the program's) rules.
+fn own_fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/thread-self/fd/{}", fd.as_raw_fd())
+}
+
+/// A resolved final component: its directory and name, and the whole path.
+struct Resolved {
+    directory: OwnedFd,
+    /// The last component, with a trailing `/` kept where the caller gave one.
+    name: CString,
+    /// The absolute path, as the caller sees it.
+    path: PathBuf,
+}
+
+impl Resolved {
+    /// Does the entry exist (not following a final symlink), and is it a directory / a FIFO?
+    fn stat(&self) -> Option<libc::stat> {
+        // SAFETY: all-zero is a valid `stat` buffer.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: directory fd, NUL-terminated name and a writable stat buffer, all alive.
+        let rc = unsafe {
+            libc::fstatat(
+                self.directory.as_raw_fd(),
+                self.name.as_ptr(),
+                &mut stat,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        (rc == 0).then_some(stat)
+    }
+
+    fn is_dir(&self) -> bool {
+        self.stat()
+            .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    }
+}
+
+/// Splits `path` into its directory and last component and opens the directory beneath the
+/// caller's root; checks that the directory's name leads back to the same inode, so the
+/// protected check sees the real location.
+fn resolve(root: &OwnedFd, path: &Path) -> Result<Resolved, i32> {
+    let bytes = path.as_os_str().as_bytes();
+    let trimmed = {
+        let mut end = bytes.len();
+        while end > 1 && bytes[end - 1] == b'/' {
+            end -= 1;
+        }
+        &bytes[..end]
+    };
+    let (directory, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(0) => (&b"/"[..], &trimmed[1..]),
+        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+        None => return Err(libc::ENOENT),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(libc::EEXIST);
+    }
+    let directory = open_in_root(
+        root,
+        Path::new(OsStr::from_bytes(directory)),
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )?;
+    let located = std::fs::read_link(own_fd_path(&directory)).map_err(|_| libc::EACCES)?;
+    if !located.is_absolute() || !same_inode(&directory, &located) {
+        return Err(libc::EACCES);
+    }
+    let mut shown = name.to_vec();
+    if trimmed.len() < bytes.len() {
+        shown.push(b'/');
+    }
+    Ok(Resolved {
+        directory,
+        name: c_string(&shown)?,
+        path: located.join(OsStr::from_bytes(name)),
+    })
+}
+
+/// Does `path`, resolved beneath the caller's root, name the same inode as `fd`?
+fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
+    let Ok(by_path) = std::fs::metadata(path) else {
+        return false;
+    };
+    // SAFETY: all-zero is a valid `stat` buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open fd and a writable stat buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return false;
+    }
+    use std::os::unix::fs::MetadataExt;
+    by_path.dev() == stat.st_dev && by_path.ino() == stat.st_ino
+}
+
+/// Performs one request on the create thread.
+fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Performed {
+    // SAFETY: plain syscall; this thread has its own umask (unshare(CLONE_FS) at start).
+    unsafe { libc::umask(request.umask as libc::mode_t) };
+    let refused = |path: &Path, rule: &str| {
+        reporter.create_refused(
+            request.tid,
+            &format!(
+                "{} is a {rule}: a new protected name is never created",
+                path.display()
+            ),
+        );
+    };
+    let root = &request.root;
+    let result = match request.operation {
+        Operation::Open { place, flags, mode } => {
+            let close_on_exec = flags & libc::O_CLOEXEC != 0;
+            return match open(policy, root, place, flags, mode, &refused) {
+                Ok(Opening::Ready(fd)) => Performed::Now(Outcome::Descriptor { fd, close_on_exec }),
+                Ok(Opening::Waits(open)) => Performed::Waits {
+                    open,
+                    close_on_exec,
+                },
+                Err(errno) => Performed::Now(Outcome::Errno(errno)),
+            };
+        }
+        Operation::Mkdir { place, mode } => make(policy, root, place, &refused, |at| {
+            // SAFETY: directory fd and NUL-terminated name, alive for the call.
+            unsafe { libc::mkdirat(at.directory.as_raw_fd(), at.name.as_ptr(), mode) }
+        }),
+        Operation::Mknod {
+            place,
+            mode,
+            device,
+        } => make(policy, root, place, &refused, |at| {
+            // SAFETY: as above.
+            unsafe {
+                libc::mknodat(
+                    at.directory.as_raw_fd(),
+                    at.name.as_ptr(),
+                    mode,
+                    device as libc::dev_t,
+                )
+            }
+        }),
+        Operation::Symlink { target, place } => c_string(&target).and_then(|target| {
+            make(policy, root, place, &refused, |at| {
+                // SAFETY: NUL-terminated target and name, a directory fd, alive for the call.
+                unsafe {
+                    libc::symlinkat(target.as_ptr(), at.directory.as_raw_fd(), at.name.as_ptr())
+                }
+            })
+        }),
+        Operation::Link { old, new, flags } => link(policy, root, old, new, flags, &refused),
+        Operation::Rename { old, new, flags } => rename(policy, root, old, new, flags, &refused),
+    };
+    Performed::Now(Outcome::Errno(match result {
+        Ok(()) => 0,
+        Err(errno) => errno,
+    }))
+}
+
+fn place_path(place: Place) -> Result<PathBuf, i32> {
+    match place {
+        Place::Path(path) => Ok(path),
+        // Only `open`, `linkat`'s old path reopen a descriptor; a new name needs a path.
+        Place::Descriptor(_) => Err(libc::EEXIST),
+    }
+}
+
+fn open(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    place: Place,
+    flags: i32,
+    mode: u32,
+    refused: &dyn Fn(&Path, &str),
+) -> Result<Opening, i32> {
+    let path = match place {
+        // The caller's own descriptor exists: reopening it creates nothing.
+        Place::Descriptor(fd) => {
+            if flags & libc::O_EXCL != 0 {
+                return Err(libc::EEXIST);
+            }
+            return open_path(libc::AT_FDCWD, &own_fd_path(&fd), flags & !CREATING)
+                .map(Opening::Ready);
+        }
+        Place::Path(path) => path,
+    };
+    let at = resolve(root, &path)?;
+    if let Some(rule) = policy.protected(&at.path) {
+        if at.stat().is_some() {
+            if flags & libc::O_EXCL != 0 {
+                return Err(libc::EEXIST);
+            }
+            // Exists: opens as the mounts and Landlock allow (read-only binds, split rules).
+            return open_at(&at, flags & !CREATING, 0);
+        }
+        refused(&at.path, &rule);
+        return Err(libc::EACCES);
+    }
+    match open_at(&at, flags | libc::O_NOFOLLOW, mode) {
+        Err(libc::ELOOP) if flags & libc::O_NOFOLLOW == 0 => {
+            // A symlink in the last place: open what it leads to, never create through it.
+            if flags & libc::O_EXCL != 0 {
+                return Err(libc::EEXIST);
+            }
+            open_in_root(root, &at.path, flags & !CREATING, 0)
+                .map(Opening::Ready)
+                .map_err(|errno| {
+                    if errno == libc::ENOENT {
+                        refused(&at.path, "dangling symlink");
+                        libc::EACCES
+                    } else {
+                        errno
+                    }
+                })
+        }
+        other => other,
+    }
+}
+
+/// An open that is done, or that must wait on a thread of its own: opening a FIFO waits for
+/// the other end, which may come through this broker too.
+enum Opening {
+    Ready(OwnedFd),
+    Waits(Box<dyn FnOnce() -> Result<OwnedFd, i32> + Send>),
+}
+
+/// `openat` of the resolved name (a FIFO's open is left to a thread, see [`Opening`]).
+fn open_at(at: &Resolved, flags: i32, mode: u32) -> Result<Opening, i32> {
+    let is_fifo = at
+        .stat()
+        .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFIFO);
+    let run = move |directory: RawFd, name: &CString| {
+        // SAFETY: directory fd and NUL-terminated name, alive for the call.
+        let fd = unsafe {
+            libc::openat(
+                directory,
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            Err(last_errno())
+        } else {
+            // SAFETY: the kernel just created this fd.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+    };
+    if !is_fifo {
+        return run(at.directory.as_raw_fd(), &at.name).map(Opening::Ready);
+    }
+    let directory = at.directory.try_clone().map_err(|_| libc::EMFILE)?;
+    let name = at.name.clone();
+    Ok(Opening::Waits(Box::new(move || {
+        run(directory.as_raw_fd(), &name)
+    })))
+}
+
+/// `mkdir`, `mknod`, `symlink`: a protected name answers `EEXIST` if it exists, else `EACCES`.
+fn make(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    place: Place,
+    refused: &dyn Fn(&Path, &str),
+    create: impl FnOnce(&Resolved) -> libc::c_int,
+) -> Result<(), i32> {
+    let at = resolve(root, &place_path(place)?)?;
+    if let Some(rule) = policy.protected(&at.path) {
+        if at.stat().is_some() {
+            return Err(libc::EEXIST);
+        }
+        refused(&at.path, &rule);
+        return Err(libc::EACCES);
+    }
+    if create(&at) == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+fn link(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    old: Place,
+    new: Place,
+    flags: i32,
+    refused: &dyn Fn(&Path, &str),
+) -> Result<(), i32> {
+    let new = resolve(root, &place_path(new)?)?;
+    if let Some(rule) = policy.protected(&new.path) {
+        if new.stat().is_some() {
+            return Err(libc::EEXIST);
+        }
+        refused(&new.path, &rule);
+        return Err(libc::EACCES);
+    }
+    let linked = match old {
+        Place::Descriptor(fd) if flags & libc::AT_EMPTY_PATH != 0 => {
+            // SAFETY: fds and NUL-terminated names alive for the call.
+            unsafe {
+                libc::linkat(
+                    fd.as_raw_fd(),
+                    c"".as_ptr(),
+                    new.directory.as_raw_fd(),
+                    new.name.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                )
+            }
+        }
+        // Without AT_SYMLINK_FOLLOW the kernel would link the /proc link itself: across devices.
+        Place::Descriptor(_) if flags & libc::AT_SYMLINK_FOLLOW == 0 => return Err(libc::EXDEV),
+        Place::Descriptor(fd) => {
+            // A second name for a protected entry would let it be written through that name
+            // (the mounts and Landlock refuse this too; the broker does not rely on it).
+            if let Ok(located) = std::fs::read_link(own_fd_path(&fd))
+                && let Some(rule) = policy.protected(&located)
+            {
+                refused(&located, &rule);
+                return Err(libc::EACCES);
+            }
+            let path = c_string(own_fd_path(&fd).as_bytes())?;
+            // SAFETY: as above.
+            unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    new.directory.as_raw_fd(),
+                    new.name.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            }
+        }
+        Place::Path(path) => {
+            let old = resolve(root, &path)?;
+            if let Some(rule) = policy.protected(&old.path) {
+                refused(&old.path, &rule);
+                return Err(libc::EACCES);
+            }
+            if flags & libc::AT_SYMLINK_FOLLOW != 0 && old.stat().is_some_and(is_symlink) {
+                // Linking what a symlink leads to: the target, resolved beneath the root.
+                let target = open_in_root(root, &old.path, libc::O_PATH, 0)?;
+                let target_path = c_string(own_fd_path(&target).as_bytes())?;
+                // SAFETY: as above.
+                unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        target_path.as_ptr(),
+                        new.directory.as_raw_fd(),
+                        new.name.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe {
+                    libc::linkat(
+                        old.directory.as_raw_fd(),
+                        old.name.as_ptr(),
+                        new.directory.as_raw_fd(),
+                        new.name.as_ptr(),
+                        0,
+                    )
+                }
+            }
+        }
+    };
+    if linked == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+fn is_symlink(stat: libc::stat) -> bool {
+    stat.st_mode & libc::S_IFMT == libc::S_IFLNK
+}
+
+/// `rename`: refused when either name is protected, or when a directory would be moved to or
+/// from a name that leads to protected entries (`.git`, `.config`).
+fn rename(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    old: Place,
+    new: Place,
+    flags: u32,
+    refused: &dyn Fn(&Path, &str),
+) -> Result<(), i32> {
+    let old = resolve(root, &place_path(old)?)?;
+    let new = resolve(root, &place_path(new)?)?;
+    for side in [&old, &new] {
+        if let Some(rule) = policy.protected(&side.path) {
+            refused(&side.path, &rule);
+            return Err(libc::EACCES);
+        }
+    }
+    for side in [&old, &new] {
+        if side
+            .stat()
+            .is_some_and(|s| policy.mount_points.contains(&(s.st_dev, s.st_ino)))
+        {
+            return Err(libc::EBUSY);
+        }
+    }
+    let moves_a_directory = old.is_dir() || (flags & libc::RENAME_EXCHANGE != 0 && new.is_dir());
+    if moves_a_directory {
+        for side in [&old, &new] {
+            if policy.leads_to_protected(&side.path) {
+                refused(&side.path, "name that leads to protected entries");
+                return Err(libc::EACCES);
+            }
+        }
+    }
+    // SAFETY: directory fds and NUL-terminated names alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            old.directory.as_raw_fd(),
+            old.name.as_ptr(),
+            new.directory.as_raw_fd(),
+            new.name.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(last_errno()) }
+}
+
+/// Answers one notification: an errno, or a new descriptor installed in the caller.
+fn answer(listener: &OwnedFd, id: u64, tid: u32, outcome: Outcome, reporter: Reporter) {
+    match outcome {
+        Outcome::Errno(errno) => unix_broker::reply(listener, id, errno),
+        Outcome::Descriptor { fd, close_on_exec } => {
+            let addfd = libc::seccomp_notif_addfd {
+                id,
+                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+                srcfd: fd.as_raw_fd() as u32,
+                newfd: 0,
+                newfd_flags: if close_on_exec {
+                    libc::O_CLOEXEC as u32
+                } else {
+                    0
+                },
+            };
+            // SAFETY: the listener fd and a readable `seccomp_notif_addfd`. With
+            // `SECCOMP_ADDFD_FLAG_SEND` the kernel installs the fd and answers the syscall with
+            // its number in one step.
+            let rc = unsafe {
+                libc::ioctl(
+                    listener.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_ADDFD,
+                    &addfd as *const libc::seccomp_notif_addfd,
+                )
+            };
+            if rc < 0 {
+                let errno = last_errno();
+                if errno != libc::ENOENT {
+                    reporter
+                        .create_refused(tid, &format!("cannot hand over the descriptor: {errno}"));
+                    unix_broker::reply(listener, id, errno);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_descriptors_are_recognised_and_nothing_else() {
+        assert_eq!(own_descriptor(b"/dev/stdout"), Some(1));
+        assert_eq!(own_descriptor(b"/dev/stderr"), Some(2));
+        assert_eq!(own_descriptor(b"/dev/fd/63"), Some(63));
+        assert_eq!(own_descriptor(b"/proc/self/fd/3"), Some(3));
+        assert_eq!(own_descriptor(b"/proc/thread-self/fd/4"), Some(4));
+        for other in [
+            &b"/dev/fd/"[..],
+            b"/dev/fd/3/x",
+            b"/proc/self/fd/3x",
+            b"/proc/self/root/CLAUDE.md",
+            b"/dev/null",
+            b"dev/stdout",
+        ] {
+            assert_eq!(own_descriptor(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn protected_names_are_matched_inside_write_roots_only() {
+        let policy = CreatePolicy {
+            write_roots: vec![PathBuf::from("/work/project")],
+            protected: ProtectedNames::builtin(),
+            mount_points: Vec::new(),
+        };
+        for hit in [
+            "/work/project/AGENTS.md",
+            "/work/project/src/CLAUDE.md",
+            "/work/project/.envrc",
+            "/work/project/sub/.git",
+            "/work/project/.git/hooks/post-checkout",
+        ] {
+            assert!(policy.protected(Path::new(hit)).is_some(), "{hit}");
+        }
+        for miss in [
+            "/work/project/new.py",
+            "/work/project/.git/index.lock",
+            "/work/project/src/lib.rs",
+            // Above the root: the root's own path never makes its entries protected.
+            "/work/project",
+        ] {
+            assert!(policy.protected(Path::new(miss)).is_none(), "{miss}");
+        }
+        assert!(policy.leads_to_protected(Path::new("/work/project/sub/.git")));
+        assert!(!policy.leads_to_protected(Path::new("/work/project/src")));
+    }
+}
