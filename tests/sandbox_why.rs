@@ -257,6 +257,7 @@ attempt("memory-write", lambda: write(repo + "/CLAUDE.md"))
 attempt("memory-remove", lambda: os.unlink(repo + "/CLAUDE.md"))
 attempt("new-top-level", lambda: write(repo + "/new.py"))
 attempt("new-in-src", lambda: write(repo + "/src/new.rs"))
+attempt("protected-name-in-src", lambda: write(repo + "/src/AGENTS.md"))
 attempt("read-hostname", lambda: open("/etc/hostname").read())
 "#;
 
@@ -322,6 +323,8 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
         ("memory-write", path("CLAUDE.md"), "write"),
         ("new-top-level", path("new.py"), "write"),
         ("new-in-src", path("src/new.rs"), "write"),
+        // Refused by the create broker in both modes, so it does not exist afterwards.
+        ("protected-name-in-src", path("src/AGENTS.md"), "write"),
         ("read-hostname", "/etc/hostname".to_string(), "read"),
     ] {
         // The child ran before `why`, so a file it created exists now: ask about a fresh name.
@@ -352,6 +355,12 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
         outcome("memory-remove"),
         "{memory}"
     );
+    let (_, agents) = exec_args(&path("src/AGENTS.md"), "write");
+    assert!(
+        agents.contains("the create broker of `verbd exec`: a new protected name `agents.md`"),
+        "{agents}"
+    );
+    assert!(!outcome("protected-name-in-src"));
     if landlock_only {
         assert!(memory.contains("Landlock-only split"), "{memory}");
         assert!(memory.contains("protected name `claude.md`"), "{memory}");

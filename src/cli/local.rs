@@ -88,10 +88,10 @@ pub fn sandbox_why(
         let isolation = verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(false));
         let how = match &isolation {
             verbd::sandbox::ExecIsolation::MountNamespace => {
-                "as `verbd exec` applies it on this host: user + mount namespace, write roots whole, protected entries read-only binds".to_string()
+                "as `verbd exec` applies it on this host: user + mount namespace, write roots whole, protected entries read-only binds, new protected names refused by the create broker".to_string()
             }
             verbd::sandbox::ExecIsolation::LandlockOnly { reason } => format!(
-                "as `verbd exec` applies it on this host: Landlock-only split ({reason})"
+                "as `verbd exec` applies it on this host: Landlock-only split ({reason}), new protected names refused by the create broker"
             ),
         };
         let mode = match isolation {
@@ -105,7 +105,7 @@ pub fn sandbox_why(
             .exec_isolation()
             .map_or(&[][..], |(_, mounts)| mounts);
         println!("profile `{profile}` of {}, {how}", policy.origin);
-        verbd::sandbox::explain(spec, mode, mounts, path, access)?
+        verbd::sandbox::explain_exec(spec, mode, mounts, path, access)?
     } else {
         let state_dir = state_dir
             .or_else(|| policy.daemon.state_dir.clone())

@@ -735,6 +735,29 @@ pub fn explain(
     path: &Path,
     access: FsAccess,
 ) -> Result<Explanation, SandboxError> {
+    explain_with(spec, mode, mounts, path, access, false)
+}
+
+/// [`explain`] as `verbd exec` decides: also what its create broker refuses — a new protected
+/// name anywhere in a write root (module `create_broker`).
+pub fn explain_exec(
+    spec: &SandboxSpec,
+    mode: WriteRoots,
+    mounts: &[ProtectedMount],
+    path: &Path,
+    access: FsAccess,
+) -> Result<Explanation, SandboxError> {
+    explain_with(spec, mode, mounts, path, access, true)
+}
+
+fn explain_with(
+    spec: &SandboxSpec,
+    mode: WriteRoots,
+    mounts: &[ProtectedMount],
+    path: &Path,
+    access: FsAccess,
+    creates_brokered: bool,
+) -> Result<Explanation, SandboxError> {
     let grants = plan(spec, mode)?;
     let missing = |e: io::Error| path_error(spec, path, &e);
     let (resolved, metadata) = match std::fs::canonicalize(path) {
@@ -770,7 +793,16 @@ pub fn explain(
         (FsAccess::Read, _) => vec![("read", &resolved, AccessFs::ReadFile, None)],
         (FsAccess::Exec, _) => vec![("execute", &resolved, AccessFs::Execute, None)],
         (FsAccess::Write, None) => {
-            vec![("create it", &parent, AccessFs::MakeReg, writes(&parent))]
+            let broker = creates_brokered
+                .then(|| new_protected_name(spec, &resolved))
+                .flatten()
+                .map(|hit| format!("the create broker of `verbd exec`: a new {hit} (EACCES)"));
+            vec![(
+                "create it",
+                &parent,
+                AccessFs::MakeReg,
+                writes(&parent).or(broker),
+            )]
         }
         (FsAccess::Write, Some(_)) if is_dir => vec![
             (
@@ -842,6 +874,15 @@ pub fn explain(
         checks,
         notes,
     })
+}
+
+/// The protected rule a new entry at `path` would hit, relative to a write root containing it.
+fn new_protected_name(spec: &SandboxSpec, path: &Path) -> Option<crate::protected::ProtectedMatch> {
+    spec.write
+        .iter()
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .filter_map(|root| path.strip_prefix(&root).ok().map(Path::to_path_buf))
+        .find_map(|relative| spec.protected.match_path(&relative))
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ use seccompiler::BpfProgram;
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
 pub use fs_rules::{
-    DenialLog, Explanation, FsAccess, MountKind, ProtectedMount, WriteRoots, explain,
+    DenialLog, Explanation, FsAccess, MountKind, ProtectedMount, WriteRoots, explain, explain_exec,
 };
 pub use namespace::{NamespaceError, Support as NamespaceSupport, probe as probe_namespaces};
 use seccomp::FilterUse;
