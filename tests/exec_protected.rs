@@ -106,6 +106,11 @@ attempt("new-git-by-directory-rename", lambda: both(lambda: os.makedirs("src/sta
 attempt("via-absolute-symlink-modify", lambda: both(lambda: os.symlink(os.getcwd(), "src/again"), lambda: write("src/again/CLAUDE.md")))
 attempt("via-absolute-symlink-create", lambda: both(lambda: os.symlink(os.getcwd(), "src/back"), lambda: write("src/back/AGENTS.md")))
 attempt("second-name-via-descriptor", lambda: link_via_descriptor("CLAUDE.md", "src/copy.md"))
+attempt("deep-memory-modify", lambda: write("a/b/c/d/CLAUDE.md"))
+attempt("deep-memory-remove", lambda: os.unlink("a/b/c/d/CLAUDE.md"))
+attempt("hook-chmod", lambda: os.chmod(".git/hooks/pre-commit", 0o755))
+attempt("memory-truncate", lambda: os.truncate("CLAUDE.md", 0))
+attempt("plain-chmod-truncate-unlink-in-src", lambda: both(lambda: write("src/t.txt"), lambda: os.chmod("src/t.txt", 0o600), lambda: os.truncate("src/t.txt", 1), lambda: os.unlink("src/t.txt")))
 attempt("plain-rename-in-src", lambda: both(lambda: write("src/a.txt"), lambda: os.rename("src/a.txt", "src/b.txt")))
 attempt("plain-link-in-src", lambda: both(lambda: write("src/c.txt"), lambda: os.link("src/c.txt", "src/d.txt")))
 attempt("plain-symlink-in-src", lambda: os.symlink("b.txt", "src/e.txt"))
@@ -124,6 +129,8 @@ const PROTECTED: &[(&str, &str)] = &[
     (".git/config", "[core]\n"),
     (".claude/settings.json", "{}"),
     ("docs/CLAUDE.md", "nested memory"),
+    // Deeper than the walk that binds existing entries read-only: kept by the broker alone.
+    ("a/b/c/d/CLAUDE.md", "deep memory"),
 ];
 
 /// A project owned by the agent, the attempts script beside it, and a policy whose `agent`
@@ -133,7 +140,14 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::fs::create_dir(dir.path().join("tools")).unwrap();
     std::fs::write(dir.path().join("tools/attempts.py"), ATTEMPTS).unwrap();
     let repo = dir.path().join("project");
-    for sub in [".git/hooks", ".git/objects", ".claude", "docs", "src"] {
+    for sub in [
+        ".git/hooks",
+        ".git/objects",
+        ".claude",
+        "docs",
+        "src",
+        "a/b/c/d",
+    ] {
         std::fs::create_dir_all(repo.join(sub)).unwrap();
     }
     for (file, content) in PROTECTED {
@@ -213,8 +227,14 @@ fn errno_of(lines: &[(String, i32)], name: &str) -> i32 {
         .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
 }
 
-/// Every protected entry still holds its original content, and nothing moved.
+/// Every protected entry still holds its original content and mode, and nothing moved.
 fn protected_entries_untouched(repo: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let hook_mode = std::fs::metadata(repo.join(".git/hooks/pre-commit"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(hook_mode & 0o111, 0, "the hook was made executable");
     for (file, content) in PROTECTED {
         assert_eq!(
             std::fs::read_to_string(repo.join(file)).unwrap(),
@@ -259,6 +279,10 @@ const REFUSED_IN_BOTH_MODES: &[&str] = &[
     "nested-memory-modify",
     "via-parent-root",
     "via-absolute-symlink-modify",
+    "deep-memory-modify",
+    "deep-memory-remove",
+    "hook-chmod",
+    "memory-truncate",
 ];
 
 /// New protected names, refused in both modes by the create broker (`EACCES`), wherever the
@@ -280,6 +304,7 @@ const NEW_PROTECTED_NAMES: &[&str] = &[
 /// FIFOs opened from both ends, an `O_TMPFILE` linked through `/proc/self/fd`, `O_CREAT` on
 /// `/dev/null` and on existing protected entries that are only read.
 const BROKERED_IN_BOTH_MODES: &[&str] = &[
+    "plain-chmod-truncate-unlink-in-src",
     "plain-rename-in-src",
     "plain-link-in-src",
     "plain-symlink-in-src",
@@ -301,7 +326,7 @@ fn creates_are_brokered(lines: &[(String, i32)], stderr: &str) {
         assert_eq!(errno_of(lines, name), 0, "{name}: {lines:?}\n{stderr}");
     }
     assert!(
-        stderr.contains("new protected names: refused in every write root"),
+        stderr.contains("create broker: in every write root new protected names are refused"),
         "{stderr}"
     );
     assert!(
@@ -320,7 +345,7 @@ fn the_unconfined_control_can_do_everything() {
         .filter_map(|l| l.strip_prefix("attempt(\""))
         .filter_map(|l| l.split('"').next())
         .collect();
-    assert_eq!(names.len(), 40, "{names:?}");
+    assert_eq!(names.len(), 45, "{names:?}");
     // Each attempt in a fresh project: earlier ones would remove what later ones act on.
     for name in names {
         let (_dir, repo, policy) = project();
@@ -357,19 +382,16 @@ fn in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold() {
     for name in REFUSED_IN_BOTH_MODES {
         assert_ne!(errno_of(&lines, name), 0, "{name} was allowed: {lines:?}");
     }
-    // Precise answers: read-only (EROFS) for writes, a mount point (EBUSY) for moves and
-    // removals, the create broker (EACCES) for renames of protected names, new protected names
-    // and the way around through the launcher's /proc root (a magic link it never follows).
-    for (name, errno) in [
-        ("memory-modify", libc::EROFS),
-        ("memory-remove", libc::EBUSY),
-        ("memory-rename", libc::EACCES),
-        ("hook-create", libc::EACCES),
-        ("git-rename", libc::EACCES),
-        ("docs-rename", libc::EBUSY),
-        ("via-parent-root", libc::EACCES),
-        ("via-absolute-symlink-modify", libc::EROFS),
-    ] {
+    // Precise answers: the create broker (EACCES) for every write, removal, mode change or
+    // rename of a protected entry, new protected names and the way around through the
+    // launcher's /proc root (a magic link it never follows); a mount point (EBUSY) for a
+    // pinned directory; Landlock (EACCES) too for the /proc root.
+    for name in REFUSED_IN_BOTH_MODES {
+        let errno = if *name == "docs-rename" {
+            libc::EBUSY
+        } else {
+            libc::EACCES
+        };
         assert_eq!(errno_of(&lines, name), errno, "{name}: {lines:?}");
     }
     creates_are_brokered(&lines, &stderr);

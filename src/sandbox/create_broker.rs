@@ -1,46 +1,55 @@
 //! The create broker of `verbd exec`: every syscall that gives a new name to something — `open`
 //! and `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link` and `rename` in all
-//! their forms — is performed outside the sandboxed program, by a thread that refuses a
-//! protected name (module `protected`) wherever a write root would otherwise let one be made.
+//! their forms — or changes an entry by name — `open`/`openat` for writing or with `O_TRUNC`,
+//! `unlink`, `rmdir`, `truncate`, `chmod` and its variants — is performed outside the sandboxed
+//! program, by a thread that refuses it on a protected name (module `protected`).
 //!
-//! Why: Landlock grants rights on directories, not names, and a mount can only cover a name that
-//! exists. Under `verbd exec` in a mount namespace the write roots are granted whole, so without
-//! this broker an agent could create a new top-level `AGENTS.md` or `.envrc`, a hook in a new
-//! nested `.git`, or recreate a protected symlink it had removed. With it, a protected name that
-//! does not exist cannot come into being in a write root, in either isolation mode.
+//! Why: Landlock grants rights on directories, not names, does not govern `chmod`, and a mount
+//! can only cover a name that exists. Under `verbd exec` in a mount namespace the write roots are
+//! granted whole, so without this broker an agent could create a new top-level `AGENTS.md` or
+//! `.envrc`, a hook in a new nested `.git`, recreate a protected symlink it had removed, or
+//! write a protected entry deeper than the start-up walk binds; under the Landlock-only split it
+//! could `chmod +x` a hook. With it, protected entries stay as they are and a protected name
+//! that does not exist cannot come into being in a write root, in either isolation mode.
 //!
-//! How: the child's last seccomp filter (module `seccomp`, [`super::seccomp::exec_program`])
-//! answers those syscalls with `SECCOMP_RET_USER_NOTIF` (`openat2`, whose flags sit behind a
-//! pointer, answers `ENOSYS`: libc falls back to `openat`). The connect broker's thread
-//! (module `unix_broker`) receives each notification, copies the path strings out of the
-//! caller's memory, and hands the request with the caller's root, working directory and umask
-//! to the **create thread**. That thread confined itself at start exactly as the child is:
+//! How: the child's last seccomp filter (module `seccomp`, `exec_program`) answers those
+//! syscalls with `SECCOMP_RET_USER_NOTIF` (`openat2`, whose flags sit behind a pointer, answers
+//! `ENOSYS`: libc falls back to `openat`). The connect broker's thread (module `unix_broker`)
+//! receives each notification, copies the path strings out of the caller's memory, and hands the
+//! request with the caller's root and umask (and the caller's own descriptors where a path names
+//! one) to the **create thread**. That thread confined itself at start exactly as the child is:
 //! the same Landlock ruleset (a clone of the profile's template), no_new_privs, no capabilities,
-//! the run-as identity where the profile has one — so it can never create, open or rename
-//! anything the program could not, and it adds one rule: no protected name.
+//! the run-as identity where the profile has one — so it can never create, open, remove or
+//! rename anything the program could not, and it adds one rule: no protected name.
 //!
 //! Resolution happens in the caller's view of the file system: every path is made absolute (the
-//! caller's working directory or directory fd, as the kernel would read it) and resolved beneath
-//! the caller's root (`/proc/TID/root`, which in a mount namespace carries its read-only binds)
-//! with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so an absolute symlink cannot lead
-//! out of the namespace to the host's writable originals, and `/proc/self` links, which would
-//! name this thread, are never followed (the plain forms `/dev/std{in,out,err}`, `/dev/fd/N`,
-//! `/proc/self/fd/N` are recognised and reopen the caller's own descriptor). The final
-//! component is then created relative to the resolved directory, with `O_NOFOLLOW`; the new
-//! descriptor reaches the caller with `SECCOMP_IOCTL_NOTIF_ADDFD` + `SECCOMP_ADDFD_FLAG_SEND`.
+//! caller's working directory or directory fd, as the kernel names it) and resolved beneath the
+//! caller's root (`/proc/TID/root`, which in a mount namespace carries its read-only binds) with
+//! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so an absolute symlink cannot lead out of
+//! the namespace to the host's writable originals, and `/proc` magic links, which would lead to
+//! this thread's process, are never followed (`/proc/self/…` is rewritten to the caller's pid,
+//! which this thread's Landlock domain cannot reach; the plain forms `/dev/std{in,out,err}`,
+//! `/dev/fd/N`, `/proc/self/fd/N` reopen the caller's own descriptor). The directory's name is
+//! checked to lead back to the same inode, the final component is acted on relative to it
+//! (`O_NOFOLLOW` for creates), and a new descriptor reaches the caller with
+//! `SECCOMP_IOCTL_NOTIF_ADDFD` + `SECCOMP_ADDFD_FLAG_SEND`.
 //!
 //! Invariants:
 //! - never `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel never acts on the caller's strings,
 //!   which can change after they were read;
-//! - a protected name is never created: for one, `O_CREAT` is dropped (an existing entry opens
-//!   as the kernel and the mounts allow, a missing one is `EACCES`), `mkdir`/`mknod`/`symlink`/
-//!   `link` answer `EEXIST` if it exists and `EACCES` otherwise, `rename` answers `EACCES`;
+//! - a protected name is never created, and a protected entry is never written, truncated,
+//!   removed, renamed, re-moded or given a second name: `EACCES`. `mkdir`/`mknod`/`symlink`/`link`
+//!   onto an existing one answer `EEXIST`; an existing one opened only for reading opens;
+//! - the kernel checks mount points only in their own namespace: the create thread refuses to
+//!   rename or remove one of the caller's (`EBUSY`), as the kernel would there;
 //! - fail closed: a path that cannot be read, a working directory that cannot be named, a
 //!   directory whose name does not lead back to the same inode, a create through a dangling
 //!   symlink — refused. When the broker is gone, the kernel answers `ENOSYS`.
 //!
-//! Not brokered: `bind` of a pathname Unix socket (a socket inode is no file a tool reads) and
-//! `O_TMPFILE` (unnamed until `linkat`, which is brokered).
+//! Not brokered: `bind` of a pathname Unix socket (a socket inode is no file a tool reads),
+//! `chown` (to another uid it needs a capability the program lacks), extended attributes, and
+//! descriptor-based writes (`write`, `ftruncate`): the broker never hands out a writable
+//! descriptor on a protected entry.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -97,7 +106,7 @@ impl CreatePolicy {
 
     /// One line for `--print-status`.
     pub fn describe(&self) -> String {
-        "new protected names: refused in every write root (creates, links and renames brokered outside the sandbox)".into()
+        "create broker: in every write root new protected names are refused and protected entries kept at any depth (creating, writing, removing, renaming and chmod calls performed outside the sandbox)".into()
     }
 }
 
@@ -139,6 +148,19 @@ enum Operation {
         old: Place,
         new: Place,
         flags: u32,
+    },
+    Unlink {
+        place: Place,
+        flags: i32,
+    },
+    Truncate {
+        place: Place,
+        length: i64,
+    },
+    Chmod {
+        place: Place,
+        mode: u32,
+        flags: i32,
     },
 }
 
@@ -419,6 +441,45 @@ impl Caller<'_> {
                 new: self.place(int(2), arg(3), false)?,
                 flags: arg(4) as u32,
             },
+            libc::SYS_unlink => Operation::Unlink {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                flags: 0,
+            },
+            libc::SYS_rmdir => Operation::Unlink {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                flags: libc::AT_REMOVEDIR,
+            },
+            libc::SYS_unlinkat => Operation::Unlink {
+                place: self.place(int(0), arg(1), false)?,
+                flags: int(2),
+            },
+            libc::SYS_truncate => Operation::Truncate {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                length: arg(1) as i64,
+            },
+            libc::SYS_chmod => Operation::Chmod {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                mode: arg(1) as u32,
+                flags: 0,
+            },
+            libc::SYS_fchmod => Operation::Chmod {
+                place: self.descriptor(int(0))?,
+                mode: arg(1) as u32,
+                flags: 0,
+            },
+            libc::SYS_fchmodat => Operation::Chmod {
+                place: self.place(int(0), arg(1), false)?,
+                mode: arg(2) as u32,
+                flags: 0,
+            },
+            libc::SYS_fchmodat2 => {
+                let flags = int(3);
+                Operation::Chmod {
+                    place: self.place(int(0), arg(1), flags & libc::AT_EMPTY_PATH != 0)?,
+                    mode: arg(2) as u32,
+                    flags,
+                }
+            }
             _ => return Err(libc::ENOSYS),
         };
         Ok(operation)
@@ -462,6 +523,15 @@ impl Caller<'_> {
         if let Some(fd) = own_descriptor(&path) {
             return self.descriptor(fd);
         }
+        // `/proc/self` would name the create thread's process: name the caller instead (which
+        // the create thread's Landlock domain cannot reach, so anything there is refused).
+        let path = if let Some(rest) = path.strip_prefix(b"/proc/self/") {
+            [format!("/proc/{}/", self.tid).as_bytes(), rest].concat()
+        } else if let Some(rest) = path.strip_prefix(b"/proc/thread-self/") {
+            [format!("/proc/{0}/task/{0}/", self.tid).as_bytes(), rest].concat()
+        } else {
+            path
+        };
         let path = PathBuf::from(OsStr::from_bytes(&path));
         if path.is_absolute() {
             return Ok(Place::Path(path));
@@ -742,6 +812,31 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
         }),
         Operation::Link { old, new, flags } => link(policy, root, old, new, flags, &refused),
         Operation::Rename { old, new, flags } => rename(policy, root, old, new, flags, &refused),
+        Operation::Unlink { place, flags } => unlink(policy, root, place, flags, &refused),
+        Operation::Truncate { place, length } => {
+            alter(policy, root, place, true, &refused, |target| {
+                let file = open_path(libc::AT_FDCWD, &own_fd_path(target), libc::O_WRONLY)?;
+                // SAFETY: an open fd; plain syscall.
+                if unsafe { libc::ftruncate(file.as_raw_fd(), length) } == 0 {
+                    Ok(())
+                } else {
+                    Err(last_errno())
+                }
+            })
+        }
+        Operation::Chmod { place, mode, flags } => {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            alter(policy, root, place, follow, &refused, |target| {
+                let path = c_string(own_fd_path(target).as_bytes())?;
+                // SAFETY: a NUL-terminated path alive for the call; chmod follows the magic
+                // link to the file the O_PATH descriptor names.
+                if unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) } == 0 {
+                    Ok(())
+                } else {
+                    Err(last_errno())
+                }
+            })
+        }
     };
     Performed::Now(Outcome::Errno(match result {
         Ok(()) => 0,
@@ -765,12 +860,30 @@ fn open(
     mode: u32,
     refused: &dyn Fn(&Path, &str),
 ) -> Result<Opening, i32> {
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    // A protected file is never opened for writing, whatever name or link leads to it.
+    let written_protected = |fd: &OwnedFd| -> Result<(), i32> {
+        if !writes {
+            return Ok(());
+        }
+        match std::fs::read_link(own_fd_path(fd)) {
+            Ok(located) => match policy.protected(&located) {
+                Some(rule) => {
+                    refused_write(&located, &rule, refused);
+                    Err(libc::EACCES)
+                }
+                None => Ok(()),
+            },
+            Err(_) => Err(libc::EACCES),
+        }
+    };
     let path = match place {
         // The caller's own descriptor exists: reopening it creates nothing.
         Place::Descriptor(fd) => {
             if flags & libc::O_EXCL != 0 {
                 return Err(libc::EEXIST);
             }
+            written_protected(&fd)?;
             return open_path(libc::AT_FDCWD, &own_fd_path(&fd), flags & !CREATING)
                 .map(Opening::Ready);
         }
@@ -782,7 +895,11 @@ fn open(
             if flags & libc::O_EXCL != 0 {
                 return Err(libc::EEXIST);
             }
-            // Exists: opens as the mounts and Landlock allow (read-only binds, split rules).
+            if writes {
+                refused_write(&at.path, &rule, refused);
+                return Err(libc::EACCES);
+            }
+            // Exists and is only read: opens as the mounts and Landlock allow.
             return open_at(&at, flags & !CREATING, 0);
         }
         refused(&at.path, &rule);
@@ -794,16 +911,16 @@ fn open(
             if flags & libc::O_EXCL != 0 {
                 return Err(libc::EEXIST);
             }
-            open_in_root(root, &at.path, flags & !CREATING, 0)
-                .map(Opening::Ready)
-                .map_err(|errno| {
-                    if errno == libc::ENOENT {
-                        refused(&at.path, "dangling symlink");
-                        libc::EACCES
-                    } else {
-                        errno
-                    }
-                })
+            let target = open_in_root(root, &at.path, libc::O_PATH, 0).map_err(|errno| {
+                if errno == libc::ENOENT {
+                    refused(&at.path, "dangling symlink");
+                    libc::EACCES
+                } else {
+                    errno
+                }
+            })?;
+            written_protected(&target)?;
+            open_path(libc::AT_FDCWD, &own_fd_path(&target), flags & !CREATING).map(Opening::Ready)
         }
         other => other,
     }
@@ -962,6 +1079,74 @@ fn link(
     } else {
         Err(last_errno())
     }
+}
+
+/// Reports a refused write, removal or mode change of a protected entry.
+fn refused_write(path: &Path, rule: &str, refused: &dyn Fn(&Path, &str)) {
+    refused(path, &format!("{rule}, kept unchanged"));
+}
+
+/// `unlink`, `rmdir`: never a protected entry, never a mount point of the program's namespace.
+fn unlink(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    place: Place,
+    flags: i32,
+    refused: &dyn Fn(&Path, &str),
+) -> Result<(), i32> {
+    let Place::Path(path) = place else {
+        return Err(libc::EACCES);
+    };
+    let at = resolve(root, &path)?;
+    if let Some(rule) = policy.protected(&at.path) {
+        refused_write(&at.path, &rule, refused);
+        return Err(libc::EACCES);
+    }
+    if at
+        .stat()
+        .is_some_and(|s| policy.mount_points.contains(&(s.st_dev, s.st_ino)))
+    {
+        return Err(libc::EBUSY);
+    }
+    // SAFETY: directory fd and NUL-terminated name alive for the call.
+    if unsafe { libc::unlinkat(at.directory.as_raw_fd(), at.name.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// `truncate`, `chmod` and kin: the file they act on (following a final symlink when `follow`),
+/// opened `O_PATH` beneath the caller's root, must not be protected; then `change` acts on it.
+fn alter(
+    policy: &CreatePolicy,
+    root: &OwnedFd,
+    place: Place,
+    follow: bool,
+    refused: &dyn Fn(&Path, &str),
+    change: impl FnOnce(&OwnedFd) -> Result<(), i32>,
+) -> Result<(), i32> {
+    let target = match place {
+        Place::Descriptor(fd) => fd,
+        Place::Path(path) => {
+            let flags = if follow {
+                libc::O_PATH
+            } else {
+                libc::O_PATH | libc::O_NOFOLLOW
+            };
+            open_in_root(root, &path, flags, 0)?
+        }
+    };
+    let located = std::fs::read_link(own_fd_path(&target)).map_err(|_| libc::EACCES)?;
+    if let Some(rule) = policy.protected(&located) {
+        refused_write(&located, &rule, refused);
+        return Err(libc::EACCES);
+    }
+    if !follow && std::fs::symlink_metadata(&located).is_ok_and(|m| m.file_type().is_symlink()) {
+        // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW says so).
+        return Err(libc::EOPNOTSUPP);
+    }
+    change(&target)
 }
 
 fn is_symlink(stat: libc::stat) -> bool {

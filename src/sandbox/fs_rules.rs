@@ -788,22 +788,27 @@ fn explain_with(
             .map(|m| format!("the mount point {} (EBUSY)", m.path.display()))
             .or_else(|| read_only_mount(mounts, dir))
     };
+    // What `verbd exec`'s create broker refuses on a protected name at any depth.
+    let protected_here = if creates_brokered {
+        protected_in_a_write_root(spec, &resolved)
+    } else {
+        None
+    };
+    let broker = |which: &str| {
+        protected_here
+            .as_ref()
+            .map(|hit| format!("the create broker of `verbd exec`: {which} {hit} (EACCES)"))
+    };
     let wanted: Vec<(&'static str, &Path, AccessFs, Option<String>)> = match (access, &metadata) {
         (FsAccess::Read, _) if is_dir => vec![("list", &resolved, AccessFs::ReadDir, None)],
         (FsAccess::Read, _) => vec![("read", &resolved, AccessFs::ReadFile, None)],
         (FsAccess::Exec, _) => vec![("execute", &resolved, AccessFs::Execute, None)],
-        (FsAccess::Write, None) => {
-            let broker = creates_brokered
-                .then(|| new_protected_name(spec, &resolved))
-                .flatten()
-                .map(|hit| format!("the create broker of `verbd exec`: a new {hit} (EACCES)"));
-            vec![(
-                "create it",
-                &parent,
-                AccessFs::MakeReg,
-                writes(&parent).or(broker),
-            )]
-        }
+        (FsAccess::Write, None) => vec![(
+            "create it",
+            &parent,
+            AccessFs::MakeReg,
+            writes(&parent).or(broker("a new")),
+        )],
         (FsAccess::Write, Some(_)) if is_dir => vec![
             (
                 "create a file in it",
@@ -815,16 +820,21 @@ fn explain_with(
                 "remove or rename it",
                 &parent,
                 AccessFs::RemoveDir,
-                moves(&resolved, &parent),
+                moves(&resolved, &parent).or(broker("the")),
             ),
         ],
         (FsAccess::Write, Some(_)) => vec![
-            ("modify", &resolved, AccessFs::WriteFile, writes(&resolved)),
+            (
+                "modify",
+                &resolved,
+                AccessFs::WriteFile,
+                writes(&resolved).or(broker("the")),
+            ),
             (
                 "remove or replace it",
                 &parent,
                 AccessFs::RemoveFile,
-                moves(&resolved, &parent),
+                moves(&resolved, &parent).or(broker("the")),
             ),
         ],
     };
@@ -876,8 +886,11 @@ fn explain_with(
     })
 }
 
-/// The protected rule a new entry at `path` would hit, relative to a write root containing it.
-fn new_protected_name(spec: &SandboxSpec, path: &Path) -> Option<crate::protected::ProtectedMatch> {
+/// The protected rule an entry at `path` hits, relative to a write root containing it.
+fn protected_in_a_write_root(
+    spec: &SandboxSpec,
+    path: &Path,
+) -> Option<crate::protected::ProtectedMatch> {
     spec.write
         .iter()
         .filter_map(|root| std::fs::canonicalize(root).ok())

@@ -375,8 +375,9 @@ pub(super) fn connect_program() -> BpfProgram {
     ]
 }
 
-/// Syscalls that give a new name to something, each answered by `verbd exec`'s create broker
-/// (module `create_broker`); `open` and `openat` only with `O_CREAT`, tested in the filter.
+/// Syscalls that give a new name to something, or remove, truncate or re-mode an entry, each
+/// answered by `verbd exec`'s create broker (module `create_broker`); `open` and `openat` only
+/// when they create, write or truncate ([`BROKERED_OPEN_FLAGS`], tested in the filter).
 const NAMING_SYSCALLS: &[i64] = &[
     libc::SYS_creat,
     libc::SYS_mkdir,
@@ -390,7 +391,19 @@ const NAMING_SYSCALLS: &[i64] = &[
     libc::SYS_rename,
     libc::SYS_renameat,
     libc::SYS_renameat2,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    libc::SYS_rmdir,
+    libc::SYS_truncate,
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
 ];
+
+/// `open`/`openat` flags that make the call brokered: creating, writing or truncating.
+const BROKERED_OPEN_FLAGS: u32 =
+    (libc::O_CREAT | libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) as u32;
 
 /// offsetof(struct seccomp_data, args[i]), low 32 bits (little-endian).
 const fn offset_arg(i: u32) -> u32 {
@@ -401,7 +414,7 @@ const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 
 /// `verbd exec`'s broker filter: arch check, then `connect`, every [`NAMING_SYSCALLS`] and `open`/
-/// `openat` with `O_CREAT` answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
+/// `openat` with any of [`BROKERED_OPEN_FLAGS`] answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
 /// flags sit behind a pointer: libc falls back to `openat`); everything else is allowed (the
 /// other filters still apply).
 pub(super) fn exec_program() -> BpfProgram {
@@ -432,7 +445,7 @@ pub(super) fn exec_program() -> BpfProgram {
     }
     program.extend([
         insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-        insn(JSET_K, 0, 1, libc::O_CREAT as u32),
+        insn(JSET_K, 0, 1, BROKERED_OPEN_FLAGS),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
@@ -813,30 +826,34 @@ mod tests {
     }
 
     #[test]
-    fn the_exec_filter_brokers_exactly_the_naming_calls() {
+    fn the_exec_filter_brokers_exactly_the_naming_and_writing_calls() {
         let program = exec_program();
         let notify = libc::SECCOMP_RET_USER_NOTIF;
         let call = |nr: i64, args: [u64; 6]| run_call(&program, nr, args);
         let creat = libc::O_CREAT as u64;
         let rdwr = libc::O_RDWR as u64;
         assert_eq!(call(libc::SYS_open, [0, creat | rdwr, 0, 0, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_open, [0, rdwr, 0, 0, 0, 0]), notify);
+        let read_only = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
         assert_eq!(
-            call(libc::SYS_open, [0, rdwr, 0, 0, 0, 0]),
+            call(libc::SYS_open, [0, read_only, 0, 0, 0, 0]),
             libc::SECCOMP_RET_ALLOW
         );
-        // The flags of openat are its third argument: O_CREAT elsewhere does not count.
-        assert_eq!(call(libc::SYS_openat, [0, 0, creat, 0, 0, 0]), notify);
+        // The flags of openat are its third argument: elsewhere they do not count.
+        for flags in [creat, rdwr, libc::O_WRONLY as u64, libc::O_TRUNC as u64] {
+            assert_eq!(call(libc::SYS_openat, [0, 0, flags, 0, 0, 0]), notify);
+        }
         assert_eq!(
-            call(libc::SYS_openat, [0, creat, rdwr, creat, 0, 0]),
+            call(libc::SYS_openat, [0, creat, read_only, creat, 0, 0]),
             libc::SECCOMP_RET_ALLOW
         );
-        // O_TMPFILE names nothing until linkat.
+        // A writable O_TMPFILE is brokered like any write (a read-only one the kernel refuses).
         assert_eq!(
             call(
                 libc::SYS_openat,
                 [0, 0, libc::O_TMPFILE as u64 | rdwr, 0, 0, 0]
             ),
-            libc::SECCOMP_RET_ALLOW
+            notify
         );
         assert_eq!(call(libc::SYS_openat2, [0; 6]), ret_errno(libc::ENOSYS));
         for &nr in NAMING_SYSCALLS.iter().chain(&[libc::SYS_connect]) {
@@ -845,9 +862,7 @@ mod tests {
         for nr in [
             libc::SYS_read,
             libc::SYS_write,
-            libc::SYS_unlink,
-            libc::SYS_unlinkat,
-            libc::SYS_rmdir,
+            libc::SYS_ftruncate,
             libc::SYS_execve,
             libc::SYS_bind,
         ] {
