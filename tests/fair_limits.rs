@@ -304,6 +304,25 @@ fn thirty_two_clients_reconnecting_at_once_never_get_busy() {
     }
     let _alone = one_at_a_time();
     let d = start("max_connections_per_uid = 32\nmax_executions = 64");
+    // The start's readiness probe (a connect and close, as uid 0 too) holds its place until the
+    // daemon has looked its caller up and read the end of its stream; under load that can
+    // still be pending here, and a 33rd connection of uid 0 is rightly `busy`. Start the 32
+    // clients once only the approver's own status request is in flight.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = d.cli_as(APPROVER, &["status", "--json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let in_flight = status["metrics"]["connections_in_flight"].as_u64();
+        if in_flight == Some(1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connections in flight stayed at {in_flight:?}: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let request = hostile::call("hello", &[]);
     let busy = std::sync::atomic::AtomicUsize::new(0);
     let ran = std::sync::atomic::AtomicUsize::new(0);
