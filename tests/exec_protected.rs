@@ -86,6 +86,12 @@ def link_via_descriptor(existing, new):
     finally:
         os.close(here)
         os.close(fd)
+def link_followed(link, new):
+    here = os.open(".", os.O_RDONLY)
+    try:
+        os.link(link, new, src_dir_fd=here, follow_symlinks=True)
+    finally:
+        os.close(here)
 def tmpfile_linked():
     fd = os.open("src", os.O_TMPFILE | os.O_WRONLY, 0o600)
     os.write(fd, b"tmp")
@@ -110,6 +116,8 @@ attempt("deep-memory-modify", lambda: write("a/b/c/d/CLAUDE.md"))
 attempt("deep-memory-remove", lambda: os.unlink("a/b/c/d/CLAUDE.md"))
 attempt("hook-chmod", lambda: os.chmod(".git/hooks/pre-commit", 0o755))
 attempt("memory-truncate", lambda: os.truncate("CLAUDE.md", 0))
+attempt("via-proc-self-cwd", lambda: write("/proc/self/cwd/AGENTS.md"))
+attempt("second-name-via-symlink", lambda: both(lambda: os.symlink(os.getcwd() + "/a/b/c/d/CLAUDE.md", "src/deep-link"), lambda: link_followed("src/deep-link", "src/deep-copy")))
 attempt("plain-chmod-truncate-unlink-in-src", lambda: both(lambda: write("src/t.txt"), lambda: os.chmod("src/t.txt", 0o600), lambda: os.truncate("src/t.txt", 1), lambda: os.unlink("src/t.txt")))
 attempt("plain-rename-in-src", lambda: both(lambda: write("src/a.txt"), lambda: os.rename("src/a.txt", "src/b.txt")))
 attempt("plain-link-in-src", lambda: both(lambda: write("src/c.txt"), lambda: os.link("src/c.txt", "src/d.txt")))
@@ -257,6 +265,7 @@ fn protected_entries_untouched(repo: &Path) {
         "src/AGENTS.md",
         "src/.git",
         "src/copy.md",
+        "src/deep-copy",
     ] {
         assert!(!repo.join(gone).exists(), "{gone} exists");
     }
@@ -298,6 +307,8 @@ const NEW_PROTECTED_NAMES: &[&str] = &[
     "new-git-by-directory-rename",
     "via-absolute-symlink-create",
     "second-name-via-descriptor",
+    "via-proc-self-cwd",
+    "second-name-via-symlink",
 ];
 
 /// What the broker performs for the program in both modes: ordinary creates, links, renames,
@@ -345,7 +356,7 @@ fn the_unconfined_control_can_do_everything() {
         .filter_map(|l| l.strip_prefix("attempt(\""))
         .filter_map(|l| l.split('"').next())
         .collect();
-    assert_eq!(names.len(), 45, "{names:?}");
+    assert_eq!(names.len(), 47, "{names:?}");
     // Each attempt in a fresh project: earlier ones would remove what later ones act on.
     for name in names {
         let (_dir, repo, policy) = project();

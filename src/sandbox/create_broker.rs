@@ -82,9 +82,27 @@ pub struct CreatePolicy {
 }
 
 impl CreatePolicy {
+    /// The policy for `spec`: its write roots made canonical, the inodes of `mounts`.
+    pub fn of(spec: &super::SandboxSpec, mounts: &[super::ProtectedMount]) -> CreatePolicy {
+        use std::os::unix::fs::MetadataExt;
+        CreatePolicy {
+            write_roots: spec
+                .write
+                .iter()
+                .filter_map(|root| std::fs::canonicalize(root).ok())
+                .collect(),
+            protected: spec.protected.clone(),
+            mount_points: mounts
+                .iter()
+                .filter_map(|mount| std::fs::symlink_metadata(&mount.path).ok())
+                .map(|meta| (meta.dev(), meta.ino()))
+                .collect(),
+        }
+    }
+
     /// The protected rule `path` (absolute, as the caller sees it) hits, relative to any write
     /// root containing it, or as a protected absolute path.
-    fn protected(&self, path: &Path) -> Option<String> {
+    pub fn protected(&self, path: &Path) -> Option<String> {
         if let Some(hit) = self.protected.paths().iter().find(|p| path.starts_with(p)) {
             return Some(format!("protected path {}", hit.display()));
         }
@@ -1004,75 +1022,41 @@ fn link(
         refused(&new.path, &rule);
         return Err(libc::EACCES);
     }
-    let linked = match old {
-        Place::Descriptor(fd) if flags & libc::AT_EMPTY_PATH != 0 => {
-            // SAFETY: fds and NUL-terminated names alive for the call.
-            unsafe {
-                libc::linkat(
-                    fd.as_raw_fd(),
-                    c"".as_ptr(),
-                    new.directory.as_raw_fd(),
-                    new.name.as_ptr(),
-                    libc::AT_EMPTY_PATH,
-                )
-            }
-        }
+    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    // The file the new name will lead to, opened O_PATH: whatever name or link reached it, a
+    // protected entry never gets a second name (through which it could be written).
+    let source = match old {
+        Place::Descriptor(fd) if flags & libc::AT_EMPTY_PATH != 0 => fd,
         // Without AT_SYMLINK_FOLLOW the kernel would link the /proc link itself: across devices.
-        Place::Descriptor(_) if flags & libc::AT_SYMLINK_FOLLOW == 0 => return Err(libc::EXDEV),
-        Place::Descriptor(fd) => {
-            // A second name for a protected entry would let it be written through that name
-            // (the mounts and Landlock refuse this too; the broker does not rely on it).
-            if let Ok(located) = std::fs::read_link(own_fd_path(&fd))
-                && let Some(rule) = policy.protected(&located)
-            {
-                refused(&located, &rule);
-                return Err(libc::EACCES);
-            }
-            let path = c_string(own_fd_path(&fd).as_bytes())?;
-            // SAFETY: as above.
-            unsafe {
-                libc::linkat(
-                    libc::AT_FDCWD,
-                    path.as_ptr(),
-                    new.directory.as_raw_fd(),
-                    new.name.as_ptr(),
-                    libc::AT_SYMLINK_FOLLOW,
-                )
-            }
-        }
+        Place::Descriptor(_) if !follow => return Err(libc::EXDEV),
+        Place::Descriptor(fd) => fd,
         Place::Path(path) => {
-            let old = resolve(root, &path)?;
-            if let Some(rule) = policy.protected(&old.path) {
-                refused(&old.path, &rule);
-                return Err(libc::EACCES);
-            }
-            if flags & libc::AT_SYMLINK_FOLLOW != 0 && old.stat().is_some_and(is_symlink) {
-                // Linking what a symlink leads to: the target, resolved beneath the root.
-                let target = open_in_root(root, &old.path, libc::O_PATH, 0)?;
-                let target_path = c_string(own_fd_path(&target).as_bytes())?;
-                // SAFETY: as above.
-                unsafe {
-                    libc::linkat(
-                        libc::AT_FDCWD,
-                        target_path.as_ptr(),
-                        new.directory.as_raw_fd(),
-                        new.name.as_ptr(),
-                        libc::AT_SYMLINK_FOLLOW,
-                    )
-                }
+            let resolve_flags = if follow {
+                libc::O_PATH
             } else {
-                // SAFETY: as above.
-                unsafe {
-                    libc::linkat(
-                        old.directory.as_raw_fd(),
-                        old.name.as_ptr(),
-                        new.directory.as_raw_fd(),
-                        new.name.as_ptr(),
-                        0,
-                    )
-                }
-            }
+                libc::O_PATH | libc::O_NOFOLLOW
+            };
+            open_in_root(root, &path, resolve_flags, 0)?
         }
+    };
+    let located = std::fs::read_link(own_fd_path(&source)).map_err(|_| libc::EACCES)?;
+    if let Some(rule) = policy.protected(&located) {
+        refused(&located, &rule);
+        return Err(libc::EACCES);
+    }
+    // The O_PATH descriptor (or the caller's own) names the file itself: link it by its /proc
+    // path, following that one magic link and nothing else.
+    let source_path = c_string(own_fd_path(&source).as_bytes())?;
+    // SAFETY: a NUL-terminated path, a directory fd and a NUL-terminated name, alive for the
+    // call.
+    let linked = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            source_path.as_ptr(),
+            new.directory.as_raw_fd(),
+            new.name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
     };
     if linked == 0 {
         Ok(())
@@ -1147,10 +1131,6 @@ fn alter(
         return Err(libc::EOPNOTSUPP);
     }
     change(&target)
-}
-
-fn is_symlink(stat: libc::stat) -> bool {
-    stat.st_mode & libc::S_IFMT == libc::S_IFLNK
 }
 
 /// `rename`: refused when either name is protected, or when a directory would be moved to or

@@ -790,7 +790,7 @@ fn explain_with(
     };
     // What `verbd exec`'s create broker refuses on a protected name at any depth.
     let protected_here = if creates_brokered {
-        protected_in_a_write_root(spec, &resolved)
+        super::create_broker::CreatePolicy::of(spec, mounts).protected(&resolved)
     } else {
         None
     };
@@ -884,18 +884,6 @@ fn explain_with(
         checks,
         notes,
     })
-}
-
-/// The protected rule an entry at `path` hits, relative to a write root containing it.
-fn protected_in_a_write_root(
-    spec: &SandboxSpec,
-    path: &Path,
-) -> Option<crate::protected::ProtectedMatch> {
-    spec.write
-        .iter()
-        .filter_map(|root| std::fs::canonicalize(root).ok())
-        .filter_map(|root| path.strip_prefix(&root).ok().map(Path::to_path_buf))
-        .find_map(|relative| spec.protected.match_path(&relative))
 }
 
 #[cfg(test)]

@@ -507,25 +507,8 @@ impl PreparedSandbox {
 
     /// Where `verbd exec`'s create broker refuses protected names: the canonical write roots.
     fn create_policy(&self) -> create_broker::CreatePolicy {
-        create_broker::CreatePolicy {
-            write_roots: self
-                .spec
-                .write
-                .iter()
-                .filter_map(|root| std::fs::canonicalize(root).ok())
-                .collect(),
-            protected: self.spec.protected.clone(),
-            mount_points: self
-                .exec
-                .iter()
-                .flat_map(|setup| &setup.mounts)
-                .filter_map(|mount| std::fs::symlink_metadata(&mount.path).ok())
-                .map(|meta| {
-                    use std::os::unix::fs::MetadataExt;
-                    (meta.dev(), meta.ino())
-                })
-                .collect(),
-        }
+        let mounts = self.exec.as_ref().map_or(&[][..], |setup| &setup.mounts);
+        create_broker::CreatePolicy::of(&self.spec, mounts)
     }
 
     /// What the broker lets this profile's children connect to.
