@@ -58,6 +58,16 @@ category = "read-only"
 roles = ["agents", "me"]
 command = "/bin/echo hello"
 
+[sandbox.few_files]
+rlimits = {{ open_files = 32 }}
+
+[verb.few_files]
+description = "a trivial verb allowed 32 descriptors"
+category = "read-only"
+roles = ["agents"]
+sandbox = "few_files"
+command = "/bin/echo few"
+
 [verb.nap]
 description = "sleeps"
 category = "read-only"
@@ -440,4 +450,30 @@ fn a_call_still_queued_at_the_deadline_gets_busy_naming_the_limit() {
             .any(|e| e["kind"] == "exec" && e["verb"] == "hello")
     );
     assert!(matches!(hog.join().unwrap(), Ok(Response::Ok { .. })));
+}
+
+/// A child of the daemon holds the daemon's descriptor table until exec: while the daemon holds
+/// 64 connections, the lowest free descriptor number in the child is above a verb's
+/// `open_files = 32`. The sandbox's last new descriptor (the seccomp listener) must still be
+/// made — the descriptor limit is set after it. (When it was set first, the call failed: "the
+/// sandbox could not be applied in the child (stage: seccomp)", and a flooder's connections
+/// could break every verb with a low limit.)
+#[test]
+fn a_verb_with_a_low_descriptor_limit_starts_while_the_daemon_holds_many_connections() {
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("max_connections_per_uid = 100");
+    let held = hostile::hold_connections_as(
+        FLOODER,
+        &d.socket,
+        64,
+        b"{\"v\":1,",
+        true,
+        Duration::from_millis(300),
+    );
+    assert_eq!(held.unanswered(), 64, "the flooder holds 64 connections");
+    let called = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("few_files", &[])]);
+    assert_eq!(stdout_of(&hostile::decode(&called[0])), "few\n");
 }

@@ -22,7 +22,8 @@ use super::{seccomp, unix_broker};
 pub enum Stage {
     /// `setsid()`: the child leads its own session and process group.
     Setsid = 1,
-    /// `setrlimit` for CPU, address space, file size, open files, processes, core.
+    /// `setrlimit` for CPU, address space, file size, processes, core; and open files, set last
+    /// (after the seccomp listener, the last descriptor the stages open).
     Rlimits = 2,
     /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: no inherited descriptor survives exec, except
     /// the plan's keep-list (cleared of close-on-exec one by one).
@@ -281,23 +282,11 @@ impl ChildPlan {
         }
 
         self.begin(Stage::Rlimits)?;
+        // The descriptor limit comes last (below): the seccomp listener is a new descriptor, and
+        // the lowest free number in a child of a busy daemon can be above the verb's limit.
         for &(resource, value) in &self.rlimits {
-            let mut current = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: `current` is a valid, writable rlimit on the stack.
-            if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
-                return Err(fail(Stage::Rlimits));
-            }
-            let limit = value.min(current.rlim_max);
-            let new = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            // SAFETY: `new` is a valid rlimit on the stack.
-            if unsafe { libc::setrlimit(resource, &new) } != 0 {
-                return Err(fail(Stage::Rlimits));
+            if resource != libc::RLIMIT_NOFILE {
+                set_rlimit(resource, value).map_err(|()| fail(Stage::Rlimits))?;
             }
         }
         // SAFETY: umask cannot fail.
@@ -509,6 +498,15 @@ impl ChildPlan {
         // SAFETY: closes the listener fd this process just got; the broker holds its copy.
         unsafe { libc::close(listener) };
         sent.map_err(seccomp_failure)?;
+        // Every descriptor the stages open is open: now the verb's descriptor limit.
+        for &(resource, value) in &self.rlimits {
+            if resource == libc::RLIMIT_NOFILE {
+                set_rlimit(resource, value).map_err(|()| StageFailure {
+                    stage: Stage::Rlimits,
+                    errno: errno(),
+                })?;
+            }
+        }
         if let Some(observation) = &self.observe {
             observation.run();
             // SAFETY: ends the probe child here, fully confined, without exec and without
@@ -517,6 +515,29 @@ impl ChildPlan {
         }
         Ok(())
     }
+}
+
+/// Lowers `resource` (soft and hard) to `value`, or to the hard limit when that is lower.
+/// Async-signal-safe: two syscalls on stack values; on failure errno says why.
+fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> Result<(), ()> {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `current` is a valid, writable rlimit on the stack.
+    if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
+        return Err(());
+    }
+    let limit = value.min(current.rlim_max);
+    let new = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: `new` is a valid rlimit on the stack.
+    if unsafe { libc::setrlimit(resource, &new) } != 0 {
+        return Err(());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
