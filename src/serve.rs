@@ -167,6 +167,7 @@ pub fn main(options: ServeOptions) -> u8 {
 pub fn run(options: ServeOptions) -> Result<(), StartError> {
     let activated = activation()?;
     logging();
+    raise_open_files_limit();
     let invoker_uid = nix::unistd::getuid().as_raw();
     let loader = Loader::new(PolicySource::from_flag(options.policy.clone()));
     let policy = loader.compile()?;
@@ -236,6 +237,23 @@ fn logging() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+}
+
+/// The soft descriptor limit raised to the hard one (systemd starts services at 1024 of 524288):
+/// the daemon never uses `select`, and a quarter of the limit is the budget of refused
+/// connections it may hold for a paced `busy` (`server::pacing`). The verbs' children get their
+/// own limit from the sandbox.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, error = %e, "cannot raise the descriptor limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the descriptor limit"),
+    }
 }
 
 /// The state dir, created if missing, then made 0700 through a descriptor that did not follow a

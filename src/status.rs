@@ -79,6 +79,10 @@ pub struct Metrics {
     pub connections_in_flight: usize,
     /// `wait`s parked now (they hold no connection place), on both sockets.
     pub waits_parked: usize,
+    /// Refused connections held now, unread, for a paced `busy` answer (a uid refused faster
+    /// than [`crate::server::pacing::ANSWERED_AT_ONCE`] a second), and the most held at once.
+    pub busy_paced: usize,
+    pub max_busy_paced: usize,
     pub max_connections: usize,
     pub max_executions: usize,
     pub journal: JournalStatus,
@@ -352,6 +356,11 @@ pub fn render_prometheus(status: &Status) -> String {
         m.waits_parked as f64,
     );
     e.gauge(
+        "busy_paced",
+        "Refused connections held now for a paced busy answer.",
+        m.busy_paced as f64,
+    );
+    e.gauge(
         "max_connections",
         "The connection limit.",
         m.max_connections as f64,
@@ -474,8 +483,10 @@ pub fn render_text(status: &Status) -> String {
     );
     let _ = writeln!(
         out,
-        "busy: {}; connections {}/{}, executions {}/{}",
+        "busy: {}; {} paced now (at most {}); connections {}/{}, executions {}/{}",
         pairs(&m.busy),
+        m.busy_paced,
+        m.max_busy_paced,
         m.connections_in_flight,
         m.max_connections,
         status.executions_in_flight,

@@ -186,7 +186,9 @@ fn one_agent_flooding_waits_and_slow_sends_starves_nobody() {
         id: ids[0],
         timeout_ms: 600_000,
     });
-    let settle = Duration::from_millis(1500);
+    // Past the first 64 refusals a second, `busy` comes after a pause of `pacing::HOLD` (1 s):
+    // every refusal is in by then.
+    let settle = Duration::from_millis(2500);
     let waits = hostile::hold_connections_as(FLOODER, &d.socket, 300, &wait, false, settle);
     let slow_agent =
         hostile::hold_connections_as(FLOODER, &d.socket, 100, b"{\"v\":1,", true, settle);
@@ -450,6 +452,94 @@ fn a_call_still_queued_at_the_deadline_gets_busy_naming_the_limit() {
             .any(|e| e["kind"] == "exec" && e["verb"] == "hello")
     );
     assert!(matches!(hog.join().unwrap(), Ok(Response::Ok { .. })));
+}
+
+/// An agent whose connection budget is full keeps 64 sockets that reconnect the moment the
+/// daemon answers. Each refusal costs the daemon an accept, a credentials lookup, a send and a
+/// close — CPU taken from every other caller — so the answers must come paced: a burst over
+/// the budget hears `busy` at once, but past `ANSWERED_AT_ONCE` refusals a second each socket
+/// is answered at most once per `HOLD`. (Before pacing, these 64 sockets got one `busy` after
+/// another as fast as the daemon could refuse.)
+#[test]
+fn a_uid_reconnecting_in_a_loop_is_answered_at_a_paced_rate() {
+    use verbd::server::pacing::{ANSWERED_AT_ONCE, HOLD};
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let d = start("");
+    let opening = b"{\"v\":1,";
+    let places = hostile::hold_connections_as(
+        FLOODER,
+        &d.socket,
+        32,
+        opening,
+        true,
+        Duration::from_millis(300),
+    );
+    assert_eq!(places.unanswered(), 32, "the flooder holds its 32 places");
+    // A burst over the budget is told at once (within the 300 ms it waits, a third of HOLD).
+    let burst = hostile::hold_connections_as(
+        FLOODER,
+        &d.socket,
+        8,
+        opening,
+        false,
+        Duration::from_millis(300),
+    );
+    assert_eq!(burst.unanswered(), 0, "a burst of 8 over the budget waited");
+    for raw in burst.answers() {
+        let message = busy_message(raw);
+        assert!(
+            message.contains("daemon.max_connections_per_uid"),
+            "{message}"
+        );
+    }
+    drop(burst);
+    // The loop, with the approver watching the held connections and a bystander calling.
+    let (sockets, seconds) = (64u64, 3u64);
+    let socket = d.socket.clone();
+    let flood = std::thread::spawn(move || {
+        hostile::reconnect_loop_as(
+            FLOODER,
+            &socket,
+            sockets as usize,
+            opening,
+            Duration::from_secs(seconds),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = d.cli_as(APPROVER, &["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let paced = status["metrics"]["busy_paced"]
+        .as_u64()
+        .expect("busy_paced");
+    let called = timed("second agent: call during the loop", || {
+        hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("hello", &[])])
+    });
+    assert_eq!(stdout_of(&hostile::decode(&called[0])), "hello\n");
+    let (busy, other, silent) = flood.join().unwrap();
+    println!(
+        "{sockets} sockets reconnecting for {seconds} s: {busy} busy, {other} other, {silent} \
+         closed without an answer; {paced} held at 1.5 s"
+    );
+    assert_eq!((other, silent), (0, 0), "every refusal is answered `busy`");
+    // At most ANSWERED_AT_ONCE per window (the loop spans at most seconds + 1 of them, the
+    // burst's 8 included) and one answer per socket per HOLD.
+    let bound = (seconds + 1) * u64::from(ANSWERED_AT_ONCE) + sockets * (seconds / HOLD.as_secs());
+    assert!(
+        busy <= bound,
+        "{busy} busy answers in {seconds} s to {sockets} sockets: not paced (at most {bound})"
+    );
+    assert!(
+        busy >= sockets,
+        "the held connections were answered: {busy}"
+    );
+    assert!(
+        paced > 0 && paced <= sockets,
+        "status showed {paced} connections held for a paced busy"
+    );
 }
 
 /// A child of the daemon holds the daemon's descriptor table until exec: while the daemon holds

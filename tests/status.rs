@@ -146,6 +146,8 @@ fn counters_move_exactly_as_calls_happen_and_agents_see_none() {
         "busy",
         "connections_in_flight",
         "waits_parked",
+        "busy_paced",
+        "max_busy_paced",
         "max_connections",
         "max_executions",
         "journal",

@@ -225,6 +225,8 @@ impl Daemon {
             busy: owned(&counters.busy),
             connections_in_flight: self.agent_pool.in_use().0 + self.approver_pool.in_use().0,
             waits_parked: self.agent_pool.in_use().1 + self.approver_pool.in_use().1,
+            busy_paced: self.pacer.held(),
+            max_busy_paced: self.pacer.budget(),
             max_connections: daemon_cfg.max_connections,
             max_executions: daemon_cfg.max_executions,
             journal: JournalStatus {

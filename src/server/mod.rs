@@ -2,9 +2,10 @@
 //!
 //! Where a request goes: [`Daemon::serve`] accepts and reads the peer's credentials from the
 //! kernel (invariant 3) at once, before a byte of the request; the socket's [`admission::Pool`]
-//! admits the connection or answers `busy` naming the limit (per uid, or the socket's total).
-//! `handle` reads one request line (size and time limited), and — for a peer that matches no
-//! role — journals the refusal and answers `denied`; a `wait` trades its connection place for a
+//! admits the connection or answers `busy` naming the limit (per uid, or the socket's total) —
+//! at once, or after a pause once that uid is refused in a loop ([`pacing`]).
+//! `handle` reads one request line (size and time limited), then looks the caller up, and — for
+//! a peer that matches no role — journals the refusal and answers `denied`; a `wait` trades its connection place for a
 //! parked-wait place; otherwise `dispatch` runs the request **in its own task, owned by the
 //! daemon**. The connection only watches for its client hanging up: then it signals the task's
 //! [`Cancel`], and the task still reaches its journaled end (a running child is killed and the
@@ -31,6 +32,7 @@ mod call;
 pub mod identity;
 pub mod ledger;
 mod metrics;
+pub mod pacing;
 pub mod peer;
 mod refusals;
 pub mod slots;
@@ -46,13 +48,14 @@ use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
-use nix::sys::socket::{MsgFlags, send};
+use nix::sys::socket::{MsgFlags, recv, send};
+use pacing::{Pace, Pacer};
 pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
 use slots::FairSlots;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::UCred;
 use tokio::net::{UnixListener, UnixStream};
@@ -61,6 +64,38 @@ use tokio::sync::watch;
 /// Answers up to this size fit a Unix stream socket's default send buffer (208 KiB on Linux),
 /// so writing them never waits on the peer.
 const ANSWER_WRITTEN_WITHOUT_WAITING: usize = 64 * 1024;
+
+/// The `busy` line, in one send on a refused connection whose buffer takes a short line at
+/// once; dropping the stream then closes it, which ends the answer. A refusal costs no read and
+/// no wake-up, however fast a flooder reconnects. A peer already gone gets nothing.
+fn answer_and_close(stream: &UnixStream, answer: &[u8]) {
+    let _ = send(
+        stream.as_raw_fd(),
+        answer,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+    );
+}
+
+/// Whether the peer of a connection not yet read has closed it (the end of the stream is all
+/// that is left to read), without reading anything.
+fn peer_hung_up(stream: &UnixStream) -> bool {
+    let mut byte = [0u8; 1];
+    match recv(
+        stream.as_raw_fd(),
+        &mut byte,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => true,
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) => false,
+        Err(_) => true,
+    }
+}
+
+/// The descriptor limit (soft) of this process now; 1024, the usual default, when unknown.
+fn open_files_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft)
+}
 
 /// Settings that do not come from the policy.
 pub struct ServeSettings {
@@ -80,6 +115,8 @@ pub struct Daemon {
     agent_pool: Arc<Pool>,
     /// The approver socket's own pool: no agent takes a place an approver needs.
     approver_pool: Arc<Pool>,
+    /// Paces the `busy` answers of a uid refused at accept in a loop (both sockets).
+    pacer: Arc<Pacer>,
     settings: ServeSettings,
     /// Set once at shutdown, after the grace period: cancels every run still going.
     shutdown: watch::Sender<bool>,
@@ -137,6 +174,7 @@ impl Daemon {
             exec_slots: FairSlots::new(daemon_cfg.max_executions),
             agent_pool: Pool::new(SocketKind::Agent),
             approver_pool: Pool::new(SocketKind::Approver),
+            pacer: Pacer::new(pacing::held_budget(open_files_limit())),
             prepared: RwLock::new(Arc::new(prepared)),
             ledger: Ledger::new(journal, book),
             settings,
@@ -275,6 +313,11 @@ impl Daemon {
     /// The peer's credentials from the kernel, then its uid's place in `pool`: served, or
     /// answered `busy` with the limit it hit, before anything of its request is read.
     fn admit(self: &Arc<Self>, stream: UnixStream, pool: &Arc<Pool>) {
+        // Connected and closed before a byte (a flooder's churn): nothing to read, nobody to
+        // answer; no place, no task, no lookup.
+        if peer_hung_up(&stream) {
+            return;
+        }
         let cred = match stream.peer_cred() {
             Ok(c) => c,
             Err(e) => {
@@ -294,31 +337,32 @@ impl Daemon {
                     message: refused.to_string(),
                 }
                 .encode();
-                // One send on the new socket, whose buffer takes a short line at once, then the
-                // close ends the answer: a refusal costs no task and no wake-up, however fast a
-                // flooder reconnects. A peer already gone gets nothing.
-                let _ = send(
-                    stream.as_raw_fd(),
-                    &answer,
-                    MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-                );
+                match self.pacer.pace(cred.uid(), Instant::now()) {
+                    Pace::AtOnce => answer_and_close(&stream, &answer),
+                    Pace::Held(place) => {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(pacing::HOLD).await;
+                            answer_and_close(&stream, &answer);
+                            drop(place);
+                        });
+                    }
+                }
             }
         }
     }
 
     async fn handle(self: Arc<Self>, stream: UnixStream, cred: UCred, mut admission: Admission) {
-        let caller = tokio::task::spawn_blocking(move || {
-            identity::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
-        })
-        .await
-        .expect("caller lookup panicked");
-        let ctx = self.context(caller);
+        // The line first: a connection closed, silent or too large costs no user-database lookup.
+        let (limit, request_timeout) = {
+            let prepared = self.prepared();
+            let daemon = &prepared.policy.daemon;
+            (daemon.max_request_bytes, daemon.request_timeout)
+        };
         let (read_half, mut write_half) = stream.into_split();
-        let limit = ctx.prepared.policy.daemon.max_request_bytes;
         let mut reader = BufReader::new(read_half);
         let mut line = Vec::new();
         let read = tokio::time::timeout(
-            ctx.prepared.policy.daemon.request_timeout,
+            request_timeout,
             (&mut reader)
                 .take(limit as u64 + 1)
                 .read_until(b'\n', &mut line),
@@ -340,6 +384,12 @@ impl Daemon {
             }
             Ok(Ok(_)) => protocol::decode_request(&line),
         };
+        let caller = tokio::task::spawn_blocking(move || {
+            identity::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
+        })
+        .await
+        .expect("caller lookup panicked");
+        let ctx = self.context(caller);
         // The request was read (a refusal is journaled with who asked); a peer matching no role
         // gets nothing else.
         if ctx.roles.is_empty() {

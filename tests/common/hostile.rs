@@ -298,3 +298,65 @@ pub fn decode(answer: &RawAnswer) -> Response {
     let line = answer.as_ref().expect("the daemon answered");
     Response::decode(line).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(line)))
 }
+
+/// What a child running as `uid` got from `count` connections that each reconnect the moment
+/// the daemon answers, for `duration`: (`busy` answers, other answers, connections the daemon
+/// closed without a word).
+pub fn reconnect_loop_as(
+    uid: u32,
+    socket: &Path,
+    count: usize,
+    opening: &[u8],
+    duration: Duration,
+) -> (u64, u64, u64) {
+    let (pid, mut input) = fork_as(uid, |mut out| {
+        let open = || {
+            let mut stream = UnixStream::connect(socket).ok()?;
+            let _ = stream.write_all(opening);
+            stream.set_nonblocking(true).ok()?;
+            Some(stream)
+        };
+        let mut streams: Vec<Option<UnixStream>> = (0..count).map(|_| open()).collect();
+        let (mut busy, mut other, mut silent) = (0u64, 0u64, 0u64);
+        let started = std::time::Instant::now();
+        while started.elapsed() < duration {
+            let mut polls: Vec<libc::pollfd> = streams
+                .iter()
+                .flatten()
+                .map(|stream| libc::pollfd {
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `polls` is a valid array of pollfds for the duration of the call.
+            unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 10) };
+            for slot in streams.iter_mut() {
+                if let Some(stream) = slot {
+                    let mut buffer = [0u8; 1024];
+                    match (&*stream).read(&mut buffer) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Ok(0) | Err(_) => silent += 1,
+                        Ok(n) => match Response::decode(buffer[..n].trim_ascii_end()) {
+                            Ok(Response::Busy { .. }) => busy += 1,
+                            _ => other += 1,
+                        },
+                    }
+                }
+                *slot = open();
+            }
+        }
+        let mut report = Vec::new();
+        for n in [busy, other, silent] {
+            report.extend_from_slice(&n.to_le_bytes());
+        }
+        send_or_exit(&mut out, &report);
+    });
+    let mut report = [0u8; 24];
+    input
+        .read_exact(&mut report)
+        .expect("the reconnecting child's report");
+    reap(pid, uid);
+    let at = |i: usize| u64::from_le_bytes(report[i * 8..i * 8 + 8].try_into().unwrap());
+    (at(0), at(1), at(2))
+}

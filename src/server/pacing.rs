@@ -1,0 +1,200 @@
+//! Pacing of `busy` answers: a uid refused at accept faster than an honest client ever is gets
+//! its later `busy` answers after a pause, so reconnecting the moment it hears cannot make the
+//! daemon accept and refuse at full speed.
+//!
+//! Why: the uid of a connection is known only after `accept`, so every refusal costs the daemon
+//! an accept, a credentials lookup, a send and a close. An agent whose budget is full and whose
+//! hundreds of sockets each reconnect as soon as they are answered made the daemon refuse about
+//! 40,000 connections a second — CPU taken from everyone else's calls. With pacing, each of its
+//! sockets is answered at most once per [`HOLD`]: the rate it can cause is bounded by the number
+//! of sockets it keeps open (and pays for) instead of by how fast the daemon can answer.
+//!
+//! Rules: per uid, the first [`ANSWERED_AT_ONCE`] refusals in a [`WINDOW`] are answered at once
+//! (a burst of parallel calls over the budget hears `busy` without delay); past them, each
+//! refused connection is held — unread, registered with nothing, answered `busy` after
+//! [`HOLD`] — while the daemon holds fewer than its budget of such connections (a share of its
+//! descriptor limit, [`held_budget`]); beyond that budget a refusal is answered at once, as
+//! before pacing. A held connection is never admitted: its answer is the same `busy`, later.
+//!
+//! Invariants: a held connection holds exactly one [`HeldBusy`] until its answer is sent, whose
+//! `Drop` is the only decrement; the count never exceeds the budget; per-uid windows exist only
+//! for uids refused within the last window (older ones are pruned), so the map is bounded by the
+//! uids the kernel vouched for.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The refusals per uid and [`WINDOW`] answered at once.
+pub const ANSWERED_AT_ONCE: u32 = 64;
+/// The window [`ANSWERED_AT_ONCE`] counts in.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// How long a held refusal waits for its `busy` answer.
+pub const HOLD: Duration = Duration::from_secs(1);
+/// The most connections held at once, whatever the descriptor limit.
+pub const MOST_HELD: usize = 8192;
+/// Windows kept before the expired ones are pruned.
+const WINDOWS_BEFORE_PRUNING: usize = 256;
+
+/// The held-connection budget for a descriptor limit of `open_files`: a quarter of it (the rest
+/// stays for the connections, parked waits, the journal and the verbs' pipes), at most
+/// [`MOST_HELD`].
+pub fn held_budget(open_files: u64) -> usize {
+    usize::try_from(open_files / 4)
+        .unwrap_or(usize::MAX)
+        .min(MOST_HELD)
+}
+
+/// How one refusal is answered.
+#[derive(Debug)]
+pub enum Pace {
+    /// Send `busy` now.
+    AtOnce,
+    /// Send `busy` after [`HOLD`]; the place is given back when this is dropped.
+    Held(HeldBusy),
+}
+
+/// One held refusal's place in the budget.
+#[derive(Debug)]
+pub struct HeldBusy {
+    pacer: Arc<Pacer>,
+}
+
+impl Drop for HeldBusy {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.pacer.state.lock() {
+            state.held -= 1;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    started: Instant,
+    answered_at_once: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    held: usize,
+    windows: HashMap<u32, Window>,
+}
+
+/// The daemon's pacing of `busy` answers, shared by its sockets.
+#[derive(Debug)]
+pub struct Pacer {
+    budget: usize,
+    state: Mutex<State>,
+}
+
+impl Pacer {
+    /// A pacer that holds at most `budget` connections at once.
+    pub fn new(budget: usize) -> Arc<Pacer> {
+        Arc::new(Pacer {
+            budget,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// How to answer a connection of `uid` just refused at `now`.
+    pub fn pace(self: &Arc<Self>, uid: u32, now: Instant) -> Pace {
+        let mut state = self.state.lock().expect("pacing lock");
+        if state.windows.len() >= WINDOWS_BEFORE_PRUNING {
+            state
+                .windows
+                .retain(|_, window| now.duration_since(window.started) < WINDOW);
+        }
+        let budget_full = state.held >= self.budget;
+        let window = state.windows.entry(uid).or_insert(Window {
+            started: now,
+            answered_at_once: 0,
+        });
+        if now.duration_since(window.started) >= WINDOW {
+            *window = Window {
+                started: now,
+                answered_at_once: 0,
+            };
+        }
+        if window.answered_at_once < ANSWERED_AT_ONCE || budget_full {
+            window.answered_at_once = window.answered_at_once.saturating_add(1);
+            return Pace::AtOnce;
+        }
+        state.held += 1;
+        Pace::Held(HeldBusy {
+            pacer: self.clone(),
+        })
+    }
+
+    /// Connections held for a paced `busy` now (for `status`).
+    pub fn held(&self) -> usize {
+        self.state.lock().expect("pacing lock").held
+    }
+
+    /// The most connections this pacer holds at once.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_held(pace: &Pace) -> bool {
+        matches!(pace, Pace::Held(_))
+    }
+
+    #[test]
+    fn a_burst_is_answered_at_once_and_the_rest_of_the_window_is_held() {
+        let pacer = Pacer::new(100);
+        let start = Instant::now();
+        for n in 0..ANSWERED_AT_ONCE {
+            assert!(!is_held(&pacer.pace(7, start)), "refusal {n} was held");
+        }
+        let held: Vec<Pace> = (0..10).map(|_| pacer.pace(7, start)).collect();
+        assert!(held.iter().all(is_held));
+        assert_eq!(pacer.held(), 10);
+        // Another uid has its own window.
+        assert!(!is_held(&pacer.pace(8, start)));
+        // Answering gives the places back.
+        drop(held);
+        assert_eq!(pacer.held(), 0);
+        // A new window answers at once again.
+        let later = start + WINDOW;
+        assert!(!is_held(&pacer.pace(7, later)));
+    }
+
+    #[test]
+    fn past_the_budget_refusals_are_answered_at_once() {
+        let pacer = Pacer::new(3);
+        let start = Instant::now();
+        for _ in 0..ANSWERED_AT_ONCE {
+            pacer.pace(7, start);
+        }
+        let held: Vec<Pace> = (0..3).map(|_| pacer.pace(7, start)).collect();
+        assert!(held.iter().all(is_held));
+        assert!(!is_held(&pacer.pace(7, start)));
+        assert_eq!(pacer.held(), 3);
+        drop(held);
+        assert!(is_held(&pacer.pace(7, start)));
+    }
+
+    #[test]
+    fn expired_windows_are_pruned() {
+        let pacer = Pacer::new(10);
+        let start = Instant::now();
+        for uid in 0..WINDOWS_BEFORE_PRUNING as u32 {
+            pacer.pace(uid, start);
+        }
+        pacer.pace(99_999, start + WINDOW);
+        assert_eq!(pacer.state.lock().unwrap().windows.len(), 1);
+    }
+
+    #[test]
+    fn the_budget_is_a_quarter_of_the_descriptor_limit_within_bounds() {
+        assert_eq!(held_budget(1024), 256);
+        assert_eq!(held_budget(524_288), MOST_HELD);
+        assert_eq!(held_budget(0), 0);
+    }
+}
