@@ -516,8 +516,6 @@ async fn serve_async(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = Vec::new();
     for (listener, kind) in listeners.listeners {
-        let listener =
-            tokio::net::UnixListener::from_std(listener).map_err(os("adopting a listener"))?;
         let mut rx = stop_rx.clone();
         serving.push(tokio::spawn(daemon.clone().serve(
             listener,

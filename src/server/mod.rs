@@ -48,29 +48,33 @@ use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
 use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
-use nix::sys::socket::{MsgFlags, recv, send};
+use nix::sys::socket::{
+    MsgFlags, SockFlag, UnixCredentials, accept4, getsockopt, recv, send, sockopt,
+};
 use pacing::{Pace, Pacer};
 pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
 use slots::FairSlots;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::UCred;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 /// Answers up to this size fit a Unix stream socket's default send buffer (208 KiB on Linux),
 /// so writing them never waits on the peer.
 const ANSWER_WRITTEN_WITHOUT_WAITING: usize = 64 * 1024;
 
+/// Connections the accept thread takes under a flood before it looks at its stop pipe.
+const ACCEPTS_BETWEEN_STOP_CHECKS: usize = 256;
+
 /// The `busy` line, in one send on a refused connection whose buffer takes a short line at
 /// once; dropping the stream then closes it, which ends the answer. A refusal costs no read and
 /// no wake-up, however fast a flooder reconnects. A peer already gone gets nothing.
-fn answer_and_close(stream: &UnixStream, answer: &[u8]) {
+fn answer_and_close(connection: &OwnedFd, answer: &[u8]) {
     let _ = send(
-        stream.as_raw_fd(),
+        connection.as_raw_fd(),
         answer,
         MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
     );
@@ -78,10 +82,10 @@ fn answer_and_close(stream: &UnixStream, answer: &[u8]) {
 
 /// Whether the peer of a connection not yet read has closed it (the end of the stream is all
 /// that is left to read), without reading anything.
-fn peer_hung_up(stream: &UnixStream) -> bool {
+fn peer_hung_up(connection: &OwnedFd) -> bool {
     let mut byte = [0u8; 1];
     match recv(
-        stream.as_raw_fd(),
+        connection.as_raw_fd(),
         &mut byte,
         MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
     ) {
@@ -284,10 +288,16 @@ impl Daemon {
         Ok((prepared, report.summary()))
     }
 
-    /// Serve connections from `listener` (the socket of `kind`) until `shutdown` resolves.
+    /// Serve connections from `listener` (the socket of `kind`, non-blocking) until `shutdown`
+    /// resolves.
+    ///
+    /// One thread of its own accepts ([`Daemon::accept_until_stopped`]): a connection is
+    /// registered with the runtime only once admitted, so a refusal is an `accept4`, a peek, a
+    /// credentials lookup, one `send` and a `close` — no task, no wake-up, no epoll registration
+    /// — and the accepting competes for the CPU as one thread, not as the runtime's workers.
     pub async fn serve(
         self: Arc<Self>,
-        listener: UnixListener,
+        listener: std::os::unix::net::UnixListener,
         kind: SocketKind,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
@@ -295,15 +305,77 @@ impl Daemon {
             SocketKind::Agent => self.agent_pool.clone(),
             SocketKind::Approver => self.approver_pool.clone(),
         };
-        tokio::pin!(shutdown);
+        let (stop_read, stop_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok(pipe) => pipe,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot make the accept thread's stop pipe; not serving this socket");
+                return;
+            }
+        };
+        let runtime = tokio::runtime::Handle::current();
+        let daemon = self.clone();
+        let acceptor = std::thread::Builder::new()
+            .name(format!("verbd-accept-{kind:?}").to_lowercase())
+            .spawn(move || daemon.accept_until_stopped(&listener, &pool, &stop_read, &runtime));
+        let acceptor = match acceptor {
+            Ok(thread) => thread,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the accept thread; not serving this socket");
+                return;
+            }
+        };
+        shutdown.await;
+        // The end of the pipe wakes the thread; it closes the listener as it returns.
+        drop(stop_write);
+        let _ = tokio::task::spawn_blocking(move || acceptor.join()).await;
+    }
+
+    /// The accept thread's loop: every waiting connection in turn, then a `poll` on the
+    /// listener and the stop pipe; under a flood that never lets the queue empty, the stop pipe
+    /// is still looked at every [`ACCEPTS_BETWEEN_STOP_CHECKS`] connections.
+    fn accept_until_stopped(
+        self: Arc<Self>,
+        listener: &std::os::unix::net::UnixListener,
+        pool: &Arc<Pool>,
+        stop: &OwnedFd,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        use nix::errno::Errno;
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let stopped = |timeout: PollTimeout| {
+            let mut fds = [
+                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, timeout) {
+                Ok(_) => fds[1].any().unwrap_or(true),
+                Err(Errno::EINTR) => false,
+                Err(_) => true,
+            }
+        };
+        let mut accepted = 0usize;
         loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => self.admit(stream, &pool),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+            match accept4(listener, SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK) {
+                Ok(connection) => {
+                    self.admit(connection, pool, runtime);
+                    accepted += 1;
+                    if accepted.is_multiple_of(ACCEPTS_BETWEEN_STOP_CHECKS)
+                        && stopped(PollTimeout::ZERO)
+                    {
+                        return;
+                    }
+                }
+                Err(Errno::EAGAIN) => {
+                    if stopped(PollTimeout::NONE) {
+                        return;
+                    }
+                }
+                Err(Errno::EINTR | Errno::ECONNABORTED) => {}
+                Err(e) => {
+                    // EMFILE and the like: let descriptors free up instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    if stopped(PollTimeout::from(50u16)) {
+                        return;
                     }
                 }
             }
@@ -312,13 +384,18 @@ impl Daemon {
 
     /// The peer's credentials from the kernel, then its uid's place in `pool`: served, or
     /// answered `busy` with the limit it hit, before anything of its request is read.
-    fn admit(self: &Arc<Self>, stream: UnixStream, pool: &Arc<Pool>) {
+    fn admit(
+        self: &Arc<Self>,
+        connection: OwnedFd,
+        pool: &Arc<Pool>,
+        runtime: &tokio::runtime::Handle,
+    ) {
         // Connected and closed before a byte (a flooder's churn): nothing to read, nobody to
         // answer; no place, no task, no lookup.
-        if peer_hung_up(&stream) {
+        if peer_hung_up(&connection) {
             return;
         }
-        let cred = match stream.peer_cred() {
+        let cred = match getsockopt(&connection, sockopt::PeerCredentials) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "no peer credentials; dropping connection");
@@ -328,7 +405,14 @@ impl Daemon {
         let limits = PoolLimits::of(pool.kind(), &self.prepared().policy.daemon);
         match pool.admit(cred.uid(), &limits) {
             Ok(admission) => {
-                tokio::spawn(self.clone().handle(stream, cred, admission));
+                let daemon = self.clone();
+                runtime.spawn(async move {
+                    let stream = std::os::unix::net::UnixStream::from(connection);
+                    match UnixStream::from_std(stream) {
+                        Ok(stream) => daemon.handle(stream, cred, admission).await,
+                        Err(e) => tracing::warn!(error = %e, "cannot register a connection"),
+                    }
+                });
             }
             Err(refused) => {
                 tracing::debug!(uid = cred.uid(), %refused, "connection refused as busy");
@@ -338,11 +422,11 @@ impl Daemon {
                 }
                 .encode();
                 match self.pacer.pace(cred.uid(), Instant::now()) {
-                    Pace::AtOnce => answer_and_close(&stream, &answer),
+                    Pace::AtOnce => answer_and_close(&connection, &answer),
                     Pace::Held(place) => {
-                        tokio::spawn(async move {
+                        runtime.spawn(async move {
                             tokio::time::sleep(pacing::HOLD).await;
-                            answer_and_close(&stream, &answer);
+                            answer_and_close(&connection, &answer);
                             drop(place);
                         });
                     }
@@ -351,7 +435,12 @@ impl Daemon {
         }
     }
 
-    async fn handle(self: Arc<Self>, stream: UnixStream, cred: UCred, mut admission: Admission) {
+    async fn handle(
+        self: Arc<Self>,
+        stream: UnixStream,
+        cred: UnixCredentials,
+        mut admission: Admission,
+    ) {
         // The line first: a connection closed, silent or too large costs no user-database lookup.
         let (limit, request_timeout) = {
             let prepared = self.prepared();
@@ -385,7 +474,7 @@ impl Daemon {
             Ok(Ok(_)) => protocol::decode_request(&line),
         };
         let caller = tokio::task::spawn_blocking(move || {
-            identity::caller_from_cred(cred.uid(), cred.gid(), cred.pid().unwrap_or(0))
+            identity::caller_from_cred(cred.uid(), cred.gid(), cred.pid())
         })
         .await
         .expect("caller lookup panicked");
