@@ -1,7 +1,7 @@
 //! The hostile-load bench of issue 12: another caller's latency for a trivial verb
 //! (`/bin/true`) while one agent attacks a real daemon with everything at once — 500 concurrent
 //! connections that send slowly (slowloris), ten-minute `wait`s, 8 MiB request lines and a flood
-//! of refused calls. Prints a Markdown report: the caller's p50/p99/max idle, under each attack
+//! of refused calls; and, alone, connections closed as soon as they are made. Prints a Markdown report: the caller's p50/p99/max idle, under each attack
 //! alone, under all of them at once (also with the attacker's processes at nice 19), and what
 //! the attacker got each time (target p99 ≤ 100 ms).
 //!
@@ -12,7 +12,12 @@
 //!
 //! Run as root: `cargo bench --bench load`. Knobs: `VERBD_LOAD_CALLS` (the caller's calls per
 //! phase, default 1000), `VERBD_LOAD_CONNECTIONS` (the attacker's concurrent connections,
-//! default 500), `VERBD_LOAD_UIDS` (`ATTACKER,CALLER`, default 61960,61961).
+//! default 500), `VERBD_LOAD_UIDS` (`ATTACKER,CALLER`, default 61960,61961),
+//! `VERBD_LOAD_PHASES` (which rows, comma-separated, default all of them: `idle`, `waits`,
+//! `slowloris`, `big-lines`, `refusals`, `churn`, `churn-nice`, `all`, `all-nice`).
+//!
+//! "All four at once" are the issue's four (waits, slow senders, big lines, refusals); the fifth
+//! attack, `churn` (connect and close without waiting for an answer), is measured alone.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -256,6 +261,29 @@ fn worker_refusals() -> Value {
     })
 }
 
+/// Four threads that connect and close at once, never waiting for an answer: an attacker who
+/// read the source and knows a refusal is paced only for those who wait for it.
+fn worker_churn() -> Value {
+    let (stop, socket) = (stop_flag(), socket());
+    let (connected, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    match UnixStream::connect(&socket) {
+                        Ok(stream) => {
+                            drop(stream);
+                            connected.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            });
+        }
+    });
+    json!({"connected_and_closed": connected.into_inner(), "connect_failed": failed.into_inner()})
+}
+
 /// The other caller: `calls` calls of the `/bin/true` verb one after another; each latency.
 fn worker_caller(calls: usize) -> Value {
     let socket = socket();
@@ -280,6 +308,7 @@ fn worker(role: &str) {
         Some(("caller", n)) => worker_caller(n.parse().unwrap()),
         _ if role == "big-lines" => worker_big_lines(),
         _ if role == "refusals" => worker_refusals(),
+        _ if role == "churn" => worker_churn(),
         _ => panic!("unknown worker {role}"),
     };
     println!("{report}");
@@ -439,6 +468,10 @@ fn main() {
             "refusals".to_string(),
             "calls of a verb it may not call, from 4 threads (each a journaled refusal)",
         ),
+        (
+            "churn".to_string(),
+            "connects and closes at once from 4 threads, never waiting for an answer",
+        ),
     ];
     // One attack or all of them (the waits first, so that they are parked before the others take
     // the attacker's places), then the other caller's calls.
@@ -465,10 +498,19 @@ fn main() {
         );
         p99
     };
-    let idle = measure();
-    row("idle daemon", &idle, &load_average(), "");
+    let phases = std::env::var("VERBD_LOAD_PHASES").unwrap_or_else(|_| {
+        "idle,waits,slowloris,big-lines,refusals,churn,churn-nice,all,all-nice".into()
+    });
+    let wanted = |phase: &str| phases.split(',').any(|p| p.trim() == phase);
+    if wanted("idle") {
+        let idle = measure();
+        row("idle daemon", &idle, &load_average(), "");
+    }
     let mut alone = Vec::new();
     for (index, (role, name)) in attacks.iter().enumerate() {
+        if !wanted(role.split(':').next().unwrap_or(role)) {
+            continue;
+        }
         let (measured, load, reports) = attack(&[index], 0);
         let name = if role.starts_with("slowloris") {
             format!("{connections} {name}")
@@ -482,31 +524,36 @@ fn main() {
             &format!("`{}`", reports[0]),
         ));
     }
+    let churn_nice = wanted("churn-nice").then(|| {
+        let (measured, load, reports) = attack(&[4], 19);
+        row(
+            "the churn alone, the attacker's processes at nice 19",
+            &measured,
+            &load,
+            &format!("`{}`", reports[0]),
+        )
+    });
     let all_of_them = [0, 1, 2, 3];
-    let (measured, load, reports) = attack(&all_of_them, 0);
-    let got: Vec<String> = reports.iter().map(|r| format!("`{r}`")).collect();
-    let all = row(
-        "one agent: all four at once",
-        &measured,
-        &load,
-        &got.join("<br>"),
-    );
-    let (measured, load, reports) = attack(&all_of_them, 19);
-    let got: Vec<String> = reports.iter().map(|r| format!("`{r}`")).collect();
-    let nice = row(
-        "the same, the attacker's processes at nice 19",
-        &measured,
-        &load,
-        &got.join("<br>"),
-    );
-    let worst_alone = alone.iter().copied().fold(0.0, f64::max);
+    let all_at_once = |phase: &str, niceness: u8| {
+        let (measured, load, reports) = attack(&all_of_them, niceness);
+        let got: Vec<String> = reports.iter().map(|r| format!("`{r}`")).collect();
+        row(phase, &measured, &load, &got.join("<br>"))
+    };
+    let all = wanted("all").then(|| all_at_once("one agent: all four at once", 0));
+    let nice = wanted("all-nice")
+        .then(|| all_at_once("the same, the attacker's processes at nice 19", 19));
+    let worst_alone = alone.iter().copied().reduce(f64::max);
+    let said = |p99: Option<f64>| match p99 {
+        Some(p99) => format!("{} ({p99:.2} ms)", verdict(p99)),
+        None => "not measured".into(),
+    };
     println!(
-        "\nTarget p99 ≤ 100 ms under attack: {} for each attack alone (worst {worst_alone:.2} ms); \
-         {} for all at once ({all:.2} ms); {} for all at once with the attacker's CPU share \
-         limited ({nice:.2} ms).",
-        verdict(worst_alone),
-        verdict(all),
-        verdict(nice)
+        "\nTarget p99 ≤ 100 ms under attack: {} for the worst attack alone; {} for all four at \
+         once; {} for all four at once and {} for the churn with the attacker's CPU share limited.",
+        said(worst_alone),
+        said(all),
+        said(nice),
+        said(churn_nice)
     );
 }
 
