@@ -240,7 +240,7 @@ fn logging() {
 }
 
 /// The soft descriptor limit raised to the hard one (systemd starts services at 1024 of 524288):
-/// the daemon never uses `select`, and a quarter of the limit is the budget of refused
+/// the daemon never uses `select`, and an eighth of the limit is the budget of refused
 /// connections it may hold for a paced `busy` (`server::pacing`). The verbs' children get their
 /// own limit from the sandbox.
 fn raise_open_files_limit() {

@@ -37,11 +37,11 @@ pub const MOST_HELD: usize = 8192;
 /// Windows kept before the expired ones are pruned.
 const WINDOWS_BEFORE_PRUNING: usize = 256;
 
-/// The held-connection budget for a descriptor limit of `open_files`: a quarter of it (the rest
-/// stays for the connections, parked waits, the journal and the verbs' pipes), at most
-/// [`MOST_HELD`].
+/// The held-connection budget for a descriptor limit of `open_files`: an eighth of it (the rest
+/// stays for the connections and parked waits of both sockets, the journal and the verbs' pipes,
+/// even at the 1024 of a limit that cannot be raised), at most [`MOST_HELD`].
 pub fn held_budget(open_files: u64) -> usize {
-    usize::try_from(open_files / 4)
+    usize::try_from(open_files / 8)
         .unwrap_or(usize::MAX)
         .min(MOST_HELD)
 }
@@ -192,8 +192,8 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_is_a_quarter_of_the_descriptor_limit_within_bounds() {
-        assert_eq!(held_budget(1024), 256);
+    fn the_budget_is_an_eighth_of_the_descriptor_limit_within_bounds() {
+        assert_eq!(held_budget(1024), 128);
         assert_eq!(held_budget(524_288), MOST_HELD);
         assert_eq!(held_budget(0), 0);
     }
