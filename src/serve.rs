@@ -515,16 +515,21 @@ async fn serve_async(
     owned_paths.clone_from(&listeners.owned_paths);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut serving = Vec::new();
+    // A socket no longer served (its accept thread ended) stops the daemon, loudly.
+    let (deaf_tx, mut deaf) = tokio::sync::mpsc::channel(2);
     for (listener, kind) in listeners.listeners {
         let mut rx = stop_rx.clone();
-        serving.push(tokio::spawn(daemon.clone().serve(
-            listener,
-            kind,
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            },
-        )));
+        let deaf_tx = deaf_tx.clone();
+        let serve = daemon.clone().serve(listener, kind, async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        });
+        serving.push(tokio::spawn(async move {
+            if let Err(stopped) = serve.await {
+                let _ = deaf_tx.send(stopped).await;
+            }
+        }));
     }
+    drop(deaf_tx);
     match &listeners.agent_path {
         Some(path) => eprintln!(
             "verbd: serving {origin} on {} (state dir {})",
@@ -566,7 +571,13 @@ async fn serve_async(
             }
         });
     }
-    let reason = wait_for_stop_signal(&daemon).await?;
+    let (reason, deaf) = tokio::select! {
+        reason = wait_for_stop_signal(&daemon) => (reason?, None),
+        Some(stopped) = deaf.recv() => {
+            tracing::error!("{stopped}; stopping");
+            ("a socket was no longer served", Some(stopped))
+        }
+    };
     sd::notify_stopping();
     let _ = stop_tx.send(true);
     for task in serving {
@@ -604,7 +615,13 @@ async fn serve_async(
         tracing::error!(error = %e, "the journal's last epoch could not be sealed");
     }
     eprintln!("verbd: stopped ({reason})");
-    Ok(())
+    match deaf {
+        None => Ok(()),
+        Some(stopped) => Err(StartError::Os {
+            what: "serving a socket",
+            source: std::io::Error::other(stopped),
+        }),
+    }
 }
 
 async fn wait_for_stop_signal(daemon: &std::sync::Arc<Daemon>) -> Result<&'static str, StartError> {

@@ -11,6 +11,8 @@
 //! - `VERBD_TEST_JOURNAL_FAULT=KIND:block:DIR`: before the `fdatasync` of each record of kind KIND,
 //!   create `DIR/blocked.KIND` and wait until `DIR/release.KIND` exists (at most
 //!   [`BLOCK_LIMIT`], then fail the write: a hook never lets a record through unsynced).
+//! - `VERBD_TEST_ACCEPT_PANIC_UID=N`: a socket's accept thread panics when it has accepted a
+//!   connection of uid N, as a bug there would: the daemon must stop loudly, not serve deaf.
 //!
 //! Invariant: a hook can only delay or fail a step; none skips or reorders one.
 #![forbid(unsafe_code)]
@@ -27,6 +29,16 @@ use crate::sandbox::{PreparedSandbox, Stage};
 pub const FAIL_STAGE_ENV: &str = "VERBD_TEST_FAIL_STAGE";
 /// Names the journal record kind and the fault.
 pub const JOURNAL_FAULT_ENV: &str = "VERBD_TEST_JOURNAL_FAULT";
+/// Names the uid whose connection makes the accept thread panic.
+pub const ACCEPT_PANIC_ENV: &str = "VERBD_TEST_ACCEPT_PANIC_UID";
+
+/// Called by the accept thread with each accepted connection's uid.
+pub fn after_accept(uid: u32) {
+    if std::env::var(ACCEPT_PANIC_ENV).is_ok_and(|wanted| wanted == uid.to_string()) {
+        panic!("test hook: a connection of uid {uid}");
+    }
+}
+
 /// The longest a blocked journal write waits for its release file.
 pub const BLOCK_LIMIT: Duration = Duration::from_secs(120);
 

@@ -4,6 +4,8 @@
 //! socket file left behind. A clean stop exits 0.
 mod common;
 use common::*;
+#[path = "common/hostile.rs"]
+mod hostile;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -251,4 +253,55 @@ fn a_clean_stop_exits_0_and_removes_its_socket() {
     println!("exit {:?}", status.code());
     assert_eq!(status.code(), Some(0), "{}", d.log());
     assert!(!d.socket.exists(), "socket left after a clean stop");
+}
+
+/// A socket's accept thread that ends (here: a panic injected when uid 61201 connects) leaves
+/// the socket unserved. The daemon must not run on deaf: it stops — journaled, socket removed —
+/// and exits 71 (`EX_OSERR`), which systemd's `Restart=on-failure` restarts.
+#[test]
+fn an_accept_thread_that_ends_stops_the_daemon_with_71() {
+    if !require_root("serve exits") {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut d = Daemon::spawn_in(
+        dir,
+        &healthy("allow_root = true"),
+        &[("VERBD_TEST_ACCEPT_PANIC_UID", "61201")],
+    );
+    d.wait_ready();
+    d.open_socket();
+    assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
+    let answers = hostile::requests_as(61201, &d.socket, &[hostile::call("hello", &[])]);
+    assert_eq!(
+        answers[0], None,
+        "the connection that broke the thread got an answer"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon kept running without its accept thread: {}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    d.child = None;
+    let log = d.log();
+    println!("exit {:?}; {log}", status.code());
+    assert_eq!(status.code(), Some(71), "{log}");
+    assert!(
+        log.contains("the accept thread of the Agent socket ended: it panicked: test hook"),
+        "{log}"
+    );
+    assert!(!d.socket.exists(), "socket left behind");
+    let stop = d
+        .journal_events()
+        .into_iter()
+        .rfind(|e| e["kind"] == "stop")
+        .expect("a stop record");
+    assert_eq!(stop["reason"], "a socket was no longer served", "{stop}");
 }

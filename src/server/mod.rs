@@ -66,6 +66,15 @@ use tokio::sync::watch;
 /// so writing them never waits on the peer.
 const ANSWER_WRITTEN_WITHOUT_WAITING: usize = 64 * 1024;
 
+/// A socket's accept thread ended before the daemon stopped: the socket is served no longer,
+/// so the daemon stops (and systemd restarts it) instead of running deaf.
+#[derive(Debug, thiserror::Error)]
+#[error("the accept thread of the {kind:?} socket ended: {what}")]
+pub struct AcceptStopped {
+    pub kind: SocketKind,
+    pub what: String,
+}
+
 /// Connections the accept thread takes under a flood before it looks at its stop pipe.
 const ACCEPTS_BETWEEN_STOP_CHECKS: usize = 256;
 
@@ -291,7 +300,7 @@ impl Daemon {
     /// Serve connections from `listener` (the socket of `kind`, non-blocking) until `shutdown`
     /// resolves.
     ///
-    /// One thread of its own accepts ([`Daemon::accept_until_stopped`]): a connection is
+    /// One thread of its own accepts (`accept_until_stopped`): a connection is
     /// registered with the runtime only once admitted, so a refusal is an `accept4`, a peek, a
     /// credentials lookup, one `send` and a `close` — no task, no wake-up, no epoll registration
     /// — and the accepting competes for the CPU as one thread, not as the runtime's workers.
@@ -300,34 +309,47 @@ impl Daemon {
         listener: std::os::unix::net::UnixListener,
         kind: SocketKind,
         shutdown: impl std::future::Future<Output = ()>,
-    ) {
+    ) -> Result<(), AcceptStopped> {
         let pool = match kind {
             SocketKind::Agent => self.agent_pool.clone(),
             SocketKind::Approver => self.approver_pool.clone(),
         };
-        let (stop_read, stop_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-            Ok(pipe) => pipe,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot make the accept thread's stop pipe; not serving this socket");
-                return;
-            }
-        };
+        let failed = |what: String| AcceptStopped { kind, what };
+        let (stop_read, stop_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| failed(format!("its stop pipe could not be made: {e}")))?;
         let runtime = tokio::runtime::Handle::current();
         let daemon = self.clone();
+        // Dropped when the thread ends, however it ends (a panic too).
+        let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
         let acceptor = std::thread::Builder::new()
             .name(format!("verbd-accept-{kind:?}").to_lowercase())
-            .spawn(move || daemon.accept_until_stopped(&listener, &pool, &stop_read, &runtime));
-        let acceptor = match acceptor {
-            Ok(thread) => thread,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the accept thread; not serving this socket");
-                return;
+            .spawn(move || {
+                let _ended = ended_tx;
+                daemon.accept_until_stopped(&listener, &pool, &stop_read, &runtime);
+            })
+            .map_err(|e| failed(format!("it could not be started: {e}")))?;
+        tokio::select! {
+            () = shutdown => {
+                // The end of the pipe wakes the thread; it closes the listener as it returns.
+                drop(stop_write);
+                let _ = tokio::task::spawn_blocking(move || acceptor.join()).await;
+                Ok(())
             }
-        };
-        shutdown.await;
-        // The end of the pipe wakes the thread; it closes the listener as it returns.
-        drop(stop_write);
-        let _ = tokio::task::spawn_blocking(move || acceptor.join()).await;
+            _ = ended => {
+                let joined = tokio::task::spawn_blocking(move || acceptor.join()).await;
+                Err(failed(match joined {
+                    Ok(Err(panic)) => format!(
+                        "it panicked: {}",
+                        panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_default()
+                    ),
+                    _ => "it stopped accepting".into(),
+                }))
+            }
+        }
     }
 
     /// The accept thread's loop: every waiting connection in turn, then a `poll` on the
@@ -402,6 +424,8 @@ impl Daemon {
                 return;
             }
         };
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::after_accept(cred.uid());
         let limits = PoolLimits::of(pool.kind(), &self.prepared().policy.daemon);
         match pool.admit(cred.uid(), &limits) {
             Ok(admission) => {
