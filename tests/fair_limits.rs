@@ -135,6 +135,13 @@ fn hook_as(uid: u32, socket: &Path, root: &Path) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// `verbd status --json` as the approver (who sees the counters).
+fn approver_status(d: &Daemon) -> serde_json::Value {
+    let out = d.cli_as(APPROVER, &["status", "--json"]);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// A busy answer and its message, or a panic.
 fn busy_message(raw: &[u8]) -> String {
     match Response::decode(raw) {
@@ -322,9 +329,7 @@ fn thirty_two_clients_reconnecting_at_once_never_get_busy() {
     // clients once only the approver's own status request is in flight.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = d.cli_as(APPROVER, &["status", "--json"]);
-        let status: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let status = approver_status(&d);
         let in_flight = status["metrics"]["connections_in_flight"].as_u64();
         if in_flight == Some(1) {
             break;
@@ -509,10 +514,7 @@ fn a_uid_reconnecting_in_a_loop_is_answered_at_a_paced_rate() {
         )
     });
     std::thread::sleep(Duration::from_millis(1500));
-    let out = d.cli_as(APPROVER, &["status", "--json"]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let paced = status["metrics"]["busy_paced"]
+    let paced = approver_status(&d)["metrics"]["busy_paced"]
         .as_u64()
         .expect("busy_paced");
     let called = timed("second agent: call during the loop", || {
