@@ -450,8 +450,10 @@ impl Daemon {
                     Pace::Held(place) => {
                         runtime.spawn(async move {
                             tokio::time::sleep(pacing::HOLD).await;
-                            answer_and_close(&connection, &answer);
+                            // The held place first: a peer that reconnects the moment it hears
+                            // is then never counted twice (held never exceeds its sockets).
                             drop(place);
+                            answer_and_close(&connection, &answer);
                         });
                     }
                 }
