@@ -562,3 +562,43 @@ fn a_verb_with_a_low_descriptor_limit_starts_while_the_daemon_holds_many_connect
     let called = hostile::requests_as(BYSTANDER, &d.socket, &[hostile::call("few_files", &[])]);
     assert_eq!(stdout_of(&hostile::decode(&called[0])), "few\n");
 }
+
+/// The daemon raises its soft descriptor limit to the hard one (systemd starts services at 1024
+/// of 524288), and its budget of connections held for a paced `busy` is an eighth of that: a
+/// daemon left at 1024 could hold only 128, and would meet `EMFILE` at accept long before its
+/// connection limits.
+#[test]
+fn the_daemon_raises_its_descriptor_limit_and_sizes_the_paced_budget_from_it() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    use verbd::server::pacing::held_budget;
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    assert!(
+        hard > 1024,
+        "this test needs a hard descriptor limit above 1024, not {hard}"
+    );
+    // Started as systemd starts it: soft 1024 (the tests of this file run one at a time).
+    setrlimit(Resource::RLIMIT_NOFILE, 1024, hard).unwrap();
+    let d = start("");
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+    let pid = d.child.as_ref().unwrap().id();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(
+        open_files,
+        [hard.to_string(), hard.to_string()],
+        "the daemon's descriptor limits: {limits}"
+    );
+    let budget = approver_status(&d)["metrics"]["max_busy_paced"].as_u64();
+    assert_eq!(budget, Some(held_budget(hard) as u64));
+}

@@ -501,10 +501,7 @@ impl ChildPlan {
         // Every descriptor the stages open is open: now the verb's descriptor limit.
         for &(resource, value) in &self.rlimits {
             if resource == libc::RLIMIT_NOFILE {
-                set_rlimit(resource, value).map_err(|()| StageFailure {
-                    stage: Stage::Rlimits,
-                    errno: errno(),
-                })?;
+                set_rlimit(resource, value).map_err(|()| fail(Stage::Rlimits))?;
             }
         }
         if let Some(observation) = &self.observe {

@@ -8,15 +8,16 @@
 //! programs (module `seccomp`: their shape and the attach-cost measurements), the highest
 //! capability number and the rlimit values. Per spawn, [`PreparedSandbox::install`] clones the
 //! ruleset (one `dup`), clones an `Arc` and sets a `pre_exec` closure that runs only raw syscalls
-//! (module `child`), in this order: setsid, rlimits (all but open files), umask, close-on-exec for fds ≥ 3, setgroups,
-//! setresgid, bounding set, keep-caps, setresuid, capset, ambient set, parent-death signal,
-//! no_new_privs, Landlock (filesystem, then the TCP port layer of module `net_rules`), seccomp (the
-//! last filter hands its listener to the connect broker of [`unix_broker`], which decides every
-//! `connect` outside the sandbox: a confined program reaches only the Unix sockets its profile
-//! lists; under `verbd exec` it also hands every creating call to the create broker of module
-//! `create_broker`, which refuses new protected names), then the open-files limit (the listener
-//! is a new descriptor, and a busy daemon's child inherits its descriptor table until exec, so
-//! the lowest free number can be above the verb's limit).
+//! (module `child`), in this order: setsid, rlimits (all but open files), umask, close-on-exec
+//! for fds ≥ 3, setgroups, setresgid, bounding set, keep-caps, setresuid, capset, ambient set,
+//! parent-death signal, no_new_privs, Landlock (filesystem, then the TCP port layer of module
+//! `net_rules`), seccomp (the last filter hands its listener to the connect broker of
+//! [`unix_broker`], which decides every `connect` outside the sandbox: a confined program
+//! reaches only the Unix sockets its profile lists; under `verbd exec` it also hands every
+//! creating call to the create broker of module `create_broker`, which refuses new protected
+//! names), then the open-files limit (the listener is a new descriptor, and a busy daemon's
+//! child inherits its descriptor table until exec, so the lowest free number can be above the
+//! verb's limit).
 //!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with

@@ -3,9 +3,9 @@
 //! Where a request goes: [`Daemon::serve`] accepts and reads the peer's credentials from the
 //! kernel (invariant 3) at once, before a byte of the request; the socket's [`admission::Pool`]
 //! admits the connection or answers `busy` naming the limit (per uid, or the socket's total) —
-//! at once, or after a pause once that uid is refused in a loop ([`pacing`]).
-//! `handle` reads one request line (size and time limited), then looks the caller up, and — for
-//! a peer that matches no role — journals the refusal and answers `denied`; a `wait` trades its connection place for a
+//! at once, or after a pause once that uid is refused in a loop ([`pacing`]). `handle` reads one
+//! request line (size and time limited), then looks the caller up, and — for a peer that matches
+//! no role — journals the refusal and answers `denied`; a `wait` trades its connection place for a
 //! parked-wait place; otherwise `dispatch` runs the request **in its own task, owned by the
 //! daemon**. The connection only watches for its client hanging up: then it signals the task's
 //! [`Cancel`], and the task still reaches its journaled end (a running child is killed and the
@@ -467,12 +467,11 @@ impl Daemon {
         cred: UnixCredentials,
         mut admission: Admission,
     ) {
-        // The line first: a connection closed, silent or too large costs no user-database lookup.
-        let (limit, request_timeout) = {
-            let prepared = self.prepared();
-            let daemon = &prepared.policy.daemon;
-            (daemon.max_request_bytes, daemon.request_timeout)
-        };
+        // One policy snapshot for the whole request: its limits, then its roles. The line is
+        // read first: a connection closed, silent or too large costs no user-database lookup.
+        let prepared = self.prepared();
+        let limit = prepared.policy.daemon.max_request_bytes;
+        let request_timeout = prepared.policy.daemon.request_timeout;
         let (read_half, mut write_half) = stream.into_split();
         let mut reader = BufReader::new(read_half);
         let mut line = Vec::new();
@@ -504,7 +503,7 @@ impl Daemon {
         })
         .await
         .expect("caller lookup panicked");
-        let ctx = self.context(caller);
+        let ctx = self.context_under(prepared, caller);
         // The request was read (a refusal is journaled with who asked); a peer matching no role
         // gets nothing else.
         if ctx.roles.is_empty() {
@@ -582,7 +581,11 @@ impl Daemon {
 
     /// Who `caller` is under the policy in force now.
     fn context(&self, caller: Caller) -> Context {
-        let prepared = self.prepared();
+        self.context_under(self.prepared(), caller)
+    }
+
+    /// Who `caller` is under `prepared`.
+    fn context_under(&self, prepared: Arc<Prepared>, caller: Caller) -> Context {
         let roles: Vec<Role> = prepared
             .policy
             .roles_of(&caller, self.settings.invoker_uid)
