@@ -1,25 +1,177 @@
 //! Shell completions and man pages generated from the command line definition itself, so they
 //! never drift from it: `verbd completions bash|zsh|fish` prints a completion script and
-//! `verbd man DIR` writes `verbd.1` and one page per subcommand (`verbd-policy-coverage.1`…).
-//! Hidden (internal) subcommands get no page.
+//! `verbd man DIR` writes `DIR/man1/verbd.1` and one page per subcommand
+//! (`DIR/man1/verbd-policy-coverage.1`…), the layout `man` searches, so `MANPATH=DIR man
+//! verbd-serve` finds them. Hidden (internal) subcommands get no page.
+//!
+//! Every page also has an EXIT STATUS section (`verbd serve`'s codes on its page, the client and
+//! tool codes on the others, both on `verbd.1`) and an ENVIRONMENT section. The exit codes are
+//! defined here, once: the command line uses these constants, and a test holds the table to the
+//! one in docs/protocol.md.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Print the completion script of `shell` for `command`.
-pub fn completions(mut command: clap::Command, shell: clap_complete::Shell, out: &mut dyn Write) {
-    let name = command.get_name().to_string();
-    clap_complete::generate(shell, &mut command, name, out);
+/// A failed check: `policy check`, `audit verify`, `selftest`.
+pub const EXIT_CHECK_FAILED: u8 = 1;
+/// Invalid arguments (including `REQUIRES_CLARIFICATION`).
+pub const EXIT_INVALID: u8 = 65;
+/// The daemon cannot be reached.
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// A daemon error (or a client-side error).
+pub const EXIT_ERROR: u8 = 70;
+/// Confirmation required: a proposal was created (or already exists).
+pub const EXIT_CONFIRM: u8 = 73;
+/// Busy; or, for `wait`, still undecided at the timeout.
+pub const EXIT_BUSY: u8 = 75;
+/// Denied.
+pub const EXIT_DENIED: u8 = 77;
+
+/// One exit status as the man pages list it.
+pub struct ExitStatus {
+    pub code: &'static str,
+    pub meaning: &'static str,
 }
 
-/// Write the man pages of `command` and all its visible subcommands into `dir`.
+/// The client commands' and offline tools' exit statuses (docs/protocol.md, "CLI exit codes").
+pub const CLIENT_EXIT_STATUS: &[ExitStatus] = &[
+    ExitStatus {
+        code: "0",
+        meaning: "success; also: approve answered queued (approved, the run waits for a slot)",
+    },
+    ExitStatus {
+        code: "the verb's own",
+        meaning: "call, wait, result: the verb ran and exited with this code",
+    },
+    ExitStatus {
+        code: "128+N",
+        meaning: "the verb was killed by signal N",
+    },
+    ExitStatus {
+        code: "124",
+        meaning: "the verb timed out",
+    },
+    ExitStatus {
+        code: "1",
+        meaning: "a failed check (policy check, audit verify, selftest)",
+    },
+    ExitStatus {
+        code: "2",
+        meaning: "usage error (an unknown option, a missing argument, a value out of range)",
+    },
+    ExitStatus {
+        code: "65",
+        meaning: "invalid arguments (including REQUIRES_CLARIFICATION)",
+    },
+    ExitStatus {
+        code: "69",
+        meaning: "the daemon is unreachable",
+    },
+    ExitStatus {
+        code: "70",
+        meaning: "daemon error",
+    },
+    ExitStatus {
+        code: "73",
+        meaning: "confirmation required: a proposal was created (or already exists)",
+    },
+    ExitStatus {
+        code: "75",
+        meaning: "busy; or, for wait, still undecided at the timeout",
+    },
+    ExitStatus {
+        code: "77",
+        meaning: "denied",
+    },
+];
+
+/// `verbd serve`'s exit statuses (`crate::serve`).
+pub const SERVE_EXIT_STATUS: &[ExitStatus] = &[
+    ExitStatus {
+        code: "0",
+        meaning: "a clean stop (SIGTERM or SIGINT)",
+    },
+    ExitStatus {
+        code: "78",
+        meaning: "a configuration error: the policy, the daemon user, the state directory, a journal that does not verify, the self-test (systemd does not restart: RestartPreventExitStatus=78)",
+    },
+    ExitStatus {
+        code: "71",
+        meaning: "an operating-system failure",
+    },
+    ExitStatus {
+        code: "75",
+        meaning: "the journal cannot be written at start (a restart may help once there is space)",
+    },
+];
+
+/// The environment variables verbd reads, and who reads them.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "VERBD_SOCKET",
+        "the agent socket the client commands (call, list, pending, approve, mcp, hook, ...) connect to when --socket is not given",
+    ),
+    (
+        "VERBD_LOG",
+        "what serve and mcp log, as a tracing filter: error, warn, info (serve's default), debug (also the self-test canary's expected refusals), or per module such as verbd::server=debug",
+    ),
+    (
+        "NO_COLOR",
+        "set to anything but the empty string: no colour in log lines even on a terminal (log lines are never coloured when standard error is not a terminal)",
+    ),
+    (
+        "XDG_RUNTIME_DIR",
+        "serve's default agent socket is $XDG_RUNTIME_DIR/verbd.sock (without it: verbd.sock in the state directory)",
+    ),
+    (
+        "XDG_STATE_HOME, HOME",
+        "the default state directory of a daemon that is not root: $XDG_STATE_HOME/verbd, else ~/.local/state/verbd (root: /var/lib/verbd)",
+    ),
+    (
+        "CREDENTIALS_DIRECTORY",
+        "systemd credentials (LoadCredential=): secrets with credential = NAME, the journal's sealing key",
+    ),
+    (
+        "NOTIFY_SOCKET",
+        "serve tells systemd READY=1 (after the self-test), STATUS=, RELOADING=1 and STOPPING=1 there",
+    ),
+    (
+        "LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES",
+        "sockets passed by systemd (socket activation): serve serves them instead of binding its own",
+    ),
+    (
+        "VERBD_JOURNALD_SOCKET",
+        "journald's native socket for the journal's entries (default /run/systemd/journal/socket)",
+    ),
+    (
+        "VERBD_EXEC_LANDLOCK_ONLY",
+        "set: verbd exec keeps protected entries with the Landlock-only split even where a user and mount namespace is available (as --landlock-only)",
+    ),
+];
+
+/// Print the completion script of `shell` for `command`. The script is built in memory first:
+/// a reader that goes away makes this return an error instead of a panic inside the generator.
+pub fn completions(
+    mut command: clap::Command,
+    shell: clap_complete::Shell,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let name = command.get_name().to_string();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, name, &mut script);
+    out.write_all(&script)?;
+    out.flush()
+}
+
+/// Write the man pages of `command` and all its visible subcommands into `dir/man1`.
 pub fn man_pages(command: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
+    let section = dir.join("man1");
+    std::fs::create_dir_all(&section)?;
     let mut written = Vec::new();
     let mut command = command;
     command.build();
-    write_page(&command, command.get_name(), dir, &mut written)?;
+    write_page(&command, command.get_name(), &section, &mut written)?;
     Ok(written)
 }
 
@@ -33,8 +185,9 @@ fn write_page(
     clap_mangen::Man::new(command.clone())
         .title(page.to_string())
         .render(&mut buffer)?;
+    let rendered = String::from_utf8(buffer).map_err(std::io::Error::other)?;
     let path = dir.join(format!("{page}.1"));
-    std::fs::write(&path, buffer)?;
+    std::fs::write(&path, with_sections(rendered, &extra_sections(page)))?;
     written.push(path);
     for sub in command
         .get_subcommands()
@@ -44,4 +197,62 @@ fn write_page(
         write_page(sub, &name, dir, written)?;
     }
     Ok(())
+}
+
+/// EXIT STATUS and ENVIRONMENT of `page`, as roff.
+fn extra_sections(page: &str) -> String {
+    let mut roff = String::from(".SH \"EXIT STATUS\"\n");
+    let serve = page == "verbd-serve" || page.starts_with("verbd-serve-");
+    if page == "verbd" {
+        roff.push_str(&paragraph("The client commands and the offline tools:"));
+    }
+    if !serve {
+        for status in CLIENT_EXIT_STATUS {
+            roff.push_str(&entry(status.code, status.meaning));
+        }
+    }
+    if page == "verbd" {
+        roff.push_str(&paragraph("verbd serve:"));
+    }
+    if serve || page == "verbd" {
+        for status in SERVE_EXIT_STATUS {
+            roff.push_str(&entry(status.code, status.meaning));
+        }
+    }
+    roff.push_str(".SH ENVIRONMENT\n");
+    for (name, meaning) in ENVIRONMENT {
+        roff.push_str(&entry(name, meaning));
+    }
+    roff
+}
+
+/// The page with `sections` before its VERSION section (only `verbd.1` has one), else at its end.
+fn with_sections(page: String, sections: &str) -> String {
+    match page.find("\n.SH VERSION") {
+        Some(at) => format!("{}\n{}{}", &page[..at], sections, &page[at + 1..]),
+        None if page.ends_with('\n') => page + sections,
+        None => format!("{page}\n{sections}"),
+    }
+}
+
+fn entry(term: &str, text: &str) -> String {
+    format!(".TP\n\\fB{}\\fR\n{}\n", escape(term), escape(text))
+}
+
+fn paragraph(text: &str) -> String {
+    format!(".PP\n{}\n", escape(text))
+}
+
+/// Text safe on a roff text line: backslashes and dashes escaped, apostrophes as the `Aq` string
+/// clap_mangen's preamble defines, and no line starting with a control character.
+fn escape(text: &str) -> String {
+    let escaped = text
+        .replace('\\', "\\e")
+        .replace('-', "\\-")
+        .replace('\'', "\\*(Aq");
+    if escaped.starts_with('.') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
 }

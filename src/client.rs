@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use crate::protocol::{self, Request, Response};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Respo
         .map_err(io_err)?;
     // A daemon that refuses the caller may answer and close before reading everything: a
     // failed write is not final, the answer may already be waiting.
-    let written = (&stream).write_all(&protocol::encode_request(req));
+    let written = send_all(&stream, &protocol::encode_request(req));
     stream.set_read_timeout(Some(remaining())).map_err(io_err)?;
     let mut reader = BufReader::new(&stream);
     let mut line = Vec::new();
@@ -82,6 +82,23 @@ pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Respo
         return Err(ClientError::NoAnswer);
     }
     Response::decode(&line).map_err(ClientError::BadAnswer)
+}
+
+/// Writes `bytes` with `MSG_NOSIGNAL`: a daemon that closed the connection gives `EPIPE`, never
+/// a `SIGPIPE` — the command-line tools die of that signal (so `verbd list | head` ends quietly),
+/// and a connection the daemon closed must still let them read its answer.
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    use nix::sys::socket::{MsgFlags, send};
+    use std::os::fd::AsRawFd;
+    while !bytes.is_empty() {
+        match send(stream.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Ok(())
 }
 
 /// [`request`] on the async runtime: the same connection, deadline and errors. Dropping the

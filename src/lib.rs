@@ -10,8 +10,9 @@
 //! through them.
 //!
 //! `unsafe` is denied here and allowed only where it lives: the sandbox's fork child and its
-//! pre-exec registration (`sandbox`), and two systemd file-descriptor functions (`sd`, which
-//! allows it per item).
+//! pre-exec registration (`sandbox`), two systemd file-descriptor functions (`sd`, which
+//! allows it per item), and the command-line tools' `SIGPIPE` disposition (`sigpipe`, one
+//! item).
 #![deny(unsafe_code)]
 
 // The daemon's top floor: start-up, then the server that handles requests.
@@ -49,6 +50,7 @@ pub mod adapters;
 pub mod client;
 pub mod digest;
 pub mod protocol;
+pub mod sigpipe;
 pub mod status;
 pub mod terminal;
 

@@ -41,11 +41,17 @@ impl SocketArg {
 enum Command {
     /// Run the daemon (embedded demo policy when no --policy is given)
     Serve {
-        #[arg(long)]
+        /// Policy file (default: the embedded demo policy, the invoking user as its only role)
+        #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
-        #[arg(long)]
+        /// Agent socket to bind (default: the policy's daemon.socket, else
+        /// $XDG_RUNTIME_DIR/verbd.sock, else verbd.sock in the state directory; not used when
+        /// systemd passes the sockets)
+        #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
-        #[arg(long)]
+        /// State directory: the journal and its keys (default: the policy's daemon.state_dir,
+        /// else /var/lib/verbd as root, $XDG_STATE_HOME/verbd or ~/.local/state/verbd otherwise)
+        #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
     /// Call a verb: verbd call VERB key=value…
@@ -61,6 +67,7 @@ enum Command {
         /// Replaying the same key with the same arguments returns the first outcome
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The verb's name (`verbd list` shows the ones you may call)
         verb: String,
         /// Arguments as key=value
         args: Vec<String>,
@@ -69,6 +76,7 @@ enum Command {
     List {
         #[command(flatten)]
         socket: SocketArg,
+        /// Print the daemon's JSON answer
         #[arg(long)]
         json: bool,
     },
@@ -76,6 +84,7 @@ enum Command {
     Pending {
         #[command(flatten)]
         socket: SocketArg,
+        /// Print the daemon's JSON answer
         #[arg(long)]
         json: bool,
     },
@@ -83,9 +92,12 @@ enum Command {
     Approve {
         #[command(flatten)]
         socket: SocketArg,
+        /// The proposal's id (`verbd pending` lists them)
         id: u64,
+        /// Leading hex digits of the proposal's arguments hash, as `verbd pending` shows them
         #[arg(long)]
         hash: String,
+        /// Print the daemon's JSON answer
         #[arg(long)]
         json: bool,
     },
@@ -93,7 +105,9 @@ enum Command {
     Deny {
         #[command(flatten)]
         socket: SocketArg,
+        /// The proposal's id
         id: u64,
+        /// Why (journaled, and shown to the requester)
         #[arg(long)]
         reason: String,
     },
@@ -101,10 +115,12 @@ enum Command {
     Wait {
         #[command(flatten)]
         socket: SocketArg,
+        /// The proposal's id
         id: u64,
         /// Seconds to wait (at most 600)
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Print the daemon's JSON answer
         #[arg(long)]
         json: bool,
     },
@@ -112,7 +128,9 @@ enum Command {
     Result {
         #[command(flatten)]
         socket: SocketArg,
+        /// The proposal's id
         id: u64,
+        /// Print the daemon's JSON answer
         #[arg(long)]
         json: bool,
     },
@@ -120,10 +138,12 @@ enum Command {
     Resolve {
         #[command(flatten)]
         socket: SocketArg,
+        /// The proposal's id
         id: u64,
         /// succeeded, failed or not-run
         #[arg(long)]
         outcome: verbd::protocol::Outcome,
+        /// What you checked, and how you know (journaled)
         #[arg(long)]
         note: String,
     },
@@ -133,6 +153,7 @@ enum Command {
         /// Policy holding the profile (default: the embedded demo policy)
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// The sandbox profile (a `[sandbox.NAME]` of the policy) to confine the program with
         #[arg(long, default_value = "default")]
         profile: String,
         /// Print the achieved Landlock ABI, seccomp mode, no_new_privs and capabilities to stderr
@@ -142,17 +163,22 @@ enum Command {
         /// namespace is available (also: VERBD_EXEC_LANDLOCK_ONLY=1)
         #[arg(long)]
         landlock_only: bool,
+        /// The program to run (looked up in $PATH when it has no `/`)
         program: PathBuf,
+        /// Its arguments, passed as they are (put `--` before the program)
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
     /// Run the start-up self-test on a policy (binaries, sandbox canaries, examples, validator
     /// corpus, secrets; the journal too with --state-dir). Exit 1 on any FAIL.
     Selftest {
-        #[arg(long)]
+        /// Policy file (default: the embedded demo policy)
+        #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
-        #[arg(long)]
+        /// Also verify this state directory's journal from its last checkpoint
+        #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// Print the report as JSON
         #[arg(long)]
         json: bool,
     },
@@ -161,6 +187,7 @@ enum Command {
     Status {
         #[command(flatten)]
         socket: SocketArg,
+        /// Print the daemon's JSON answer
         #[arg(long, conflicts_with = "prometheus")]
         json: bool,
         /// Prometheus text exposition format (node_exporter's textfile collector)
@@ -204,7 +231,8 @@ enum Command {
     Mcp {
         #[command(flatten)]
         socket: SocketArg,
-        #[arg(long, value_enum)]
+        /// Print this runtime's configuration snippet for `verbd mcp` instead of serving
+        #[arg(long, value_enum, value_name = "RUNTIME")]
         print_config: Option<verbd::adapters::mcp::config::Client>,
     },
     /// Sandbox profiles: what they allow, and which rule decides (offline)
@@ -224,17 +252,65 @@ enum Command {
         command: cli::notify::NotifyCommand,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    Completions { shell: clap_complete::Shell },
-    /// Write the man pages (verbd.1 and one per subcommand) into DIR
-    Man { dir: PathBuf },
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (verbd.1 and one per subcommand) into DIR/man1, so `MANPATH=DIR`
+    /// finds them
+    Man {
+        /// The man directory (DIR/man1/ is created)
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if cli.command.ends_with_its_reader()
+        && let Err(e) = verbd::sigpipe::die_on_closed_pipe()
+    {
+        eprintln!("verbd: cannot restore the default SIGPIPE disposition: {e}");
+        return ExitCode::from(cli::EXIT_ERROR);
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("verbd: {}", cli::describe(&e));
+            verbd::eprintln_lossy!("verbd: {}", cli::describe(&e));
             ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}
+
+impl Command {
+    /// Whether this command should end quietly when the reader of its output goes away (`verbd
+    /// list | head -1`), like any filter: it writes only its output and requests on sockets
+    /// that never raise SIGPIPE (see `verbd::sigpipe`). The daemon, and the commands that feed
+    /// other processes' pipes or sockets (`exec`, `selftest`'s canaries, `mcp`, `notify`, the
+    /// hook), keep SIGPIPE ignored and never print through a panicking macro instead.
+    fn ends_with_its_reader(&self) -> bool {
+        match self {
+            Command::Serve { .. }
+            | Command::Exec { .. }
+            | Command::Selftest { .. }
+            | Command::Canary { .. }
+            | Command::Hook { .. }
+            | Command::Mcp { .. }
+            | Command::Notify { .. } => false,
+            Command::Call { .. }
+            | Command::List { .. }
+            | Command::Pending { .. }
+            | Command::Approve { .. }
+            | Command::Deny { .. }
+            | Command::Wait { .. }
+            | Command::Result { .. }
+            | Command::Resolve { .. }
+            | Command::Status { .. }
+            | Command::Reload { .. }
+            | Command::Audit { .. }
+            | Command::Sandbox { .. }
+            | Command::Policy { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. } => true,
         }
     }
 }
@@ -358,7 +434,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Notify { command } => cli::notify::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout());
+            verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir } => {

@@ -736,7 +736,7 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     let unsandboxed =
         cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
     if !unsandboxed {
-        prepared.install_std(&mut cmd).map_err(|e| {
+        prepared.install_canary(&mut cmd).map_err(|e| {
             (
                 format!("cannot install the sandbox: {e}"),
                 "see the error".into(),

@@ -154,9 +154,9 @@ pub fn main(options: ServeOptions) -> u8 {
         Ok(()) => 0,
         Err(e) => {
             if let StartError::SelfTest(report) = &e {
-                eprint!("{}", report.render());
+                crate::eprint_lossy!("{}", report.render());
             }
-            eprintln!("verbd: {e}\nverbd: not serving. Nothing was accepted.");
+            crate::eprintln_lossy!("verbd: {e}\nverbd: not serving. Nothing was accepted.");
             sd::notify_status(&e.status());
             e.exit_code()
         }
@@ -214,7 +214,7 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
     if !report.passed() {
         return Err(StartError::SelfTest(Box::new(report)));
     }
-    eprintln!("verbd: {}", report.summary());
+    crate::eprintln_lossy!("verbd: {}", report.summary());
     let settings = ServeSettings {
         state_dir,
         invoker_uid,
@@ -229,9 +229,14 @@ fn activation() -> Result<Vec<sd::ActivatedSocket>, StartError> {
     Ok(sd::activated_sockets()?)
 }
 
+/// Log lines go to stderr, in colour only on a terminal and unless `NO_COLOR` is set
+/// (no-color.org): a file or journald gets plain text. A stderr nobody reads any more loses the
+/// lines, never the daemon.
 fn logging() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(crate::terminal::stderr_wants_colour())
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VERBD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -531,12 +536,12 @@ async fn serve_async(
     }
     drop(deaf_tx);
     match &listeners.agent_path {
-        Some(path) => eprintln!(
+        Some(path) => crate::eprintln_lossy!(
             "verbd: serving {origin} on {} (state dir {})",
             path.display(),
             state_dir.display()
         ),
-        None => eprintln!(
+        None => crate::eprintln_lossy!(
             "verbd: serving {origin} on sockets from systemd (state dir {})",
             state_dir.display()
         ),
@@ -614,7 +619,7 @@ async fn serve_async(
     if let Err(e) = daemon.seal_journal(true).await {
         tracing::error!(error = %e, "the journal's last epoch could not be sealed");
     }
-    eprintln!("verbd: stopped ({reason})");
+    crate::eprintln_lossy!("verbd: stopped ({reason})");
     match deaf {
         None => Ok(()),
         Some(stopped) => Err(StartError::Os {

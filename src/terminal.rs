@@ -12,10 +12,20 @@
 //!
 //! Invariant: the output of [`escape`] contains no character for which [`is_hidden`] is true,
 //! and no newline, carriage return or tab.
+//!
+//! Also here: [`stderr_wants_colour`], whether verbd's own log lines may carry colour escapes.
 #![forbid(unsafe_code)]
 
 use crate::protocol::ProposalView;
 use std::fmt::Write;
+
+/// Whether verbd's log lines on stderr may be coloured: only on a terminal, and never when
+/// `NO_COLOR` is set to anything but the empty string (no-color.org). A file, a pipe or
+/// journald gets plain text.
+pub fn stderr_wants_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
 
 /// True for characters that are invisible, reorder text, or act on the terminal: every control
 /// character, every format character (Unicode category Cf), the line and paragraph separators,

@@ -881,12 +881,13 @@ fn schema_completions_and_man_pages_are_generated_from_the_code() {
     let dir = tempfile::tempdir().unwrap();
     let out = verbd(&["man", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let page = std::fs::read_to_string(dir.path().join("verbd-policy-coverage.1")).unwrap();
+    let man1 = dir.path().join("man1");
+    let page = std::fs::read_to_string(man1.join("verbd-policy-coverage.1")).unwrap();
     assert!(page.starts_with(".ie") || page.contains(".TH"), "{page}");
     assert!(page.contains("destructive or credential"), "{page}");
-    assert!(dir.path().join("verbd.1").exists());
-    assert!(!dir.path().join("verbd-__sandbox-canary.1").exists());
-    assert!(!dir.path().join("verbd-policy-help.1").exists());
+    assert!(man1.join("verbd.1").exists());
+    assert!(!man1.join("verbd-__sandbox-canary.1").exists());
+    assert!(!man1.join("verbd-policy-help.1").exists());
 }
 
 #[test]

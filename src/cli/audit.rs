@@ -14,6 +14,7 @@ pub enum AuditCommand {
     /// inserted, reordered or cut-off record and says what it could not prove. Exit 1 when
     /// anything is wrong.
     Verify {
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// Check an exported file (`audit export`) instead of the state directory
@@ -29,6 +30,7 @@ pub enum AuditCommand {
         /// A witness file to compare with (default: the state directory's)
         #[arg(long)]
         witness: Option<PathBuf>,
+        /// Print the report as JSON
         #[arg(long)]
         json: bool,
     },
@@ -36,6 +38,7 @@ pub enum AuditCommand {
     /// (taken at the next daemon start) or to a file for a systemd credential; the
     /// verification key is printed once
     SetupKeys {
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// Write the initial sealing key to this new file (for `systemd-creds encrypt`)
@@ -51,11 +54,13 @@ pub enum AuditCommand {
     },
     /// Write the journal's exact lines (all segments) for offline checking or a SIEM
     Export {
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// Start at the first record with this seq or higher
         #[arg(long, default_value_t = 1)]
         since: u64,
+        /// The output format
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
         /// A new file to write (default: standard output)
@@ -65,13 +70,16 @@ pub enum AuditCommand {
     /// Acknowledge records missing from the end of the journal so the daemon serves again;
     /// the acknowledgement (who, why, which records) is journaled at the next start
     AcknowledgeGap {
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Why the records are gone (journaled with your uid)
         #[arg(long)]
         reason: String,
     },
     /// Show the most recent records
     Tail {
+        /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
         #[arg(short = 'n', default_value_t = 20)]

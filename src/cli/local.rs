@@ -38,7 +38,7 @@ pub fn exec(
         Err(e) => e,
         Ok(never) => match never {},
     };
-    eprintln!("verbd exec: {err}");
+    verbd::eprintln_lossy!("verbd exec: {err}");
     Ok(ExitCode::from(
         if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
             127
@@ -142,7 +142,7 @@ pub fn selftest(
     let policy = match loader.compile() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("{e}");
+            verbd::eprintln_lossy!("{e}");
             return Ok(ExitCode::from(EXIT_CHECK_FAILED));
         }
     };
@@ -157,9 +157,9 @@ pub fn selftest(
         },
     );
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        verbd::println_lossy!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        verbd::print_lossy!("{}", report.render());
     }
     Ok(if report.passed() {
         ExitCode::SUCCESS
@@ -183,7 +183,7 @@ pub fn claude_code_hook(
     use verbd::adapters::claude_hook;
     if print_settings {
         let exe = std::env::current_exe().context("locating the verbd binary")?;
-        println!(
+        verbd::println_lossy!(
             "{}",
             claude_hook::settings_snippet(&exe, socket_flag, claude_hook::DEFAULT_DEADLINE)
         );
@@ -222,8 +222,11 @@ pub enum SandboxCommand {
         /// Explain the profile as `verbd exec` applies it
         #[arg(long)]
         exec: bool,
+        /// The sandbox profile (a `[sandbox.NAME]` of the policy, or `default`)
         profile: String,
+        /// The path to ask about
         path: PathBuf,
+        /// The access to ask about
         #[arg(value_enum, default_value = "read")]
         access: WhyAccess,
     },
@@ -232,8 +235,11 @@ pub enum SandboxCommand {
 /// The access `verbd sandbox why` asks about.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum WhyAccess {
+    /// Open for reading (a directory: list it)
     Read,
+    /// Create, write, rename or remove
     Write,
+    /// Execute
     Exec,
 }
 

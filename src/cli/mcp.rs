@@ -14,7 +14,7 @@ pub fn run(
 ) -> anyhow::Result<ExitCode> {
     if let Some(client) = print_config {
         let exe = std::env::current_exe().context("locating the verbd binary")?;
-        print!("{}", mcp::config::snippet(client, &exe, socket_flag));
+        verbd::print_lossy!("{}", mcp::config::snippet(client, &exe, socket_flag));
         return Ok(ExitCode::SUCCESS);
     }
     Ok(ExitCode::from(mcp::run(socket.to_path_buf())))

@@ -7,7 +7,7 @@
 //! code for a verb that ran (128+N when killed by signal N, 124 on timeout); 65 invalid
 //! arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required; 75 busy; 77
 //! denied; 1 for a failed check (`policy check`, `audit verify`, `selftest`). `serve` has its own
-//! (see `verbd::serve`).
+//! (see `verbd::serve`). The constants live in `verbd::cli_docs`, with the man pages' table.
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -21,13 +21,10 @@ pub mod status;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 
-pub const EXIT_CHECK_FAILED: u8 = 1;
-pub const EXIT_INVALID: u8 = 65;
-pub const EXIT_UNAVAILABLE: u8 = 69;
-pub const EXIT_ERROR: u8 = 70;
-pub const EXIT_CONFIRM: u8 = 73;
-pub const EXIT_BUSY: u8 = 75;
-pub const EXIT_DENIED: u8 = 77;
+pub use verbd::cli_docs::{
+    EXIT_BUSY, EXIT_CHECK_FAILED, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID,
+    EXIT_UNAVAILABLE,
+};
 
 /// `key=value` arguments; each key once.
 pub fn parse_kv(args: &[String]) -> anyhow::Result<BTreeMap<String, String>> {

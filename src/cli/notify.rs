@@ -45,6 +45,7 @@ pub enum NotifyCommand {
         /// ntfy priority, 1 (min) to 5 (max)
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=5))]
         priority: u8,
+        /// The curl program (its path: the notifier sandbox must allow executing it)
         #[arg(long, default_value = "/usr/bin/curl")]
         curl: PathBuf,
         #[command(flatten)]
@@ -55,6 +56,7 @@ pub enum NotifyCommand {
         /// A file holding the webhook URL (`${secret_file:NAME}`): whoever has it can post
         #[arg(long)]
         webhook_file: PathBuf,
+        /// The curl program (its path: the notifier sandbox must allow executing it)
         #[arg(long, default_value = "/usr/bin/curl")]
         curl: PathBuf,
         #[command(flatten)]
@@ -77,6 +79,7 @@ pub enum NotifyCommand {
             conflicts_with = "sendmail"
         )]
         smtp_config: Option<PathBuf>,
+        /// The curl program (its path: the notifier sandbox must allow executing it)
         #[arg(long, default_value = "/usr/bin/curl")]
         curl: PathBuf,
         /// A sendmail-compatible program to hand the message to instead (it gets
@@ -95,6 +98,7 @@ pub enum NotifyCommand {
     },
     /// A desktop notification with notify-send (the daemon must run in the approver's session)
     Desktop {
+        /// The notify-send program (its path: the notifier sandbox must allow executing it)
         #[arg(long, default_value = "/usr/bin/notify-send")]
         notify_send: PathBuf,
         /// The session bus address (default: unix:path=/run/user/UID/bus of the caller's uid)
@@ -144,7 +148,7 @@ pub fn run(command: NotifyCommand) -> anyhow::Result<ExitCode> {
     match command {
         NotifyCommand::Print { message } => {
             let message = Message::of(&view, &message)?;
-            print!("{}\n\n{}", message.title, message.body);
+            verbd::print_lossy!("{}\n\n{}", message.title, message.body);
         }
         NotifyCommand::Ntfy {
             url,

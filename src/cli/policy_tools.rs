@@ -11,13 +11,22 @@ use verbd::policy::{self, PreparedAction, ProposedCall, Verdict};
 /// `verbd policy …`
 #[derive(clap::Subcommand)]
 pub enum PolicyCommand {
-    /// Check a policy file; errors show file:line:col
-    Check { file: PathBuf },
+    /// Check a policy file: compile it (errors show file:line:col), then run the self-test's
+    /// checks that need no sandbox (examples, hostile values, accounts, file roots); exit 1 on
+    /// any error, as `verbd selftest` would fail
+    Check {
+        /// The policy file
+        file: PathBuf,
+    },
     /// Print the argv a verb would run with these arguments, without running it
     Explain {
+        /// The policy file
         file: PathBuf,
+        /// The verb's name
         verb: String,
+        /// Arguments as key=value
         args: Vec<String>,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
@@ -25,10 +34,12 @@ pub enum PolicyCommand {
     /// against a policy: what is covered, what needs approval, what is not and why. Exit 1 when
     /// a destructive or credential-reading command would run without approval.
     Coverage {
+        /// The policy file
         policy: PathBuf,
         /// Files, directories or globs (e.g. '~/.claude/projects/*/*.jsonl')
         #[arg(long, required = true, num_args = 1..)]
         from: Vec<PathBuf>,
+        /// How the report is printed
         #[arg(long, value_enum, default_value = "text")]
         format: verbd::policy_tools::cli::ReportFormat,
         /// Replay as these roles (default: every agent role)
@@ -37,22 +48,29 @@ pub enum PolicyCommand {
     },
     /// Draft verbs (TOML to review and paste) for the commands coverage finds uncovered
     Suggest {
+        /// The policy file
         policy: PathBuf,
+        /// Files, directories or globs of recorded commands (as for coverage)
         #[arg(long, required = true, num_args = 1..)]
         from: Vec<PathBuf>,
+        /// Replay as these roles (default: every agent role)
         #[arg(long)]
         role: Vec<String>,
     },
     /// Check expected verdicts (run, propose, refuse with its rule) for calls and recorded
     /// commands; exit 1 on any mismatch
     Test {
+        /// The policy file
         policy: PathBuf,
+        /// The TOML file of expected verdicts (see policy/packs/tests/)
         tests: PathBuf,
+        /// How the results are printed (junit: JUnit XML for CI)
         #[arg(long, value_enum, default_value = "text")]
         format: verbd::policy_tools::cli::TestFormat,
     },
     /// Print the JSON Schema of the policy format (--pack: of a pack file)
     Schema {
+        /// The schema of a pack file instead of a policy
         #[arg(long)]
         pack: bool,
     },

@@ -580,9 +580,16 @@ impl PreparedSandbox {
         self.install_plan(cmd.as_std_mut(), keep_fds)
     }
 
-    /// [`install`](Self::install) for a std command (self-test canaries, tests).
+    /// [`install`](Self::install) for a std command (tests, benches).
     pub fn install_std(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
         self.install_plan(cmd, Vec::new())
+    }
+
+    /// [`install_std`](Self::install_std) for the self-test's canary, whose refused connects are
+    /// the point of the check, not an event: the broker logs them at debug level only (a
+    /// warning at every start reads like a failure).
+    pub fn install_canary(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
+        self.install_with(cmd, Vec::new(), None, unix_broker::Reporter::Expected)
     }
 
     /// Observes, in a real child confined by exactly this profile, whether each path can be
@@ -641,7 +648,12 @@ impl PreparedSandbox {
         observation: child::Observation,
         report_end: std::io::PipeWriter,
     ) -> Result<(), SandboxError> {
-        self.install_with(cmd, Vec::new(), Some((observation, report_end)))
+        self.install_with(
+            cmd,
+            Vec::new(),
+            Some((observation, report_end)),
+            unix_broker::Reporter::Log,
+        )
     }
 
     fn install_plan(
@@ -649,7 +661,7 @@ impl PreparedSandbox {
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
     ) -> Result<(), SandboxError> {
-        self.install_with(cmd, keep_fds, None)
+        self.install_with(cmd, keep_fds, None, unix_broker::Reporter::Log)
     }
 
     fn install_with(
@@ -657,6 +669,7 @@ impl PreparedSandbox {
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
         observe: Option<(child::Observation, std::io::PipeWriter)>,
+        reporter: unix_broker::Reporter,
     ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
@@ -673,7 +686,7 @@ impl PreparedSandbox {
             broker_end,
             Arc::new(self.connect_policy()),
             identity,
-            unix_broker::Reporter::Log,
+            reporter,
             None,
         )
         .map_err(SandboxError::Broker)?;

@@ -304,20 +304,29 @@ pub(super) fn channel_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Where refusals are reported: `verbd exec` writes them to stderr (the user sees why a program
-/// failed), the daemon logs them.
+/// failed), the daemon logs them as warnings, and the self-test's canary, whose connects are
+/// meant to be refused, only at debug level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reporter {
     Stderr,
     Log,
+    Expected,
 }
 
 impl Reporter {
     fn refused(self, pid: u32, reason: &str) {
         match self {
             Reporter::Stderr => {
-                eprintln!("verbd exec: connect refused for pid {pid}: {reason}");
+                crate::eprintln_lossy!("verbd exec: connect refused for pid {pid}: {reason}");
             }
             Reporter::Log => tracing::warn!(pid, reason, "sandboxed connect refused"),
+            Reporter::Expected => {
+                tracing::debug!(
+                    pid,
+                    reason,
+                    "self-test canary: connect refused, as expected"
+                );
+            }
         }
     }
 
@@ -325,9 +334,12 @@ impl Reporter {
     pub(super) fn create_refused(self, pid: u32, reason: &str) {
         match self {
             Reporter::Stderr => {
-                eprintln!("verbd exec: create refused for pid {pid}: {reason}");
+                crate::eprintln_lossy!("verbd exec: create refused for pid {pid}: {reason}");
             }
             Reporter::Log => tracing::warn!(pid, reason, "sandboxed create refused"),
+            Reporter::Expected => {
+                tracing::debug!(pid, reason, "self-test canary: create refused, as expected");
+            }
         }
     }
 }
@@ -445,7 +457,7 @@ pub(super) fn run_launcher(
     let started = CreateBroker::start(creates.policy, creates.ruleset, identity, Reporter::Stderr)
         .and_then(|creates| serve_in_background(channel, policy, identity, creates));
     if let Err(e) = started {
-        eprintln!("verbd exec: cannot start the broker: {e}");
+        crate::eprintln_lossy!("verbd exec: cannot start the broker: {e}");
         // SAFETY: signalling our own child, whose pid we hold and have not reaped.
         unsafe { libc::kill(child, libc::SIGKILL) };
     }

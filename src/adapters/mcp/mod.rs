@@ -389,6 +389,8 @@ pub fn run(socket: PathBuf) -> u8 {
     // Logs go to stderr only: stdout carries nothing but protocol messages.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(crate::terminal::stderr_wants_colour())
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VERBD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -397,7 +399,7 @@ pub fn run(socket: PathBuf) -> u8 {
     // A panicking handler would leave its request unanswered and the client waiting: end the
     // process instead, so the client sees the server close.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("verbd mcp: internal error: {info}");
+        crate::eprintln_lossy!("verbd mcp: internal error: {info}");
         std::process::exit(70);
     }));
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -406,7 +408,7 @@ pub fn run(socket: PathBuf) -> u8 {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("verbd mcp: cannot start the async runtime: {e}");
+            crate::eprintln_lossy!("verbd mcp: cannot start the async runtime: {e}");
             return 70;
         }
     };
@@ -426,7 +428,7 @@ async fn serve(socket: PathBuf) -> u8 {
         Ok(running) => running,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return 0,
         Err(e) => {
-            eprintln!("verbd mcp: the MCP session could not start: {e}");
+            crate::eprintln_lossy!("verbd mcp: the MCP session could not start: {e}");
             return 70;
         }
     };
