@@ -59,6 +59,32 @@ pub struct ExecOutcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
+    /// Each path parameter as the child saw it (`/proc/self/fd/N`) and the path it stands for:
+    /// what [`with_real_paths`] puts back into text shown to a person.
+    pub pinned: Vec<(String, PathBuf)>,
+}
+
+/// `text` (a program's output) with every `/proc/self/fd/N` that was a path parameter of its run
+/// written as the path it stands for: a dry run that lists what it would delete shows the
+/// approver `/srv/data/a.bin`, not `/proc/self/fd/5/a.bin`. Only whole descriptor numbers are
+/// replaced (`/proc/self/fd/15` is not `/proc/self/fd/1` followed by `5`).
+pub fn with_real_paths(text: &str, pinned: &[(String, PathBuf)]) -> String {
+    const PREFIX: &str = "/proc/self/fd/";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + PREFIX.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let name = &rest[at..at + PREFIX.len() + digits];
+        match pinned.iter().find(|(seen, _)| digits > 0 && seen == name) {
+            Some((_, path)) => out.push_str(&path.display().to_string()),
+            None => out.push_str(name),
+        }
+        rest = &rest[at + name.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// One captured, scrubbed output stream.
@@ -439,6 +465,14 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
                 (abandoned.clone(), abandoned, (status, true))
             }
         };
+    let pinned = handed
+        .paths
+        .iter()
+        .map(|(path, file)| {
+            let seen = file.argv_text();
+            (seen.trim_end_matches('/').to_string(), path.clone())
+        })
+        .collect();
     drop(handed);
     Ok(ExecOutcome {
         exit: ExitInfo {
@@ -449,5 +483,27 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         stdout,
         stderr,
         duration: started.elapsed(),
+        pinned,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_of_path_parameters_are_shown_as_their_paths_and_nothing_else() {
+        let pinned = vec![
+            ("/proc/self/fd/5".to_string(), PathBuf::from("/srv/data")),
+            ("/proc/self/fd/1".to_string(), PathBuf::from("/srv/one")),
+        ];
+        let shown = with_real_paths(
+            "/proc/self/fd/5/a.bin\n/proc/self/fd/15/x /proc/self/fd/1 /proc/self/fd/ /proc/self/fd/7",
+            &pinned,
+        );
+        assert_eq!(
+            shown,
+            "/srv/data/a.bin\n/proc/self/fd/15/x /srv/one /proc/self/fd/ /proc/self/fd/7"
+        );
+    }
 }

@@ -120,6 +120,8 @@ impl Daemon {
                             stdin: None,
                         })
                         .await;
+                        // The approver reads the paths the call names, not the descriptors
+                        // the dry run got them as.
                         match outcome {
                             Ok(o) => format!(
                                 "exit {}{}\n--- stdout ---\n{}--- stderr ---\n{}",
@@ -127,8 +129,14 @@ impl Daemon {
                                     .code
                                     .map_or_else(|| "by signal".to_string(), |c| c.to_string()),
                                 if o.exit.timed_out { " (timed out)" } else { "" },
-                                String::from_utf8_lossy(&o.stdout.bytes),
-                                String::from_utf8_lossy(&o.stderr.bytes)
+                                exec::with_real_paths(
+                                    &String::from_utf8_lossy(&o.stdout.bytes),
+                                    &o.pinned
+                                ),
+                                exec::with_real_paths(
+                                    &String::from_utf8_lossy(&o.stderr.bytes),
+                                    &o.pinned
+                                )
                             ),
                             Err(e) => format!("dry run could not run: {e}"),
                         }
