@@ -195,6 +195,7 @@ impl Loader {
                         passed: false,
                         detail: format!("cannot locate the verbd binary to run as the canary: {e}"),
                         fix: Some("run verbd from an installed path".into()),
+                        location: None,
                     }],
                     warnings: Vec::new(),
                     elapsed_ms: 0.0,

@@ -21,10 +21,9 @@
 //! socket mode and group, state dir and journal.
 #![forbid(unsafe_code)]
 
-use crate::policy::params::ParamKind;
-use crate::policy::{
-    Policy, PreparedAction, ProposedCall, Role, RoleKind, Verb, VerbAction, Verdict,
-};
+mod policy_checks;
+
+use crate::policy::{Policy, RoleKind, Verb, VerbAction};
 use crate::sandbox::{Network, PreparedSandbox, SandboxSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -57,6 +56,9 @@ pub struct Check {
     pub detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// Where in the policy (or a pack) the checked thing is written, as `file:line:col`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 /// All checks of one run.
@@ -99,8 +101,12 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for c in &self.checks {
+            let at = match (&c.location, c.passed) {
+                (Some(location), false) => format!("{location}: "),
+                _ => String::new(),
+            };
             out.push_str(&format!(
-                "{} {}: {}\n",
+                "{} {}: {at}{}\n",
                 if c.passed { "PASS" } else { "FAIL" },
                 c.name,
                 c.detail
@@ -118,6 +124,16 @@ impl Report {
     }
 
     fn push(&mut self, name: impl Into<String>, result: Result<String, (String, String)>) {
+        self.push_at(name, None, result);
+    }
+
+    /// [`push`](Self::push) for a check of something written at `location`.
+    fn push_at(
+        &mut self,
+        name: impl Into<String>,
+        location: Option<String>,
+        result: Result<String, (String, String)>,
+    ) {
         let name = name.into();
         self.checks.push(match result {
             Ok(detail) => Check {
@@ -125,12 +141,14 @@ impl Report {
                 passed: true,
                 detail,
                 fix: None,
+                location,
             },
             Err((detail, fix)) => Check {
                 name,
                 passed: false,
                 detail,
                 fix: Some(fix),
+                location,
             },
         });
     }
@@ -182,31 +200,15 @@ pub fn run(ctx: &Context) -> Report {
             &policy.hash[..12]
         )),
     );
-    let all_roles: Vec<&Role> = policy.roles.values().collect();
-    let corpus = hostile_corpus();
+    policy_checks::add(&mut report, policy, ctx.daemon_uid);
     for verb in policy.verbs.values() {
-        check_examples(&mut report, policy, &all_roles, verb);
-        check_validator(&mut report, policy, &all_roles, verb, &corpus);
-        match &verb.action {
-            VerbAction::Command { template, dry_run } => {
-                check_binary(&mut report, ctx, verb, template.program());
-                if let Some(d) = dry_run
-                    && d.program() != template.program() {
-                        check_binary(&mut report, ctx, verb, d.program());
-                    }
+        if let VerbAction::Command { template, dry_run } = &verb.action {
+            check_binary(&mut report, ctx, verb, template.program());
+            if let Some(d) = dry_run
+                && d.program() != template.program()
+            {
+                check_binary(&mut report, ctx, verb, d.program());
             }
-            VerbAction::File(spec) => report.push(
-                format!("file-roots:{}", verb.name),
-                spec.validate()
-                    .map(|()| format!("{} root(s) usable", spec.roots.len()))
-                    .map_err(|e| {
-                        (
-                            e.to_string(),
-                            "create the root directory (owned by the daemon user), or fix roots = [...]"
-                                .into(),
-                        )
-                    }),
-            ),
         }
     }
     if let Some(notify) = &policy.approvals.notify {
@@ -251,6 +253,22 @@ pub fn run(ctx: &Context) -> Report {
     report
 }
 
+/// The self-test's checks of the policy itself, without sandboxes, programs, secrets or a
+/// journal (`verbd policy check`): examples, hostile values, accounts, file roots, and the
+/// warnings about verbs and patterns. The same functions run inside [`run`], so `policy check`
+/// and the self-test give one verdict on them. `daemon_uid`: as for [`Context::daemon_uid`].
+pub fn policy_report(policy: &Policy, daemon_uid: u32) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        checks: Vec::new(),
+        warnings: policy.warnings.clone(),
+        elapsed_ms: 0.0,
+    };
+    policy_checks::add(&mut report, policy, daemon_uid);
+    report.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    report
+}
+
 fn agent_uids(policy: &Policy) -> Vec<u32> {
     let mut uids = Vec::new();
     for role in policy.roles.values().filter(|r| r.kind == RoleKind::Agent) {
@@ -273,144 +291,6 @@ fn agent_uids(policy: &Policy) -> Vec<u32> {
     uids.sort_unstable();
     uids.dedup();
     uids
-}
-
-fn check_examples(report: &mut Report, policy: &Policy, roles: &[&Role], verb: &Verb) {
-    if verb.examples_accept.is_empty() && verb.examples_reject.is_empty() {
-        return;
-    }
-    let mut problems = Vec::new();
-    for example in &verb.examples_accept {
-        if let Verdict::Refuse(r) =
-            policy.evaluate(roles, &verb.name, &crate::policy::text_args(example))
-        {
-            problems.push(format!(
-                "accept example {example:?} was refused: {}",
-                r.message()
-            ));
-        }
-    }
-    for example in &verb.examples_reject {
-        match policy.evaluate(roles, &verb.name, &crate::policy::text_args(example)) {
-            Verdict::Refuse(refusal) => {
-                use crate::policy::Refusal;
-                let named = match &refusal {
-                    Refusal::Invalid(r) => example.contains_key(&r.param),
-                    Refusal::UnknownParam { param, .. } => example.contains_key(param),
-                    Refusal::Missing { .. } => true,
-                    _ => false,
-                };
-                if !named {
-                    problems.push(format!(
-                        "reject example {example:?} was refused for another reason: {}",
-                        refusal.message()
-                    ));
-                }
-            }
-            _ => problems.push(format!("reject example {example:?} was ACCEPTED")),
-        }
-    }
-    let total = verb.examples_accept.len() + verb.examples_reject.len();
-    report.push(
-        format!("examples:{}", verb.name),
-        if problems.is_empty() {
-            Ok(format!("{total} example(s) behave"))
-        } else {
-            Err((
-                problems.join("; "),
-                "fix the parameter types or the examples in the policy".into(),
-            ))
-        },
-    );
-}
-
-/// Hostile values every parameter is tried with.
-fn hostile_corpus() -> Vec<String> {
-    vec![
-        "-x".into(),
-        "--help".into(),
-        "--output=/etc/passwd".into(),
-        "a\0b".into(),
-        "a\nb".into(),
-        "a\rb".into(),
-        "../../../etc/passwd".into(),
-        "/etc/../etc/shadow".into(),
-        "$(id)".into(),
-        "`id`".into(),
-        ";id".into(),
-        "| id".into(),
-        "a".repeat(1 << 20),
-        "\u{202e}evil".into(),
-    ]
-}
-
-fn check_validator(
-    report: &mut Report,
-    policy: &Policy,
-    roles: &[&Role],
-    verb: &Verb,
-    corpus: &[String],
-) {
-    if verb.params.is_empty() {
-        return;
-    }
-    let base: BTreeMap<String, String> = verb.examples_accept.first().cloned().unwrap_or_default();
-    let mut problems = Vec::new();
-    let mut tried = 0;
-    for param in verb.params.values() {
-        for value in corpus.iter().map(String::as_str) {
-            tried += 1;
-            let Ok(normalized) = param.validate(value) else {
-                continue;
-            };
-            let content = matches!(param.kind, ParamKind::Content { .. });
-            if !content && normalized.contains(['\0', '\n', '\r']) {
-                problems.push(format!("`{}` accepted a control character", param.name));
-            }
-            if !content && normalized.len() > 64 * 1024 {
-                problems.push(format!(
-                    "`{}` accepted a {}-byte value",
-                    param.name,
-                    normalized.len()
-                ));
-            }
-            if matches!(param.kind, ParamKind::Path { .. })
-                && Path::new(&normalized)
-                    .components()
-                    .any(|c| c == std::path::Component::ParentDir)
-            {
-                problems.push(format!("`{}` accepted a path with `..`", param.name));
-            }
-            // Option injection: with the rest of the call complete, a leading dash must never
-            // begin an argv element unless the parameter opted in.
-            if value.starts_with('-') && !param.allow_dash {
-                let mut args = base.clone();
-                args.insert(param.name.clone(), value.to_string());
-                if let Verdict::Run(call) | Verdict::Propose(ProposedCall { call, .. }) =
-                    policy.evaluate(roles, &verb.name, &crate::policy::text_args(&args))
-                    && let PreparedAction::Exec { argv, .. } = &call.action
-                    && argv.display().iter().skip(1).any(|e| e.starts_with(value))
-                {
-                    problems.push(format!(
-                        "`{}` let {value:?} begin an argv element",
-                        param.name
-                    ));
-                }
-            }
-        }
-    }
-    problems.dedup();
-    report.push(
-        format!("validator:{}", verb.name),
-        if problems.is_empty() {
-            Ok(format!("{tried} hostile values refused or kept harmless"))
-        } else {
-            Err((
-                problems.join("; "),
-                "tighten the parameter's type or pattern".into(),
-            ))
-        },
-    );
 }
 
 fn check_binary(report: &mut Report, ctx: &Context, verb: &Verb, program: &Path) {
@@ -501,10 +381,7 @@ fn check_binary_path(
                         dm.uid(),
                         dmode & 0o7777
                     ),
-                    format!(
-                        "chown root {0} && chmod go-w {0}, or install the program elsewhere",
-                        d.display()
-                    ),
+                    parent_fix(d, dmode, real.as_path()),
                 ));
             }
             dir = d.parent();
@@ -534,6 +411,29 @@ fn check_binary_path(
         ))
     })();
     report.push(name, result);
+}
+
+/// The fix for a program below a directory others can change. A shared directory that must stay
+/// writable by everyone (the sticky, world-writable `/tmp` and `/var/tmp`) is never to be
+/// changed: the program has to move out of it.
+fn parent_fix(dir: &Path, mode: u32, program: &Path) -> String {
+    let elsewhere = format!(
+        "install {} in a directory that only root can change, all the way up (e.g. \
+         /usr/local/bin, or /opt/NAME/bin owned by root, mode 0755), and point the verb there",
+        program.display()
+    );
+    if mode & 0o1002 == 0o1002 {
+        format!(
+            "{} is a shared directory (mode {:04o}) that must stay writable by everyone; {elsewhere}",
+            dir.display(),
+            mode & 0o7777
+        )
+    } else {
+        format!(
+            "{elsewhere}; or, if nothing else needs to write there, chown root {0} && chmod go-w {0}",
+            dir.display()
+        )
+    }
 }
 
 /// Who runs which program in which profile: `(profile, who, program)`, `who` as messages name it.

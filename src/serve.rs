@@ -214,6 +214,15 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
     if !report.passed() {
         return Err(StartError::SelfTest(Box::new(report)));
     }
+    // The policy's and the secrets' own warnings were logged above; the self-test adds its own.
+    let logged = prepared.secrets.warnings();
+    for w in report
+        .warnings
+        .iter()
+        .filter(|w| !prepared.policy.warnings.contains(w) && !logged.contains(w))
+    {
+        tracing::warn!("self-test: {w}");
+    }
     crate::eprintln_lossy!("verbd: {}", report.summary());
     let settings = ServeSettings {
         state_dir,

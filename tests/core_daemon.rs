@@ -414,11 +414,43 @@ fn policy_errors_name_file_line_and_column() {
             "{name}: {err}"
         );
     }
-    // The shipped policies are valid.
-    for shipped in ["policy/demo.toml", "policy/example.toml"] {
-        let (code, err) = check(std::path::Path::new(shipped));
-        assert_eq!(code, Some(0), "{shipped}: {err}");
+    // An undefined approver role is located at its name, globally and on a verb (it was 1:1).
+    let approvers = write(
+        "approvers.toml",
+        "version = 1\n[roles.a]\nuids = [1]\n[approvals]\napprovers = [\"nosuch\"]\n[verb.x]\nroles = [\"a\"]\napprovers = [\"ghost\"]\ncommand = \"/bin/true\"\n",
+    );
+    let (code, err) = check(&approvers);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("approvers.toml:5:14: approver role `nosuch` is not defined")
+            && err.contains("approvers.toml:8:14: approver role `ghost` is not defined"),
+        "{err}"
+    );
+    // The shipped policies are valid: the demo as it is, the example on a host with the
+    // accounts its package creates (it names them as daemon.user and socket groups).
+    let (code, err) = check(std::path::Path::new("policy/demo.toml"));
+    assert_eq!(code, Some(0), "demo: {err}");
+    if nix::unistd::User::from_name("verbd")
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        let (code, err) = check(std::path::Path::new("policy/example.toml"));
+        assert_eq!(code, Some(1), "example without its accounts: {err}");
+        assert!(
+            err.contains("daemon.user \"verbd\" (policy/example.toml:36:8) does not exist"),
+            "{err}"
+        );
     }
+    if !require_root("the example policy with the package's accounts") {
+        return;
+    }
+    let out = PackageAccounts::create()
+        .command(BIN)
+        .args(["policy", "check", "policy/example.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "example: {out:?}");
 }
 
 #[test]

@@ -110,27 +110,42 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Compile a policy file; errors show file:line:col.
+/// Compile a policy file (errors show file:line:col), then run the self-test's checks of the
+/// policy itself (`verbd::selftest::policy_report`), so a policy this passes never fails them
+/// when the daemon starts on this host.
 pub fn check(file: &Path) -> anyhow::Result<ExitCode> {
-    match policy::load_file(file) {
-        Ok(p) => {
-            for w in &p.warnings {
-                eprintln!("warning: {w}");
-            }
-            println!(
-                "{}: ok ({} verbs, {} roles, {} sandbox profiles)",
-                file.display(),
-                p.verbs.len(),
-                p.roles.len(),
-                p.sandboxes.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+    let p = match policy::load_file(file) {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
-            Ok(ExitCode::from(EXIT_CHECK_FAILED))
+            return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+        }
+    };
+    let report = verbd::selftest::policy_report(&p, verbd::privileges::daemon_uid_for(&p));
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut failed = false;
+    for c in report.failures() {
+        failed = true;
+        let at = c.location.as_deref().unwrap_or(&p.origin);
+        eprintln!("{at}: {}: {}", c.name, c.detail);
+        if let Some(fix) = &c.fix {
+            eprintln!("     fix: {fix}");
         }
     }
+    if failed {
+        return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+    }
+    println!(
+        "{}: ok ({} verbs, {} roles, {} sandbox profiles; {} checks of the self-test passed)",
+        file.display(),
+        p.verbs.len(),
+        p.roles.len(),
+        p.sandboxes.len(),
+        report.checks.len()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The argv a verb would run with these arguments, without running it (as an operator: every

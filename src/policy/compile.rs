@@ -147,6 +147,17 @@ impl Ctx<'_> {
         let diagnostic = located(self.text, self.regions, span.start, message.into());
         self.diagnostics.push(diagnostic);
     }
+
+    /// `file:line:col` of `span`, with `origin` naming the policy itself.
+    fn location(&self, span: Range<usize>, origin: &str) -> String {
+        let d = located(self.text, self.regions, span.start, String::new());
+        format!(
+            "{}:{}:{}",
+            d.origin.as_deref().unwrap_or(origin),
+            d.line,
+            d.col
+        )
+    }
 }
 
 /// A diagnostic at a byte offset of the combined text, in the file that offset came from.
@@ -377,7 +388,33 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
         verbs,
         warnings: Vec::new(),
         included: Vec::new(),
+        locations: locations(ctx, &raw, origin),
     }
+}
+
+/// [`Policy::locations`].
+fn locations(ctx: &Ctx, raw: &RawPolicy, origin: &str) -> BTreeMap<String, String> {
+    let daemon = [
+        ("daemon.user", &raw.daemon.user),
+        ("daemon.socket_group", &raw.daemon.socket_group),
+        (
+            "daemon.approver_socket_group",
+            &raw.daemon.approver_socket_group,
+        ),
+    ];
+    let daemon = daemon.into_iter().filter_map(|(key, value)| {
+        let span = value.as_ref()?.span();
+        Some((key.to_string(), ctx.location(span, origin)))
+    });
+    let roles = raw
+        .roles
+        .iter()
+        .map(|(name, role)| (format!("roles.{name}"), ctx.location(role.span(), origin)));
+    let verbs = raw
+        .verb
+        .iter()
+        .map(|(name, verb)| (format!("verb.{name}"), ctx.location(verb.span(), origin)));
+    daemon.chain(roles).chain(verbs).collect()
 }
 
 /// The longest `daemon.queue_timeout` may be.
@@ -477,17 +514,18 @@ fn build_roles(raw: &BTreeMap<String, toml::Spanned<RawRole>>) -> BTreeMap<Strin
         .collect()
 }
 
+/// Every approver role named exists and is human; a problem is located at the name itself.
 fn check_approver_roles(
     ctx: &mut Ctx,
-    span: Range<usize>,
-    names: &[String],
+    names: &[toml::Spanned<String>],
     roles: &BTreeMap<String, Role>,
-) {
-    for name in names {
+) -> Vec<String> {
+    for spanned in names {
+        let (name, span) = (spanned.get_ref(), spanned.span());
         match roles.get(name) {
-            None => ctx.at(span.clone(), format!("approver role `{name}` is not defined")),
+            None => ctx.at(span, format!("approver role `{name}` is not defined")),
             Some(r) if r.kind != RoleKind::Human => ctx.at(
-                span.clone(),
+                span,
                 format!(
                     "approver role `{name}` is an agent role; approvers must be roles with kind = \"human\""
                 ),
@@ -495,6 +533,7 @@ fn check_approver_roles(
             Some(_) => {}
         }
     }
+    names.iter().map(|n| n.get_ref().clone()).collect()
 }
 
 fn build_approvals(
@@ -502,14 +541,14 @@ fn build_approvals(
     raw: &RawApprovals,
     roles: &BTreeMap<String, Role>,
 ) -> ApprovalsConfig {
-    check_approver_roles(ctx, 0..0, &raw.approvers, roles);
+    let approvers = check_approver_roles(ctx, &raw.approvers, roles);
     let notify = raw.notify.as_ref().and_then(|n| command_template(ctx, n));
     ApprovalsConfig {
         mode: match raw.mode {
             RawApprovalMode::Interactive => ApprovalMode::Interactive,
             RawApprovalMode::Headless => ApprovalMode::Headless,
         },
-        approvers: raw.approvers.clone(),
+        approvers,
         expires: duration_or(ctx, &raw.expires, Duration::from_secs(30 * 60)),
         notify,
         notify_sandbox: raw
@@ -893,7 +932,7 @@ fn build_verb(
             );
         }
     }
-    check_approver_roles(ctx, span.clone(), &raw.approvers, roles);
+    let approvers = check_approver_roles(ctx, &raw.approvers, roles);
     let sandbox = match &raw.sandbox {
         None => DEFAULT_SANDBOX.to_string(),
         Some(s) => {
@@ -1152,7 +1191,7 @@ fn build_verb(
         description: raw.description.clone(),
         category,
         needs_approval,
-        approvers: raw.approvers.clone(),
+        approvers,
         roles: raw.roles.clone(),
         action,
         params,

@@ -5,8 +5,9 @@
 //! roles, secrets, approvers, the daemon or protected paths, so including one never widens who
 //! may call or approve anything beyond the verbs it adds. The including policy narrows a pack
 //! with `roles` (replaces every verb's roles), `verbs` (takes only these), `values` (every
-//! parameter of that name becomes an enum of exactly these values) and `programs` (the path of a
-//! program on this host).
+//! parameter of that name becomes an enum of exactly these values; the pack's examples follow:
+//! an accepted example outside the values must now be refused, and is accepted again with the
+//! first value) and `programs` (the path of a program on this host).
 //!
 //! Invariants: every name the including policy uses (verb, parameter, program) must exist in the
 //! pack, or loading fails; a verb defined twice (policy and pack, or two packs) is an error; a
@@ -18,7 +19,8 @@
 #![forbid(unsafe_code)]
 
 use super::schema::{
-    RawCommand, RawInclude, RawIncludeTable, RawParamType, RawPolicy, RawSandbox, RawVerb,
+    RawCommand, RawExamples, RawInclude, RawIncludeTable, RawParamType, RawPolicy, RawSandbox,
+    RawVerb,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -245,7 +247,8 @@ fn narrow(pack: &mut RawPack, table: &RawIncludeTable, origin: &str) -> Vec<Stri
     for (param, values) in &table.values {
         let mut found = false;
         for (verb_name, verb) in &mut pack.verb {
-            let Some(p) = verb.get_mut().params.get_mut(param) else {
+            let verb = verb.get_mut();
+            let Some(p) = verb.params.get_mut(param) else {
                 continue;
             };
             found = true;
@@ -258,7 +261,17 @@ fn narrow(pack: &mut RawPack, table: &RawIncludeTable, origin: &str) -> Vec<Stri
             }
             if values.is_empty() {
                 problems.push(format!("values.{param}: give at least one value"));
+                continue;
             }
+            if let Some(default) = p.default.as_ref().and_then(example_text)
+                && !values.contains(&default)
+            {
+                problems.push(format!(
+                    "values.{param}: verb `{verb_name}` of {origin} defaults `{param}` to {default:?}, which is not among these values; add it, or leave `{param}` out of values"
+                ));
+                continue;
+            }
+            follow_narrowing(&mut verb.examples, param, values);
             p.kind = RawParamType::Enum;
             p.values = Some(values.clone());
             p.min = None;
@@ -301,6 +314,48 @@ fn narrow(pack: &mut RawPack, table: &RawIncludeTable, origin: &str) -> Vec<Stri
         }
     }
     problems
+}
+
+/// An example value as the policy's examples compare it: strings as they are, integers and
+/// booleans as their text.
+fn example_text(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The pack's examples after `param` became an enum of `values`: an accept example whose value
+/// is not among them is now expected to be refused (it moves to `reject`, so the self-test proves
+/// the narrowing holds), and the same example with the first allowed value takes its place among
+/// the accepted ones (so the self-test still renders the verb with its other arguments).
+/// Reject examples stay: whatever they were refused for, they still are — unless the include
+/// allows their value, which the self-test then reports as a contradiction.
+fn follow_narrowing(examples: &mut RawExamples, param: &str, values: &[String]) {
+    let mut accept = Vec::new();
+    for example in std::mem::take(&mut examples.accept) {
+        let outside = example
+            .get(param)
+            .and_then(example_text)
+            .is_some_and(|value| !values.contains(&value));
+        if !outside {
+            if !accept.contains(&example) {
+                accept.push(example);
+            }
+            continue;
+        }
+        let mut allowed = example.clone();
+        allowed.insert(param.to_string(), toml::Value::String(values[0].clone()));
+        if !examples.reject.contains(&example) {
+            examples.reject.push(example);
+        }
+        if !accept.contains(&allowed) {
+            accept.push(allowed);
+        }
+    }
+    examples.accept = accept;
 }
 
 /// Swap the program of a command when its file name is in `programs`; returns that name.

@@ -55,6 +55,10 @@ pub struct Policy {
     pub warnings: Vec<String>,
     /// Canonical paths of the packs this policy includes.
     pub included: Vec<PathBuf>,
+    /// Where settings that are checked after compiling are written, as `file:line:col`: keys
+    /// `daemon.user`, `daemon.socket_group`, `daemon.approver_socket_group`, `roles.NAME`,
+    /// `verb.NAME` (a pack's verb: in the pack). The self-test's findings name them.
+    pub locations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]

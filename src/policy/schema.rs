@@ -153,7 +153,8 @@ pub struct RawApprovals {
     pub mode: RawApprovalMode,
     /// Roles (of kind `human`) whose members may approve any verb.
     #[serde(default)]
-    pub approvers: Vec<String>,
+    #[schemars(with = "Vec<String>")]
+    pub approvers: Vec<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub expires: Option<Spanned<String>>,
     #[schemars(with = "Option<RawCommand>")]
@@ -318,7 +319,8 @@ pub struct RawVerb {
     pub approval: Option<RawApprovalRequirement>,
     /// Roles (of kind `human`) that may approve this verb, in addition to the global ones.
     #[serde(default)]
-    pub approvers: Vec<String>,
+    #[schemars(with = "Vec<String>")]
+    pub approvers: Vec<Spanned<String>>,
     #[serde(default)]
     pub roles: Vec<String>,
     #[schemars(with = "Option<RawCommand>")]

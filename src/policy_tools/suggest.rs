@@ -586,23 +586,50 @@ fn draft(
         toml.push_str(&format!("params.{pname} = {decl}\n"));
     }
     if !param_at.is_empty() {
-        let mut examples = BTreeSet::new();
-        for s in samples {
-            let pairs: Vec<String> = param_at
+        // The self-test (and `policy check`) renders every example on this host, where a path
+        // parameter must exist: a recorded path that does not is left out, and said so.
+        let is_path = |pname: &str| {
+            params
                 .iter()
-                .map(|(at, (pname, prefix))| {
-                    format!("{pname} = {}", quote(&s.argv[*at][prefix.len()..]))
-                })
+                .any(|(name, decl)| name == pname && decl.contains("type = \"path\""))
+        };
+        let mut examples = BTreeSet::new();
+        let mut absent = BTreeSet::new();
+        for s in samples {
+            let values: Vec<(&String, &str)> = param_at
+                .iter()
+                .map(|(at, (pname, prefix))| (pname, &s.argv[*at][prefix.len()..]))
+                .collect();
+            let missing: Vec<&str> = values
+                .iter()
+                .filter(|(pname, value)| is_path(pname) && !Path::new(value).exists())
+                .map(|(_, value)| *value)
+                .collect();
+            if !missing.is_empty() {
+                absent.extend(missing.into_iter().map(str::to_string));
+                continue;
+            }
+            let pairs: Vec<String> = values
+                .iter()
+                .map(|(pname, value)| format!("{pname} = {}", quote(value)))
                 .collect();
             examples.insert(format!("{{ {} }}", pairs.join(", ")));
             if examples.len() == 3 {
                 break;
             }
         }
-        toml.push_str(&format!(
-            "examples.accept = [{}]\n",
-            examples.into_iter().collect::<Vec<_>>().join(", ")
-        ));
+        if !absent.is_empty() {
+            toml.push_str(&format!(
+                "# No example with {}: not on this host, where the self-test renders examples.\n",
+                absent.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if !examples.is_empty() {
+            toml.push_str(&format!(
+                "examples.accept = [{}]\n",
+                examples.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
     }
     Ok(SuggestedVerb {
         name,

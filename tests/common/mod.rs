@@ -246,3 +246,47 @@ pub fn processes_matching(needle: &str) -> Vec<i32> {
     }
     out
 }
+
+/// The accounts the package creates on install (`systemd-sysusers` with
+/// systemd/sysusers.d/verbd.conf: verbd, verbd-agents, verbd-approvers, verbd-metrics), for
+/// commands run through [`PackageAccounts::command`]: copies of /etc/passwd and /etc/group with
+/// them added, bind-mounted in a private mount namespace, so the host's files never change.
+/// Needs root (a mount namespace) and systemd-sysusers.
+pub struct PackageAccounts {
+    dir: tempfile::TempDir,
+}
+
+impl PackageAccounts {
+    pub fn create() -> PackageAccounts {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        for name in ["passwd", "group", "shadow", "gshadow"] {
+            let host = Path::new("/etc").join(name);
+            if host.exists() {
+                std::fs::copy(&host, etc.join(name)).unwrap();
+            }
+        }
+        let sysusers = Command::new("systemd-sysusers")
+            .arg(format!("--root={}", dir.path().display()))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/sysusers.d/verbd.conf"))
+            .output()
+            .expect("run systemd-sysusers");
+        assert!(sysusers.status.success(), "systemd-sysusers: {sysusers:?}");
+        PackageAccounts { dir }
+    }
+
+    /// `program args…` with the package's accounts visible to it (and its children).
+    pub fn command(&self, program: &str) -> Command {
+        let etc = self.dir.path().join("etc");
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(r#"mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group && shift 2 && exec "$@""#)
+            .arg("sh")
+            .arg(etc.join("passwd"))
+            .arg(etc.join("group"))
+            .arg(program);
+        command
+    }
+}
