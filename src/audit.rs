@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::journal::{self, JournalError, VerifyKey, VerifyOptions, VerifyReport};
 
+mod tail;
+pub use tail::{CallerFilter, RecordOutcome, TailFilter, tail};
+
 /// Exit status of a check that found problems.
 pub const EXIT_PROBLEMS: u8 = 1;
 
@@ -321,21 +324,5 @@ pub fn acknowledge_gap(
             what: "printing".to_owned(),
             source,
         })?;
-    Ok(0)
-}
-
-/// `audit tail`.
-pub fn tail(state_dir: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<u8, AuditError> {
-    for record in journal::tail(state_dir, n)? {
-        let line = if json {
-            serde_json::to_string(&record)?
-        } else {
-            journal::format_record(&record)
-        };
-        writeln!(out, "{line}").map_err(|source| AuditError::Io {
-            what: "printing".to_owned(),
-            source,
-        })?;
-    }
     Ok(0)
 }

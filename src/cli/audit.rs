@@ -77,15 +77,36 @@ pub enum AuditCommand {
         #[arg(long)]
         reason: String,
     },
-    /// Show the most recent records
+    /// Show the most recent records, each verified (hash chain, sequence, epochs, MACs under
+    /// the keys this host can read); with --follow, then every record journaled from then on,
+    /// verified as it comes. The filters combine (all must match).
     Tail {
         /// The daemon's state directory (default: as `verbd serve` chooses it)
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// How many of the last matching records to show first
         #[arg(short = 'n', default_value_t = 20)]
         n: usize,
+        /// Print each record as the journal's JSON
         #[arg(long)]
         json: bool,
+        /// Keep printing records as they are journaled (across daemon restarts and segment
+        /// rotations), verifying each; a problem in the journal ends it, named
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only records of this verb (and the results and decisions that continue them)
+        #[arg(long)]
+        verb: Option<String>,
+        /// Only records of this caller, a uid or a user name (the requester, for a proposal)
+        #[arg(long, value_name = "UID|USER")]
+        caller: Option<String>,
+        /// Only records with this outcome
+        #[arg(long, value_enum)]
+        outcome: Option<verbd::audit::RecordOutcome>,
+        /// Only records at or after this time: RFC 3339 (2026-12-01T08:00:00Z) or an age
+        /// (30m, 2h, 1d)
+        #[arg(long, value_name = "TIME|AGE")]
+        since: Option<String>,
     },
 }
 
@@ -121,8 +142,26 @@ pub fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             &mut out,
             &mut err,
         ),
-        AuditCommand::Tail { state_dir, n, json } => {
-            verbd::audit::tail(&dir(state_dir), n, json, &mut out)
+        AuditCommand::Tail {
+            state_dir,
+            n,
+            json,
+            follow,
+            verb,
+            caller,
+            outcome,
+            since,
+        } => {
+            let filter = verbd::audit::TailFilter {
+                verb,
+                caller: caller.as_deref().map(verbd::audit::CallerFilter::parse),
+                outcome,
+                since: since
+                    .as_deref()
+                    .map(verbd::audit::TailFilter::parse_since)
+                    .transpose()?,
+            };
+            verbd::audit::tail(&dir(state_dir), n, json, filter, follow, &mut out)
         }
         AuditCommand::SetupKeys {
             state_dir,

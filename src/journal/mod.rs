@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 
 mod display;
+mod follow;
 mod group;
 mod keys;
 mod read;
@@ -93,6 +94,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use display::format_record;
+pub use follow::Follower;
 pub use group::GroupCommit;
 pub use keys::{DEFAULT_EPOCH_RECORDS, DEFAULT_EPOCH_SECONDS, VerifyKey};
 pub use read::{

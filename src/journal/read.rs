@@ -53,7 +53,7 @@ pub struct Replay<S> {
 
 /// The keys a reader on this host can use: `journal.key` (local generations, v1 lines) and the
 /// daemon's current key (its open epoch), when readable.
-fn host_keys(dir: &Path) -> Result<KeyRing, JournalError> {
+pub(super) fn host_keys(dir: &Path) -> Result<KeyRing, JournalError> {
     let mut keys = KeyRing::default();
     if let Some(key) = storage::read_key(dir, Access::Reader)? {
         keys.add_local(&key);
@@ -234,7 +234,7 @@ impl<S> Iterator for Replay<S> {
     }
 }
 
-fn torn_problem(torn: &super::scan::TornTail) -> Problem {
+pub(super) fn torn_problem(torn: &super::scan::TornTail) -> Problem {
     Problem {
         segment: 0,
         line: torn.line,
