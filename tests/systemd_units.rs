@@ -212,6 +212,49 @@ fn service_exposure_is_at_most_two() {
     }
 }
 
+/// Every figure the documents give for the unit's exposure is the one measured here: they said
+/// 0.4, 0.6 and (measured) 0.7 at once. A claim is `exposure N.N`, or a number after "scores" or
+/// "rates the unit" (the older wordings, so they cannot come back unchecked).
+#[test]
+fn the_docs_state_the_exposure_measured_here() {
+    let Some(systemd_analyze) = tool("systemd-analyze") else {
+        return;
+    };
+    let staged = staged_units();
+    let (_, measured) = exposure(&systemd_analyze, staged.path(), "verbd.service");
+    let measured = format!("{measured:.1}");
+    let claim = regex::Regex::new(
+        r"(?:exposure\s+|scores?\s+(?:the unit\s+)?(?:the same\s+)?\(?|rates the unit\s+(?:at\s+)?)(\d+\.\d+)",
+    )
+    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut documents = vec![root.join("README.md"), root.join("systemd/verbd.service")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
+        documents.push(entry.path());
+    }
+    let mut wrong = Vec::new();
+    let mut found = BTreeSet::new();
+    for document in &documents {
+        let text = std::fs::read_to_string(document).unwrap();
+        for capture in claim.captures_iter(&text) {
+            let figure = &capture[1];
+            found.insert(document.file_name().unwrap().to_string_lossy().into_owned());
+            if figure != measured {
+                wrong.push(format!("{}: {:?}", document.display(), &capture[0]));
+            }
+        }
+    }
+    println!("verbd.service exposure measured: {measured}");
+    assert!(
+        wrong.is_empty(),
+        "measured {measured}, the documents say otherwise:\n{}",
+        wrong.join("\n")
+    );
+    for document in ["README.md", "systemd.md"] {
+        assert!(found.contains(document), "{document} states no exposure");
+    }
+}
+
 #[test]
 fn exposure_check_fails_an_unhardened_unit() {
     let Some(systemd_analyze) = tool("systemd-analyze") else {
