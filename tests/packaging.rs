@@ -170,3 +170,35 @@ fn the_changelog_names_the_crate_version_and_the_release_profile_has_no_debug_in
     assert_eq!(release["debug"].as_bool(), Some(false));
     assert_eq!(release["strip"].as_bool(), Some(true));
 }
+
+/// The package names a maintainer people can write to: a name and an address in a real
+/// top-level domain, not a placeholder (`.example`, `.invalid`, a no-reply address), and the
+/// changelog is signed by the same maintainer (lintian compares them).
+#[test]
+fn the_maintainer_is_a_real_address_and_signs_the_changelog() {
+    let maintainer = deb_metadata()["maintainer"].as_str().unwrap().to_string();
+    let (name, address) = maintainer
+        .strip_suffix('>')
+        .and_then(|m| m.split_once(" <"))
+        .unwrap_or_else(|| panic!("maintainer {maintainer:?} is not `Name <address>`"));
+    assert!(!name.trim().is_empty(), "{maintainer}");
+    let (local, domain) = address.split_once('@').expect("an address with @");
+    assert!(!local.is_empty() && domain.contains('.'), "{maintainer}");
+    let tld = domain.rsplit('.').next().unwrap();
+    for placeholder in ["example", "invalid", "test", "localhost", "local", "localdomain"] {
+        assert_ne!(tld, placeholder, "{maintainer}: a reserved domain");
+    }
+    for placeholder in ["noreply", "no-reply", "example", "placeholder", "seed"] {
+        assert!(
+            !address.to_lowercase().contains(placeholder),
+            "{maintainer}: looks like a placeholder ({placeholder})"
+        );
+    }
+    let changelog = std::fs::read_to_string(root().join("packaging/debian/changelog")).unwrap();
+    for signature in changelog.lines().filter(|l| l.starts_with(" -- ")) {
+        assert!(
+            signature.starts_with(&format!(" -- {maintainer}  ")),
+            "changelog signed by someone else: {signature}"
+        );
+    }
+}
