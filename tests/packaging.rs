@@ -185,7 +185,14 @@ fn the_maintainer_is_a_real_address_and_signs_the_changelog() {
     let (local, domain) = address.split_once('@').expect("an address with @");
     assert!(!local.is_empty() && domain.contains('.'), "{maintainer}");
     let tld = domain.rsplit('.').next().unwrap();
-    for placeholder in ["example", "invalid", "test", "localhost", "local", "localdomain"] {
+    for placeholder in [
+        "example",
+        "invalid",
+        "test",
+        "localhost",
+        "local",
+        "localdomain",
+    ] {
         assert_ne!(tld, placeholder, "{maintainer}: a reserved domain");
     }
     for placeholder in ["noreply", "no-reply", "example", "placeholder", "seed"] {

@@ -258,11 +258,13 @@ pub fn tail(
     for record in &records {
         print(record, json, out)?;
     }
-    while follow {
+    if !follow {
+        return Ok(0);
+    }
+    loop {
         std::thread::sleep(FOLLOW_INTERVAL);
         for record in follower.poll(&mut |r| matcher.wants(r))? {
             print(&record, json, out)?;
         }
     }
-    Ok(0)
 }
