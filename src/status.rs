@@ -36,8 +36,9 @@ pub struct Status {
     pub policy_hash: String,
     /// Who asked, as the daemon sees them.
     pub caller: CallerStatus,
-    pub executions_in_flight: usize,
-    /// The counters, for callers whose roles are all human; `None` for an agent.
+    /// The counters, for callers whose roles are all human; `None` for an agent (which learns
+    /// nothing daemon-wide: not even how many verbs run now, which tells another caller's
+    /// activity and, when an approved run starts, that a human is at the keyboard).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
 }
@@ -84,6 +85,8 @@ pub struct Metrics {
     pub busy_paced: usize,
     pub max_busy_paced: usize,
     pub max_connections: usize,
+    /// Verb executions running now, of every caller.
+    pub executions_in_flight: usize,
     pub max_executions: usize,
     pub journal: JournalStatus,
     /// What the proposal book holds: `proposals`, `idempotency_keys`, `runs` (rate history);
@@ -277,14 +280,14 @@ pub fn render_prometheus(status: &Status) -> String {
         ],
         1.0,
     );
-    e.gauge(
-        "executions_in_flight",
-        "Verb executions running now.",
-        status.executions_in_flight as f64,
-    );
     let Some(m) = &status.metrics else {
         return e.out;
     };
+    e.gauge(
+        "executions_in_flight",
+        "Verb executions running now.",
+        m.executions_in_flight as f64,
+    );
     e.gauge(
         "uptime_seconds",
         "Seconds since the daemon started serving.",
@@ -441,7 +444,6 @@ pub fn render_text(status: &Status) -> String {
         crate::terminal::escape(status.caller.user.as_deref().unwrap_or("(no user name)")),
         status.caller.roles.join(", ")
     );
-    let _ = writeln!(out, "executions in flight: {}", status.executions_in_flight);
     let Some(m) = &status.metrics else {
         let _ = writeln!(
             out,
@@ -489,7 +491,7 @@ pub fn render_text(status: &Status) -> String {
         m.max_busy_paced,
         m.connections_in_flight,
         m.max_connections,
-        status.executions_in_flight,
+        m.executions_in_flight,
         m.max_executions
     );
     let j = &m.journal;

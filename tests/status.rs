@@ -124,13 +124,7 @@ fn counters_move_exactly_as_calls_happen_and_agents_see_none() {
     assert_eq!(m["approval_latency_seconds"]["count"], 1);
     assert_eq!(m["proposals"]["pending"], 0);
     // Every field the issue lists.
-    for field in [
-        "version",
-        "policy",
-        "policy_hash",
-        "caller",
-        "executions_in_flight",
-    ] {
+    for field in ["version", "policy", "policy_hash", "caller"] {
         assert!(!status[field].is_null(), "{field} missing: {status}");
     }
     for field in [
@@ -149,6 +143,7 @@ fn counters_move_exactly_as_calls_happen_and_agents_see_none() {
         "busy_paced",
         "max_busy_paced",
         "max_connections",
+        "executions_in_flight",
         "max_executions",
         "journal",
         "state",
@@ -376,4 +371,81 @@ fn parse_labels(body: &str, line: &str) -> BTreeMap<String, String> {
         rest = rest.strip_prefix(',').unwrap_or(rest);
     }
     labels
+}
+
+const HOSTILE: u32 = 63000;
+const OTHER_AGENT: u32 = 63001;
+
+const TWO_AGENTS: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.hostile]
+uids = [63000]
+[roles.worker]
+uids = [63001]
+[roles.ops]
+kind = "human"
+uids = [61481]
+
+[verb.nap]
+description = "sleep a while"
+category = "read-only"
+roles = ["worker"]
+command = "/bin/sleep 3"
+"#;
+
+/// The hostile agent polls `status` while another agent's verb runs: on the old code its answer
+/// said `executions_in_flight: 1` (another caller's activity, and when an approved run starts,
+/// that a human is at the keyboard). Now an agent's answer has no daemon-wide figure at all; a
+/// human's has it inside `metrics`.
+#[test]
+fn an_agent_cannot_see_other_callers_executions_in_flight() {
+    if !require_root("an_agent_cannot_see_other_callers_executions_in_flight") {
+        return;
+    }
+    let d = Daemon::start(TWO_AGENTS);
+    d.open_socket();
+    let socket = d.socket.clone();
+    let worker = std::thread::spawn(move || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(BIN)
+            .args(["call", "nap"])
+            .env("VERBD_SOCKET", &socket)
+            .uid(OTHER_AGENT)
+            .gid(OTHER_AGENT)
+            .output()
+            .unwrap()
+    });
+    // Wait until the human sees the run, then ask as the hostile agent.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, ops) = status_json(&d, OPS);
+        if ops["metrics"]["executions_in_flight"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the human never saw the run: {ops}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (_, agent) = status_json(&d, HOSTILE);
+    println!("hostile agent's status: {agent}");
+    assert_eq!(agent["caller"]["uid"], HOSTILE, "{agent}");
+    let text = agent.to_string();
+    assert!(
+        !text.contains("in_flight"),
+        "an agent sees a daemon-wide figure: {agent}"
+    );
+    let plain = d.cli_as(HOSTILE, &["status"]);
+    let plain = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        !plain.contains("in flight"),
+        "the text form shows it: {plain}"
+    );
+    let prom = d.cli_as(HOSTILE, &["status", "--prometheus"]);
+    let prom = String::from_utf8_lossy(&prom.stdout);
+    assert!(!prom.contains("in_flight"), "{prom}");
+    assert!(worker.join().unwrap().status.success());
 }

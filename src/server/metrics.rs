@@ -169,7 +169,6 @@ impl Daemon {
                 user: ctx.caller.user.clone(),
                 roles: ctx.record.roles.clone(),
             },
-            executions_in_flight: self.executions_in_flight(),
             metrics,
         };
         Response::Info {
@@ -228,6 +227,7 @@ impl Daemon {
             busy_paced: self.pacer.held(),
             max_busy_paced: self.pacer.budget(),
             max_connections: daemon_cfg.max_connections,
+            executions_in_flight: self.executions_in_flight(),
             max_executions: daemon_cfg.max_executions,
             journal: JournalStatus {
                 bytes: journal.bytes,
