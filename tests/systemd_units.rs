@@ -524,3 +524,102 @@ fn sysusers_and_tmpfiles_reject_bad_lines() {
     assert_ne!(code, 0);
     assert!(output.contains("no-such-user-here"), "{output}");
 }
+
+/// `StateDirectoryMode=` and `UMask=` of a unit (systemd's defaults when absent), as numbers.
+fn octal_setting(unit_text: &str, key: &str, default: u32) -> u32 {
+    unit_values(unit_text, key)
+        .last()
+        .map(|v| u32::from_str_radix(v.trim(), 8).expect("an octal mode"))
+        .unwrap_or(default)
+}
+
+/// The metrics file, written the way verbd-metrics.service writes it (its user, its
+/// `StateDirectoryMode=`, its `UMask=`, its `ExecStart=` options), must not be readable by
+/// another local uid: the counters say which verbs run how often, what is pending, and how fast
+/// the humans answer. Before the fix (0755 and 0022) uid 63002 printed the file. A uid in the
+/// unit's group (as node_exporter's user is told to be) still reads it.
+#[test]
+fn the_metrics_file_is_unreadable_to_other_uids() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        skip_or_fail("the metrics file check must run as root (it acts as three uids)");
+        return;
+    }
+    const METRICS_USER: u32 = 63003;
+    const HOSTILE: u32 = 63002;
+    const COLLECTOR: u32 = 63004;
+    let unit = read_shipped("verbd-metrics.service");
+    let dir_mode = octal_setting(&unit, "StateDirectoryMode", 0o755);
+    let umask = octal_setting(&unit, "UMask", 0o022);
+    let start = unit
+        .lines()
+        .find_map(|line| line.strip_prefix(SHIPPED_METRICS_START))
+        .expect("the metrics ExecStart");
+    let root = tempfile::tempdir().expect("scratch /var/lib");
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = root.path().join("verbd-metrics");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+    std::os::unix::fs::chown(&state, Some(METRICS_USER), Some(METRICS_USER)).unwrap();
+    let target = state.join("verbd.prom");
+    // The unit's arguments, with the scratch paths: no daemon answers, so the file says
+    // `verbd_up 0` — its mode is what is under test, and it is the same when the daemon answers.
+    let args: Vec<String> = start
+        .split_whitespace()
+        .map(|a| match a {
+            "/run/verbd/approve.sock" => root.path().join("absent.sock").display().to_string(),
+            "/var/lib/verbd-metrics/verbd.prom" => target.display().to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    let mut writer = Command::new(env!("CARGO_BIN_EXE_verbd"));
+    writer
+        .arg("status")
+        .args(&args)
+        .uid(METRICS_USER)
+        .gid(METRICS_USER);
+    // SAFETY: umask(2) is async-signal-safe and touches only the child's own state.
+    unsafe {
+        writer.pre_exec(move || {
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(umask));
+            Ok(())
+        });
+    }
+    let written = writer.output().expect("run verbd status");
+    assert_eq!(written.status.code(), Some(69), "{written:?}");
+    assert!(
+        std::fs::read_to_string(&target)
+            .unwrap()
+            .contains("verbd_up 0")
+    );
+
+    let read_as = |uid: u32, gid: u32| {
+        Command::new("/bin/cat")
+            .arg(&target)
+            .uid(uid)
+            .gid(gid)
+            .output()
+            .expect("run cat")
+    };
+    let hostile = read_as(HOSTILE, HOSTILE);
+    println!(
+        "uid {HOSTILE} reads the metrics file (dir {dir_mode:o}, umask {umask:03o}): {:?} {}{}",
+        hostile.status.code(),
+        String::from_utf8_lossy(&hostile.stdout)
+            .lines()
+            .next()
+            .unwrap_or(""),
+        String::from_utf8_lossy(&hostile.stderr)
+    );
+    assert!(
+        !hostile.status.success(),
+        "another local uid read the metrics file"
+    );
+    let collector = read_as(COLLECTOR, METRICS_USER);
+    assert!(
+        collector.status.success()
+            && String::from_utf8_lossy(&collector.stdout).contains("verbd_up"),
+        "a member of the unit's group cannot read it: {collector:?}"
+    );
+}
