@@ -707,3 +707,67 @@ fn the_verification_key_qr_code_decodes_to_the_printed_key() {
     );
     assert_eq!(String::from_utf8_lossy(&decoded.stdout).trim_end(), key);
 }
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use hmac::{KeyInit, Mac};
+    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// `line` (a record of a journal without set-up keys) MAC'd again with the key of its epoch,
+/// derived from `k0` (`journal.key`) as the daemon derives it; the forger's tool.
+fn remac_with_local_key(line: &str, k0: &[u8; 32]) -> String {
+    let record: serde_json::Value = serde_json::from_str(line).unwrap();
+    let epoch = record["epoch"]
+        .as_u64()
+        .expect("a v2 record names its epoch");
+    let mut key = *k0;
+    for step in 0..epoch {
+        key = hmac_sha256(&key, &[b"verbd/journal/v2/evolve", &step.to_be_bytes()]);
+    }
+    let mac_key = hmac_sha256(&key, &[b"verbd/journal/v2/mac"]);
+    let body_end = line
+        .rfind(",\"mac\":\"")
+        .expect("the mac is the last field");
+    let body = format!("{}}}", &line[..body_end]);
+    let tag: String = hmac_sha256(&mac_key, &[body.as_bytes()])
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{},\"mac\":\"{tag}\"}}", &line[..body_end])
+}
+
+/// The intruder holds the state directory: `journal.key` (this journal has no set-up keys), so
+/// every MAC can be forged; the witness is deleted. What is left to catch an edited record is the
+/// hash chain: the next record's `prev` is the hash of the original.
+#[test]
+fn an_edited_record_with_a_forged_mac_and_no_witness_breaks_the_chain() {
+    let Some((_d, state)) = journal_with_calls() else {
+        return;
+    };
+    let k0: [u8; 32] = std::fs::read(state.join("journal.key"))
+        .unwrap()
+        .try_into()
+        .expect("a 32-byte local key");
+    let n = line_of(&state, "\"beta\"");
+    let original = std::fs::read_to_string(state.join("journal.jsonl")).unwrap();
+    let line = original.lines().nth(n).unwrap().to_owned();
+    // Control: the forger's MAC is the daemon's own, byte for byte.
+    assert_eq!(remac_with_local_key(&line, &k0), line);
+    std::fs::remove_file(state.join("journal.witness")).unwrap();
+    let (code, out) = verify(&state);
+    assert_eq!(code, 0, "unedited, without the witness: {out}");
+
+    let forged = remac_with_local_key(&line.replace("\"beta\"", "\"bet4\""), &k0);
+    edit_lines(&state, |l| l[n] = forged);
+    let (code, out) = verify(&state);
+    assert_eq!(code, 1, "the edit verified: {out}");
+    assert!(
+        out.contains(&format!("line {}", n + 2)) && out.contains("does not chain"),
+        "the next record's chain link is not named: {out}"
+    );
+    assert!(!out.contains("HMAC") && !out.contains("hmac"), "{out}");
+}
