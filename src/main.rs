@@ -214,6 +214,8 @@ enum Command {
         #[arg(long)]
         keeps_capabilities: bool,
         #[arg(long)]
+        bounding_kept: bool,
+        #[arg(long)]
         private: Vec<PathBuf>,
     },
     /// The audit journal
@@ -415,12 +417,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             network_none,
             fast_open_refused,
             keeps_capabilities,
+            bounding_kept,
             private,
         } => Ok(cli::local::canary(&verbd::selftest::CanaryPlan {
             outside,
             network_none,
             fast_open_refused,
             keeps_capabilities,
+            bounding_kept,
             private,
         })),
         Command::Sandbox { command } => cli::local::sandbox(command),

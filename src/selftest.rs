@@ -625,6 +625,9 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
     if !spec.keep_capabilities.is_empty() {
         cmd.arg("--keeps-capabilities");
     }
+    if !PreparedSandbox::drops_bounding_set() {
+        cmd.arg("--bounding-kept");
+    }
     let unlisted = UnlistedSocket::listen().map_err(|e| {
         (
             format!("cannot create the canary's unlisted socket: {e}"),
@@ -685,8 +688,14 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
         .map(|f| format!("{}: {}", f.name, f.detail))
         .collect();
     if escaped.is_empty() {
+        // A kept bounding set is confined by other means: say which.
+        let capabilities = findings
+            .iter()
+            .find(|f| f.name == "capabilities")
+            .map(|f| format!("; capabilities: {}", f.detail))
+            .unwrap_or_default();
         Ok(format!(
-            "canary confined: {}; {}",
+            "canary confined: {}{capabilities}; {}",
             findings
                 .iter()
                 .map(|f| f.name.as_str())
@@ -802,6 +811,12 @@ pub struct CanaryPlan {
     pub fast_open_refused: bool,
     /// The profile keeps capabilities: the empty-sets probe is skipped.
     pub keeps_capabilities: bool,
+    /// The daemon cannot empty its children's bounding set (it lacks `CAP_SETPCAP`, as every
+    /// unprivileged daemon does): a full bounding set is then confined only with `no_new_privs`
+    /// and empty permitted, effective, inheritable and ambient sets, which is what makes it
+    /// grant nothing at `execve` (no file capability or set-id bit is honoured, and nothing is
+    /// inherited).
+    pub bounding_kept: bool,
     /// The daemon's private paths: reading each must fail.
     pub private: Vec<PathBuf>,
 }
@@ -928,31 +943,53 @@ pub fn canary_main(plan: &CanaryPlan) -> i32 {
         format!("mode {seccomp_mode}"),
     );
     if !keeps_caps {
-        let sets = [
-            ("effective", caps::CapSet::Effective),
-            ("permitted", caps::CapSet::Permitted),
-            ("bounding", caps::CapSet::Bounding),
-            ("ambient", caps::CapSet::Ambient),
-        ];
-        let held: Vec<String> = sets
-            .iter()
-            .filter_map(|(n, set)| {
-                let c = caps::read(None, *set).ok()?;
-                (!c.is_empty()).then(|| format!("{n}={}", c.len()))
-            })
-            .collect();
-        report(
-            "capabilities",
-            held.is_empty(),
-            if held.is_empty() {
-                "all sets empty".into()
-            } else {
-                held.join(",")
-            },
-        );
+        let (confined, detail) = capability_finding(nnp, plan.bounding_kept);
+        report("capabilities", confined, detail);
     }
     println!("{}", lines.join("\n"));
     0
+}
+
+/// The canary's capability sets. Every set must be empty, except the bounding set of a child
+/// whose daemon could not empty it (`bounding_kept`): that one is reported, and confined only
+/// when `no_new_privs` is set and the four other sets are empty, so that no `execve` can turn it
+/// into a capability.
+fn capability_finding(no_new_privs: bool, bounding_kept: bool) -> (bool, String) {
+    let sets = [
+        ("effective", caps::CapSet::Effective, false),
+        ("permitted", caps::CapSet::Permitted, false),
+        ("inheritable", caps::CapSet::Inheritable, false),
+        ("ambient", caps::CapSet::Ambient, false),
+        ("bounding", caps::CapSet::Bounding, bounding_kept),
+    ];
+    let mut held = Vec::new();
+    let mut bounding = 0;
+    for (name, set, may_be_kept) in sets {
+        match caps::read(None, set) {
+            Ok(c) if c.is_empty() => {}
+            Ok(c) if may_be_kept => bounding = c.len(),
+            Ok(c) => held.push(format!("{name}={}", c.len())),
+            Err(e) => held.push(format!("{name} unreadable ({e})")),
+        }
+    }
+    if !held.is_empty() {
+        return (false, held.join(","));
+    }
+    if bounding == 0 {
+        return (true, "all sets empty".into());
+    }
+    if !no_new_privs {
+        return (
+            false,
+            format!("bounding={bounding} without no_new_privs: an execve could gain from it"),
+        );
+    }
+    (
+        true,
+        format!(
+            "bounding={bounding} kept (the daemon has no CAP_SETPCAP to empty it); inert: no_new_privs, permitted/effective/inheritable/ambient empty"
+        ),
+    )
 }
 
 /// Can this process read `path` (list it, for a directory)?

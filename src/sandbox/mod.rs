@@ -538,7 +538,7 @@ impl PreparedSandbox {
             rlimits: self.rlimits,
             umask: self.spec.umask as libc::mode_t,
             run_as: self.spec.run_as.map(|r| (r.uid, r.gid)),
-            drop_bounding: has_effective_cap(caps::Capability::CAP_SETPCAP),
+            drop_bounding: Self::drops_bounding_set(),
             cap_last_cap: self.cap_last_cap,
             keep_mask: self.keep_mask,
             death_signal_parent: daemon_child.then(|| std::process::id() as libc::pid_t),
@@ -588,6 +588,14 @@ impl PreparedSandbox {
     /// [`install_std`](Self::install_std) for the self-test's canary, whose refused connects are
     /// the point of the check, not an event: the broker logs them at debug level only (a
     /// warning at every start reads like a failure).
+    /// Whether a child of this process has its capability bounding set emptied: only when this
+    /// process holds `CAP_SETPCAP` (root, or a daemon keeping it for `run_as`). Otherwise the
+    /// set stays as inherited and `no_new_privs` with empty permitted, effective, inheritable and
+    /// ambient sets is what keeps it from granting anything at `execve`.
+    pub fn drops_bounding_set() -> bool {
+        has_effective_cap(caps::Capability::CAP_SETPCAP)
+    }
+
     pub fn install_canary(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
         self.install_with(cmd, Vec::new(), None, unix_broker::Reporter::Expected)
     }
