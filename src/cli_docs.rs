@@ -146,7 +146,11 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "VERBD_EXEC_LANDLOCK_ONLY",
-        "set: verbd exec keeps protected entries with the Landlock-only split even where a user and mount namespace is available (as --landlock-only)",
+        "set: verbd exec keeps protected entries with the Landlock-only split too (as --landlock-only)",
+    ),
+    (
+        "VERBD_EXEC_MOUNT_NAMESPACE",
+        "set: verbd exec adds a user and mount namespace with read-only binds over existing protected entries (as --mount-namespace)",
     ),
 ];
 

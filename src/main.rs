@@ -159,10 +159,14 @@ enum Command {
         /// Print the achieved Landlock ABI, seccomp mode, no_new_privs and capabilities to stderr
         #[arg(long)]
         print_status: bool,
-        /// Keep protected entries with the Landlock-only split even where a user and mount
-        /// namespace is available (also: VERBD_EXEC_LANDLOCK_ONLY=1)
-        #[arg(long)]
+        /// Keep protected entries with the Landlock-only split too: nothing new at the top of a
+        /// write root (also: VERBD_EXEC_LANDLOCK_ONLY=1)
+        #[arg(long, conflicts_with = "mount_namespace")]
         landlock_only: bool,
+        /// Add a user and mount namespace: existing protected entries become read-only binds
+        /// (owners other than the caller show as nobody; also: VERBD_EXEC_MOUNT_NAMESPACE=1)
+        #[arg(long)]
+        mount_namespace: bool,
         /// The program to run (looked up in $PATH when it has no `/`)
         program: PathBuf,
         /// Its arguments, passed as they are (put `--` before the program)
@@ -397,6 +401,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             profile,
             print_status,
             landlock_only,
+            mount_namespace,
             program,
             args,
         } => cli::local::exec(
@@ -404,6 +409,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &profile,
             print_status,
             landlock_only,
+            mount_namespace,
             &program,
             &args,
         ),

@@ -223,9 +223,9 @@ pub fn run(ctx: &Context) -> Report {
         report.push(
             "exec-isolation",
             Ok(match support {
-                crate::sandbox::NamespaceSupport::Available => "verbd exec keeps protected entries with a user + mount namespace on this host (the probe's read-only bind refused a write): new entries can be created anywhere in the write roots, new protected names nowhere (create broker)".to_string(),
+                crate::sandbox::NamespaceSupport::Available => "verbd exec keeps protected entries with its create broker (new protected names nowhere, protected entries unchanged at any depth); --mount-namespace is available on this host too (the probe's read-only bind refused a write)".to_string(),
                 crate::sandbox::NamespaceSupport::Unavailable(reason) => format!(
-                    "verbd exec uses the Landlock-only split on this host ({reason}): no new entry directly in a write root, new protected names nowhere (create broker)"
+                    "verbd exec keeps protected entries with its create broker (new protected names nowhere, protected entries unchanged at any depth); --mount-namespace is not available on this host ({reason})"
                 ),
             }),
         );

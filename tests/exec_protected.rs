@@ -1,16 +1,16 @@
-//! `verbd exec` for an agent in its project (issue 14, item 2): as an unprivileged uid, in a
-//! project with existing protected entries (`CLAUDE.md`, `.git/hooks/pre-commit`, `.git/config`,
-//! `.claude/settings.json`, `docs/CLAUDE.md`), in both modes:
+//! `verbd exec` for an agent in its project: as an unprivileged uid, in a project with existing
+//! protected entries (`CLAUDE.md`, `.git/hooks/pre-commit`, `.git/config`,
+//! `.claude/settings.json`, `docs/CLAUDE.md`), in every mode:
 //!
-//! - **mount namespace** (the default where the host allows user namespaces): new files and
-//!   directories can be created anywhere in the project (`new.py` at the top, `.git/index.lock`),
-//!   while the protected entries can be neither modified, removed, renamed nor replaced, the
-//!   directories leading to them cannot be moved away, and no new entry can be created inside a
-//!   protected directory (a new hook, a new `.claude` file);
-//! - **Landlock-only split** (forced with `VERBD_EXEC_LANDLOCK_ONLY`): the same protected
-//!   entries hold; the documented trade-off is that no new entry can be created at the top of the
-//!   project;
-//! - in **both**, the create broker refuses every *new* protected name (`AGENTS.md` at the top,
+//! - **brokered** (the default): no namespace, new files and directories anywhere in the project;
+//!   the create broker alone keeps the protected entries (neither modified, removed, renamed,
+//!   replaced, re-moded nor given a second name); a directory that merely holds one (`docs`) can
+//!   be moved, its protected entries keeping their protected names;
+//! - **mount namespace** (`VERBD_EXEC_MOUNT_NAMESPACE`): the same, with read-only binds behind
+//!   the broker, and the directories leading to protected entries pinned in place;
+//! - **Landlock-only split** (`VERBD_EXEC_LANDLOCK_ONLY`): the same protected entries hold; the
+//!   documented trade-off is that no new entry can be created at the top of the project;
+//! - in **all**, the create broker refuses every *new* protected name (`AGENTS.md` at the top,
 //!   `src/CLAUDE.md`, `.envrc` by rename, a protected symlink, a hard link, a nested `.git`, a
 //!   create through a dangling symlink or an absolute symlink back into the project, a second
 //!   name through `/proc/self/fd/N`), while the ordinary calls it performs keep working.
@@ -179,13 +179,22 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, repo, policy)
 }
 
+/// The isolation `verbd exec` is asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// The default: the create broker alone.
+    Brokered,
+    MountNamespace,
+    LandlockOnly,
+}
+
 /// Runs the attempts (all, or `only` one) as the agent, from a shell of the agent's (so the
 /// program's parent is the agent's too, as under `verbd exec`, whose launcher stays the parent),
-/// under `verbd exec` (`Some(landlock_only)`) or unconfined; (`name → errno` lines, stderr).
+/// under `verbd exec` (`Some(mode)`) or unconfined; (`name → errno` lines, stderr).
 fn attempts(
     repo: &Path,
     policy: &Path,
-    confined: Option<bool>,
+    confined: Option<Mode>,
     only: Option<&str>,
 ) -> (Vec<(String, i32)>, String) {
     let script = policy.with_file_name("tools").join("attempts.py");
@@ -196,14 +205,20 @@ fn attempts(
     ];
     program.extend(only.map(str::to_string));
     let mut cmd = match confined {
-        Some(landlock_only) => {
+        Some(mode) => {
             let mut cmd = Command::new(BIN);
             cmd.args(["exec", "--print-status", "--policy"])
                 .arg(policy)
                 .args(["--profile", "agent", "--"])
                 .args(&program);
-            if landlock_only {
-                cmd.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+            match mode {
+                Mode::Brokered => {}
+                Mode::MountNamespace => {
+                    cmd.env(verbd::sandbox::MOUNT_NAMESPACE_ENV, "1");
+                }
+                Mode::LandlockOnly => {
+                    cmd.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+                }
             }
             cmd
         }
@@ -375,7 +390,7 @@ fn in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold() {
         return;
     }
     let (_dir, repo, policy) = project();
-    let (lines, stderr) = attempts(&repo, &policy, Some(false), None);
+    let (lines, stderr) = attempts(&repo, &policy, Some(Mode::MountNamespace), None);
     println!("mount namespace: {lines:?}\n{stderr}");
     assert!(
         stderr.contains("protected entries: user + mount namespace"),
@@ -421,11 +436,61 @@ fn in_a_mount_namespace_new_entries_go_anywhere_and_protected_ones_hold() {
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
-        report.contains(
-            "exec-isolation: verbd exec keeps protected entries with a user + mount namespace"
-        ),
+        report.contains("--mount-namespace is available on this host too"),
         "{report}"
     );
+}
+
+#[test]
+fn by_default_the_create_broker_keeps_protected_entries_and_new_entries_go_anywhere() {
+    if !require_root(
+        "by_default_the_create_broker_keeps_protected_entries_and_new_entries_go_anywhere",
+    ) {
+        return;
+    }
+    let (_dir, repo, policy) = project();
+    let (lines, stderr) = attempts(&repo, &policy, Some(Mode::Brokered), None);
+    println!("brokered: {lines:?}\n{stderr}");
+    assert!(
+        stderr.contains("protected entries: kept by the create broker at any depth; no namespace"),
+        "{stderr}"
+    );
+    for name in [
+        "create-top",
+        "mkdir-top",
+        "create-index-lock",
+        "create-object",
+        "create-in-src",
+        // Without a mount namespace nothing pins a directory: its protected entries keep
+        // their protected names wherever it goes.
+        "docs-rename",
+    ] {
+        assert_eq!(errno_of(&lines, name), 0, "{name}: {lines:?}");
+    }
+    // (`docs` was moved away just before: its memory file is tried again below.)
+    for name in REFUSED_IN_BOTH_MODES
+        .iter()
+        .filter(|n| !["docs-rename", "nested-memory-modify"].contains(*n))
+    {
+        assert_eq!(errno_of(&lines, name), libc::EACCES, "{name}: {lines:?}");
+    }
+    creates_are_brokered(&lines, &stderr);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("docs-moved/CLAUDE.md")).unwrap(),
+        "nested memory"
+    );
+    std::fs::rename(repo.join("docs-moved"), repo.join("docs")).unwrap();
+    let (again, _) = attempts(
+        &repo,
+        &policy,
+        Some(Mode::Brokered),
+        Some("nested-memory-modify"),
+    );
+    assert_eq!(
+        again,
+        vec![("nested-memory-modify".to_string(), libc::EACCES)]
+    );
+    protected_entries_untouched(&repo);
 }
 
 #[test]
@@ -434,7 +499,7 @@ fn landlock_only_keeps_protected_entries_and_cannot_create_at_the_top() {
         return;
     }
     let (_dir, repo, policy) = project();
-    let (lines, stderr) = attempts(&repo, &policy, Some(true), None);
+    let (lines, stderr) = attempts(&repo, &policy, Some(Mode::LandlockOnly), None);
     println!("landlock only: {lines:?}\n{stderr}");
     assert!(
         stderr.contains(&format!(

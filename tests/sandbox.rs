@@ -43,7 +43,7 @@ fn spec(name: &str, write: &[&Path]) -> SandboxSpec {
         .map(PathBuf::from)
         .collect();
     spec.write = write.iter().map(|p| p.to_path_buf()).collect();
-    assert_eq!(spec.umask, 0o077);
+    assert_eq!(spec.umask, None);
     assert_eq!(spec.network, Network::None);
     spec
 }
@@ -875,7 +875,7 @@ fn rlimits_umask_and_closed_descriptors_reach_the_child() {
     s.rlimits.cpu_seconds = 77;
     s.rlimits.file_size_bytes = 1 << 20;
     s.rlimits.open_files = 99;
-    s.umask = 0o027;
+    s.umask = Some(0o027);
     let sandbox = prepare(s);
     // A descriptor the parent leaks without CLOEXEC must not reach the program.
     let leaked = std::fs::File::open("/etc/hostname").unwrap();

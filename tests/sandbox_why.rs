@@ -226,13 +226,12 @@ fn landlock_denials_are_audited_for_verbd_exec_and_for_verbs() {
     println!("audit: {line}");
 }
 
-/// `verbd sandbox why …` (with `VERBD_EXEC_LANDLOCK_ONLY` when `landlock_only`): (exit code,
-/// stdout).
-fn why(landlock_only: bool, args: &[&str]) -> (Option<i32>, String) {
+/// `verbd sandbox why …` (with the variable `mode` names set, if any): (exit code, stdout).
+fn why(mode: Option<&str>, args: &[&str]) -> (Option<i32>, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(["sandbox", "why"]).args(args);
-    if landlock_only {
-        cmd.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+    if let Some(variable) = mode {
+        cmd.env(variable, "1");
     }
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -261,7 +260,8 @@ attempt("protected-name-in-src", lambda: write(repo + "/src/AGENTS.md"))
 attempt("read-hostname", lambda: open("/etc/hostname").read())
 "#;
 
-/// In both modes of `verbd exec`, each answer of `sandbox why --exec` matches what a real
+/// In every mode of `verbd exec` (the default, `VERBD_EXEC_MOUNT_NAMESPACE`,
+/// `VERBD_EXEC_LANDLOCK_ONLY`), each answer of `sandbox why --exec` matches what a real
 /// confined child observed for the same access (a write's second check, removing, for
 /// `memory-remove`).
 #[test]
@@ -269,12 +269,16 @@ fn sandbox_why_agrees_with_a_real_confined_child() {
     if !require_root("sandbox_why_agrees_with_a_real_confined_child") {
         return;
     }
-    for landlock_only in [false, true] {
-        why_agrees_in_one_mode(landlock_only);
+    for mode in [
+        None,
+        Some(verbd::sandbox::MOUNT_NAMESPACE_ENV),
+        Some(verbd::sandbox::LANDLOCK_ONLY_ENV),
+    ] {
+        why_agrees_in_one_mode(mode);
     }
 }
 
-fn why_agrees_in_one_mode(landlock_only: bool) {
+fn why_agrees_in_one_mode(mode: Option<&str>) {
     let dir = open_tempdir();
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(repo.join("src")).unwrap();
@@ -295,8 +299,8 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
     .arg(OBSERVE)
     .arg(&repo)
     .stdout(Stdio::piped());
-    if landlock_only {
-        exec.env(verbd::sandbox::LANDLOCK_ONLY_ENV, "1");
+    if let Some(variable) = mode {
+        exec.env(variable, "1");
     }
     let mut child = exec.spawn().unwrap();
     let observed: Vec<String> = BufReader::new(child.stdout.take().unwrap())
@@ -304,7 +308,7 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
         .map(Result::unwrap)
         .collect();
     assert!(child.wait().unwrap().success());
-    println!("observed (landlock only: {landlock_only}): {observed:?}");
+    println!("observed ({mode:?}): {observed:?}");
     let outcome = |name: &str| -> bool {
         observed
             .iter()
@@ -315,7 +319,7 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
     let path = |rel: &str| repo.join(rel).to_str().unwrap().to_string();
     let exec_args = |target: &str, access: &str| -> (Option<i32>, String) {
         why(
-            landlock_only,
+            mode,
             &["--exec", "--policy", policy_arg, "agent", target, access],
         )
     };
@@ -361,25 +365,36 @@ fn why_agrees_in_one_mode(landlock_only: bool) {
         "{agents}"
     );
     assert!(!outcome("protected-name-in-src"));
-    if landlock_only {
-        assert!(memory.contains("Landlock-only split"), "{memory}");
-        assert!(memory.contains("protected name `claude.md`"), "{memory}");
-    } else {
-        assert!(memory.contains("user + mount namespace"), "{memory}");
-        assert!(memory.contains("read-only bind mount of"), "{memory}");
+    match mode {
+        Some(verbd::sandbox::LANDLOCK_ONLY_ENV) => {
+            assert!(memory.contains("Landlock-only split"), "{memory}");
+            assert!(memory.contains("protected name `claude.md`"), "{memory}");
+        }
+        Some(_) => {
+            assert!(memory.contains("user + mount namespace"), "{memory}");
+            assert!(memory.contains("read-only bind mount of"), "{memory}");
+        }
+        None => {
+            assert!(
+                memory.contains("no namespace, write roots whole"),
+                "{memory}"
+            );
+            assert!(
+                memory
+                    .contains("the create broker of `verbd exec`: the protected name `claude.md`"),
+                "{memory}"
+            );
+        }
     }
 
     // As the daemon builds the profile: the write root is whole, the policy is private.
     let (code, memory) = why(
-        landlock_only,
+        mode,
         &["--policy", policy_arg, "agent", &path("CLAUDE.md"), "write"],
     );
     assert_eq!(code, Some(0), "{memory}");
     assert!(memory.contains("granted whole"), "{memory}");
-    let (code, private) = why(
-        landlock_only,
-        &["--policy", policy_arg, "agent", policy_arg, "read"],
-    );
+    let (code, private) = why(mode, &["--policy", policy_arg, "agent", policy_arg, "read"]);
     assert_eq!(code, Some(1), "{private}");
     assert!(private.contains("private path of the daemon"), "{private}");
 }

@@ -15,6 +15,7 @@ pub fn exec(
     profile: &str,
     print_status: bool,
     landlock_only: bool,
+    mount_namespace: bool,
     program: &Path,
     args: &[OsString],
 ) -> anyhow::Result<ExitCode> {
@@ -31,8 +32,10 @@ pub fn exec(
                 .join(", ")
         );
     };
-    let isolation =
-        verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(landlock_only));
+    let isolation = verbd::sandbox::ExecIsolation::choose(
+        spec,
+        requested_isolation(landlock_only, mount_namespace)?,
+    )?;
     let prepared = verbd::sandbox::PreparedSandbox::prepare_for_exec(spec.clone(), isolation)?;
     let err = match verbd::sandbox::exec_confined(&prepared, program, args, print_status) {
         Err(e) => e,
@@ -48,15 +51,31 @@ pub fn exec(
     ))
 }
 
-/// Why `verbd exec` must use the Landlock-only split, when the operator asked for it.
-fn forced_landlock_only(flag: bool) -> Option<String> {
-    if flag {
-        Some("forced by --landlock-only".into())
-    } else if std::env::var_os(verbd::sandbox::LANDLOCK_ONLY_ENV).is_some() {
-        Some(format!("forced by {}", verbd::sandbox::LANDLOCK_ONLY_ENV))
+/// The isolation the operator asked `verbd exec` for, by flag or variable; both at once is an
+/// error.
+fn requested_isolation(
+    landlock_only: bool,
+    mount_namespace: bool,
+) -> anyhow::Result<verbd::sandbox::RequestedIsolation> {
+    use verbd::sandbox::RequestedIsolation;
+    let landlock_only = if landlock_only {
+        Some("--landlock-only".to_string())
     } else {
-        None
-    }
+        std::env::var_os(verbd::sandbox::LANDLOCK_ONLY_ENV)
+            .map(|_| verbd::sandbox::LANDLOCK_ONLY_ENV.to_string())
+    };
+    let mount_namespace = if mount_namespace {
+        Some("--mount-namespace".to_string())
+    } else {
+        std::env::var_os(verbd::sandbox::MOUNT_NAMESPACE_ENV)
+            .map(|_| verbd::sandbox::MOUNT_NAMESPACE_ENV.to_string())
+    };
+    Ok(match (landlock_only, mount_namespace) {
+        (Some(a), Some(b)) => bail!("{a} and {b} ask for two different isolations; choose one"),
+        (Some(asked_by), None) => RequestedIsolation::LandlockOnly { asked_by },
+        (None, Some(asked_by)) => RequestedIsolation::MountNamespace { asked_by },
+        (None, None) => RequestedIsolation::Default,
+    })
 }
 
 /// `verbd sandbox why`: what `profile`'s Landlock rules decide for `access` to `path`. Exit 0
@@ -85,8 +104,12 @@ pub fn sandbox_why(
     };
     let explanation = if exec {
         // As `verbd exec` would run here and now: the same choice of isolation.
-        let isolation = verbd::sandbox::ExecIsolation::choose(spec, forced_landlock_only(false));
+        let isolation =
+            verbd::sandbox::ExecIsolation::choose(spec, requested_isolation(false, false)?)?;
         let how = match &isolation {
+            verbd::sandbox::ExecIsolation::Brokered => {
+                "as `verbd exec` applies it on this host: no namespace, write roots whole, protected entries kept and new protected names refused by the create broker".to_string()
+            }
             verbd::sandbox::ExecIsolation::MountNamespace => {
                 "as `verbd exec` applies it on this host: user + mount namespace, write roots whole, protected entries read-only binds, new protected names refused by the create broker".to_string()
             }
@@ -95,7 +118,8 @@ pub fn sandbox_why(
             ),
         };
         let mode = match isolation {
-            verbd::sandbox::ExecIsolation::MountNamespace => verbd::sandbox::WriteRoots::Whole,
+            verbd::sandbox::ExecIsolation::Brokered
+            | verbd::sandbox::ExecIsolation::MountNamespace => verbd::sandbox::WriteRoots::Whole,
             verbd::sandbox::ExecIsolation::LandlockOnly { .. } => {
                 verbd::sandbox::WriteRoots::ProtectedReadOnly
             }

@@ -262,7 +262,7 @@ fn pin_paths<'a>(
         }
     }
     let attributes = NewFileAttributes {
-        mode: 0o666 & !spec.umask,
+        mode: 0o666 & !spec.umask.unwrap_or(crate::sandbox::DEFAULT_UMASK),
         owner: spec.run_as.map(|r| (r.uid, r.gid)),
     };
     pinned

@@ -156,7 +156,8 @@ pub(super) struct ChildPlan {
     /// Start a new session (daemon children); `verbd exec` keeps the terminal.
     pub setsid: bool,
     pub rlimits: RlimitTable,
-    pub umask: libc::mode_t,
+    /// `None`: keep the umask the process has (`verbd exec`: the caller's).
+    pub umask: Option<libc::mode_t>,
     /// `(uid, gid)` to switch to.
     pub run_as: Option<(u32, u32)>,
     /// Drop the bounding set (needs CAP_SETPCAP; skipped without it, `no_new_privs` covers it).
@@ -289,8 +290,10 @@ impl ChildPlan {
                 set_rlimit(resource, value).map_err(|()| fail(Stage::Rlimits))?;
             }
         }
-        // SAFETY: umask cannot fail.
-        unsafe { libc::umask(self.umask) };
+        if let Some(mask) = self.umask {
+            // SAFETY: umask cannot fail.
+            unsafe { libc::umask(mask) };
+        }
 
         self.begin(Stage::CloseFds)?;
         // SAFETY: plain syscall without pointers; marks descriptors 3.. close-on-exec.

@@ -109,6 +109,68 @@ impl std::fmt::Display for DenialLog {
     }
 }
 
+/// How a [`BASE_SET`] entry is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseAccess {
+    /// Read and write (a character device), never execute.
+    ReadWrite,
+    /// Read (and list), never execute or write.
+    Read,
+}
+
+/// One entry every profile gets, whatever its roots say.
+#[derive(Debug, Clone, Copy)]
+pub struct BaseEntry {
+    pub path: &'static str,
+    pub access: BaseAccess,
+    pub why: &'static str,
+}
+
+/// What every profile gets, because ordinary programs do not start without it: git needs
+/// `/dev/urandom` for its temporary files, Node, Python and cargo read their own `/proc/self`
+/// (limits, memory maps, the number of CPUs) and random bytes at start, and an interactive
+/// program opens `/dev/tty`. None of it is a daemon's private path: `/proc/PID` of any other
+/// process is out of reach for the sensitive files (`environ`, `fd`, `mem`, `cwd`, `root`),
+/// because Landlock refuses ptrace-mode access from a sandbox to processes outside it.
+/// Entries missing on the host are left out. `/dev/shm`, `/dev/pts/*` and `/sys` are not in it.
+pub const BASE_SET: &[BaseEntry] = &[
+    BaseEntry {
+        path: "/dev/null",
+        access: BaseAccess::ReadWrite,
+        why: "the empty device",
+    },
+    BaseEntry {
+        path: "/dev/zero",
+        access: BaseAccess::ReadWrite,
+        why: "zero bytes",
+    },
+    BaseEntry {
+        path: "/dev/full",
+        access: BaseAccess::ReadWrite,
+        why: "the full device",
+    },
+    BaseEntry {
+        path: "/dev/random",
+        access: BaseAccess::ReadWrite,
+        why: "random bytes",
+    },
+    BaseEntry {
+        path: "/dev/urandom",
+        access: BaseAccess::ReadWrite,
+        why: "random bytes (git's temporary files, every TLS library)",
+    },
+    BaseEntry {
+        path: "/dev/tty",
+        access: BaseAccess::ReadWrite,
+        why: "the caller's own controlling terminal",
+    },
+    BaseEntry {
+        path: "/proc",
+        access: BaseAccess::Read,
+        why: "a program's own /proc/self; other processes' sensitive files stay out of reach (Landlock ptrace scoping)",
+    },
+];
+
 /// How many directory levels below a write root the walk looks for protected entries (the root's
 /// own entries are level 1).
 pub const SPLIT_DEPTH: usize = 3;
@@ -144,7 +206,8 @@ enum Origin {
     WriteRoot(PathBuf),
     /// An entry of a write root split around protected names.
     WriteRootSplit(PathBuf),
-    DevNull,
+    /// An entry of [`BASE_SET`], with why every program gets it.
+    Base(&'static str),
 }
 
 impl std::fmt::Display for Origin {
@@ -162,7 +225,7 @@ impl std::fmt::Display for Origin {
                 "write root {} (split around protected names)",
                 root.display()
             ),
-            Origin::DevNull => f.write_str("/dev/null (writable in every profile)"),
+            Origin::Base(why) => write!(f, "the base set of every profile ({why})"),
         }
     }
 }
@@ -325,11 +388,22 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
         })?;
         grants.append(&mut walk.grants);
     }
-    grants.push(Grant {
-        path: PathBuf::from("/dev/null"),
-        access: file_write_access() & !AccessFs::Execute,
-        origin: Origin::DevNull,
-    });
+    for entry in BASE_SET {
+        let path = Path::new(entry.path);
+        // A host without one (a container with no /dev/tty) simply lacks it.
+        let Ok(metadata) = std::fs::metadata(path) else {
+            continue;
+        };
+        let access = match entry.access {
+            BaseAccess::ReadWrite => file_write_access() & !AccessFs::Execute,
+            BaseAccess::Read => read_grant(metadata.is_dir()) & !AccessFs::Execute,
+        };
+        grants.push(Grant {
+            path: path.to_path_buf(),
+            access,
+            origin: Origin::Base(entry.why),
+        });
+    }
     Ok(grants)
 }
 
@@ -901,7 +975,7 @@ mod tests {
             network: Network::None,
             keep_capabilities: vec![],
             rlimits: Rlimits::default(),
-            umask: 0o077,
+            umask: None,
             run_as: None,
             unix_sockets: vec![],
             keep_env: vec![],

@@ -125,8 +125,10 @@ pub struct SandboxSpec {
     /// Capabilities the child keeps (default none).
     pub keep_capabilities: Vec<caps::Capability>,
     pub rlimits: Rlimits,
-    /// Default 0o077.
-    pub umask: u32,
+    /// The profile's `umask`. `None` (not set): [`DEFAULT_UMASK`] for the daemon's children,
+    /// the caller's own for `verbd exec`, so files an agent creates get the modes the human's
+    /// tools would give them.
+    pub umask: Option<u32>,
     pub run_as: Option<RunAs>,
     /// Pathname Unix sockets the child may connect to (absolute; default none). `verbd exec`
     /// adds the daemon's own socket.
@@ -135,12 +137,12 @@ pub struct SandboxSpec {
     pub keep_env: Vec<String>,
 }
 
-/// The umask children get unless the profile sets another.
+/// The umask the daemon's children get unless the profile sets another.
 pub const DEFAULT_UMASK: u32 = 0o077;
 
 impl SandboxSpec {
     /// A profile with the defaults: no roots (only `/dev/null` writable), the built-in protected
-    /// names, no network, no capabilities, default rlimits, umask 0o077, no run-as.
+    /// names, no network, no capabilities, default rlimits, no umask of its own, no run-as.
     pub fn new(name: impl Into<String>) -> SandboxSpec {
         SandboxSpec {
             name: name.into(),
@@ -151,7 +153,7 @@ impl SandboxSpec {
             network: Network::None,
             keep_capabilities: Vec::new(),
             rlimits: Rlimits::default(),
-            umask: DEFAULT_UMASK,
+            umask: None,
             run_as: None,
             unix_sockets: Vec::new(),
             keep_env: Vec::new(),
@@ -225,6 +227,8 @@ pub enum SandboxError {
     Status(io::Error),
     #[error("{0}")]
     Namespace(NamespaceError),
+    #[error("{0}")]
+    NamespaceRefused(String),
     #[error("cannot observe accesses in a confined child: {0}")]
     Observe(String),
     #[error("cannot execute {program:?}: {source}")]
@@ -276,6 +280,10 @@ pub struct PreparedSandbox {
 /// of what each guarantees).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecIsolation {
+    /// The default: no namespace, write roots granted whole (new entries anywhere), the create
+    /// broker alone keeps protected entries at any depth. The program sees the host as it is:
+    /// owners, groups and `ls -la` exactly as outside.
+    Brokered,
     /// A user and mount namespace: write roots granted whole (new entries anywhere), existing
     /// protected entries read-only bind mounts, the directories leading to them pinned in place.
     MountNamespace,
@@ -283,34 +291,62 @@ pub enum ExecIsolation {
     LandlockOnly { reason: String },
 }
 
-/// `verbd exec` uses the Landlock-only split when this is set (to anything), even where user
-/// namespaces are available: for tests and operators (`--landlock-only` does the same).
+/// `verbd exec` uses the Landlock-only split when this is set (to anything): for tests and
+/// operators (`--landlock-only` does the same).
 pub const LANDLOCK_ONLY_ENV: &str = "VERBD_EXEC_LANDLOCK_ONLY";
 
+/// `verbd exec` adds a user and mount namespace when this is set (to anything)
+/// (`--mount-namespace` does the same).
+pub const MOUNT_NAMESPACE_ENV: &str = "VERBD_EXEC_MOUNT_NAMESPACE";
+
+/// Which isolation the operator asked `verbd exec` for, and how (the flag or the variable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestedIsolation {
+    /// [`ExecIsolation::Brokered`].
+    Default,
+    /// [`ExecIsolation::MountNamespace`]; refused where the host or the profile cannot have it.
+    MountNamespace { asked_by: String },
+    /// [`ExecIsolation::LandlockOnly`].
+    LandlockOnly { asked_by: String },
+}
+
 impl ExecIsolation {
-    /// The isolation `verbd exec` gets for `spec` on this host: the Landlock-only split when
-    /// `forced` names why, when the profile needs the host's identity (`run_as`, kept
-    /// capabilities), or when the namespace probe fails; the mount namespace otherwise.
-    /// Forks a probe child: call from a single-threaded process.
-    pub fn choose(spec: &SandboxSpec, forced: Option<String>) -> ExecIsolation {
-        let landlock_only = |reason: String| ExecIsolation::LandlockOnly { reason };
-        if let Some(reason) = forced {
-            return landlock_only(reason);
-        }
+    /// The isolation `verbd exec` gets for `spec` as `requested`. A mount namespace the host
+    /// cannot give (the probe fails) or the profile cannot use (`run_as`, kept capabilities) is
+    /// an error naming why, never a silent fallback. Forks a probe child for a requested mount
+    /// namespace: call from a single-threaded process.
+    pub fn choose(
+        spec: &SandboxSpec,
+        requested: RequestedIsolation,
+    ) -> Result<ExecIsolation, SandboxError> {
+        let asked_by = match requested {
+            RequestedIsolation::Default => return Ok(ExecIsolation::Brokered),
+            RequestedIsolation::LandlockOnly { asked_by } => {
+                return Ok(ExecIsolation::LandlockOnly {
+                    reason: format!("forced by {asked_by}"),
+                });
+            }
+            RequestedIsolation::MountNamespace { asked_by } => asked_by,
+        };
+        let refuse = |reason: String| {
+            Err(SandboxError::NamespaceRefused(format!(
+                "{asked_by} asks for a user and mount namespace, but {reason}; run without it (the create broker keeps protected entries either way)"
+            )))
+        };
         if spec.run_as.is_some() {
-            return landlock_only(
+            return refuse(
                 "the profile sets run_as, a uid a user namespace mapping only the caller cannot switch to".into(),
             );
         }
         if !spec.keep_capabilities.is_empty() {
-            return landlock_only(
+            return refuse(
                 "the profile keeps capabilities, which must be the host's, not a user namespace's"
                     .into(),
             );
         }
         match namespace::probe() {
-            namespace::Support::Available => ExecIsolation::MountNamespace,
-            namespace::Support::Unavailable(reason) => landlock_only(reason),
+            namespace::Support::Available => Ok(ExecIsolation::MountNamespace),
+            namespace::Support::Unavailable(reason) => refuse(reason),
         }
     }
 }
@@ -329,6 +365,7 @@ impl ExecSetup {
     /// One line for `--print-status`.
     fn describe(&self) -> String {
         match &self.isolation {
+            ExecIsolation::Brokered => "protected entries: kept by the create broker at any depth; no namespace (owners and groups as on the host), write roots whole (new entries anywhere)".into(),
             ExecIsolation::MountNamespace => {
                 let read_only = self
                     .mounts
@@ -464,6 +501,7 @@ impl PreparedSandbox {
         isolation: ExecIsolation,
     ) -> Result<PreparedSandbox, SandboxError> {
         let (write_roots, (mounts, unpinned_symlinks)) = match isolation {
+            ExecIsolation::Brokered => (WriteRoots::Whole, (Vec::new(), Vec::new())),
             ExecIsolation::MountNamespace => {
                 (WriteRoots::Whole, fs_rules::protected_mounts(&spec)?)
             }
@@ -536,7 +574,11 @@ impl PreparedSandbox {
         Ok(ChildPlan {
             setsid: daemon_child,
             rlimits: self.rlimits,
-            umask: self.spec.umask as libc::mode_t,
+            umask: match (usage, self.spec.umask) {
+                (_, Some(mask)) => Some(mask as libc::mode_t),
+                (FilterUse::DaemonChild, None) => Some(DEFAULT_UMASK as libc::mode_t),
+                (FilterUse::ExecWrapper, None) => None,
+            },
             run_as: self.spec.run_as.map(|r| (r.uid, r.gid)),
             drop_bounding: Self::drops_bounding_set(),
             cap_last_cap: self.cap_last_cap,

@@ -141,6 +141,14 @@ impl ConnectPolicy {
                 Some(address) => Decision::Connect(address),
                 None => refuse(libc::ENAMETOOLONG, "listed socket path too long"),
             },
+            // By name, never by whether it exists: the same answer on every host.
+            None if is_name_service(&absolute) => refuse(
+                libc::ENOENT,
+                format!(
+                    "name-service socket {} answered as absent (ENOENT)",
+                    absolute.display()
+                ),
+            ),
             None => refuse(
                 REFUSED_ERRNO,
                 format!(
@@ -172,16 +180,57 @@ impl ConnectPolicy {
 
     /// One line for `--print-status`.
     pub fn describe(&self) -> String {
+        let quiet: Vec<&str> = NAME_SERVICE_SOCKETS.iter().map(|(path, _)| *path).collect();
         let listed: Vec<String> = self
             .unix_sockets
             .iter()
             .map(|p| p.display().to_string())
             .collect();
         format!(
-            "unix sockets: connect brokered; allowed: [{}]; any other path refused (errno {REFUSED_ERRNO}, EACCES)",
-            listed.join(", ")
+            "unix sockets: connect brokered; allowed: [{}]; name-service sockets answered quietly as absent (ENOENT, libc falls back to the files in /etc): [{}]; any other path refused (errno {REFUSED_ERRNO}, EACCES), each path reported once",
+            listed.join(", "),
+            quiet.join(", ")
         )
     }
+}
+
+/// Sockets libc and systemd's NSS modules try on every user, group or host lookup (`ls -l`,
+/// `id`, `getaddrinfo`), each with what it is; a directory entry (ending in `/`) covers the
+/// sockets in it. Unlisted in a profile, each is answered `ENOENT`, as if the service were not
+/// running, and not reported: every lookup falls back to `/etc/passwd`, `/etc/group` and
+/// `/etc/hosts`, so the refusal changes nothing but the noise on the program's terminal.
+pub const NAME_SERVICE_SOCKETS: &[(&str, &str)] = &[
+    ("/var/run/nscd/socket", "nscd"),
+    ("/run/nscd/socket", "nscd"),
+    ("/run/systemd/userdb/", "systemd-userdb (nss-systemd)"),
+    ("/var/run/systemd/userdb/", "systemd-userdb (nss-systemd)"),
+    (
+        "/run/systemd/resolve/io.systemd.Resolve",
+        "systemd-resolved (nss-resolve)",
+    ),
+    (
+        "/var/run/systemd/resolve/io.systemd.Resolve",
+        "systemd-resolved (nss-resolve)",
+    ),
+    (
+        "/run/systemd/machined/",
+        "systemd-machined (nss-mymachines)",
+    ),
+];
+
+/// Is `path` (absolute, as the caller named it) one of [`NAME_SERVICE_SOCKETS`]?
+fn is_name_service(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    NAME_SERVICE_SOCKETS.iter().any(|(entry, _)| {
+        let entry = entry.as_bytes();
+        if entry.ends_with(b"/") {
+            bytes.starts_with(entry)
+                && !bytes[entry.len()..].contains(&b'/')
+                && bytes.len() > entry.len()
+        } else {
+            bytes == entry
+        }
+    })
 }
 
 /// A `sockaddr_un` for `path`, or `None` if the path does not fit.
@@ -313,11 +362,24 @@ pub enum Reporter {
     Expected,
 }
 
+/// The reasons `verbd exec` has printed: each refusal is reported once (the first caller's
+/// pid), not on every call — `ls -l` would repeat one line per file.
+static REPORTED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Is this the first time `reason` is reported? (A poisoned lock still answers.)
+fn first_report(reason: &str) -> bool {
+    let mut seen = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    seen.insert(reason.to_string())
+}
+
 impl Reporter {
     fn refused(self, pid: u32, reason: &str) {
         match self {
             Reporter::Stderr => {
-                crate::eprintln_lossy!("verbd exec: connect refused for pid {pid}: {reason}");
+                if first_report(reason) {
+                    crate::eprintln_lossy!("verbd exec: connect refused for pid {pid}: {reason}");
+                }
             }
             Reporter::Log => tracing::warn!(pid, reason, "sandboxed connect refused"),
             Reporter::Expected => {
@@ -334,7 +396,9 @@ impl Reporter {
     pub(super) fn create_refused(self, pid: u32, reason: &str) {
         match self {
             Reporter::Stderr => {
-                crate::eprintln_lossy!("verbd exec: create refused for pid {pid}: {reason}");
+                if first_report(reason) {
+                    crate::eprintln_lossy!("verbd exec: create refused for pid {pid}: {reason}");
+                }
             }
             Reporter::Log => tracing::warn!(pid, reason, "sandboxed create refused"),
             Reporter::Expected => {
@@ -844,6 +908,38 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn name_service_sockets_are_absent_by_name_and_nothing_else_is() {
+        let policy = ConnectPolicy {
+            unix_sockets: Vec::new(),
+            network: Network::None,
+        };
+        for quiet in [
+            "/var/run/nscd/socket",
+            "/run/nscd/socket",
+            "/run/systemd/userdb/io.systemd.Multiplexer",
+            "/run/systemd/userdb/io.systemd.DynamicUser",
+            "/run/systemd/resolve/io.systemd.Resolve",
+        ] {
+            match policy.decide(&unix(quiet), &no_cwd) {
+                Decision::Refuse { errno, .. } => assert_eq!(errno, libc::ENOENT, "{quiet}"),
+                d => panic!("{quiet}: {d:?}"),
+            }
+        }
+        for loud in [
+            "/run/systemd/userdb",
+            "/run/systemd/userdb/sub/x",
+            "/run/nscd/socket2",
+            "/run/dbus/system_bus_socket",
+            "/run/systemd/resolve/io.systemd.Resolve/x",
+        ] {
+            match policy.decide(&unix(loud), &no_cwd) {
+                Decision::Refuse { errno, .. } => assert_eq!(errno, REFUSED_ERRNO, "{loud}"),
+                d => panic!("{loud}: {d:?}"),
+            }
+        }
     }
 
     #[test]

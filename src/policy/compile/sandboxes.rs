@@ -77,7 +77,7 @@ fn default_sandbox(protected: &ProtectedNames) -> SandboxSpec {
         network: Network::None,
         keep_capabilities: Vec::new(),
         rlimits: Rlimits::default(),
-        umask: 0o077,
+        umask: None,
         run_as: None,
         unix_sockets: Vec::new(),
         keep_env: Vec::new(),
@@ -188,7 +188,7 @@ fn sandbox_spec(
     }
     if let Some(umask) = &raw.umask {
         match parse_mode(umask.get_ref()) {
-            Ok(m) => spec.umask = m,
+            Ok(m) => spec.umask = Some(m),
             Err(e) => ctx.at(umask.span(), e),
         }
     }
