@@ -323,6 +323,29 @@ fn prefixes() -> Vec<(String, String)> {
 #[test]
 fn every_proper_prefix_in_every_encoding_answers_like_a_wrong_guess() {
     let Some(d) = start() else { return };
+    // Control: the whole form of every encoding, written and read back the same ways, is
+    // redacted. Without it a scrubber that redacts nothing would pass the comparison below (a
+    // right prefix and a wrong guess would both come back unchanged).
+    let dir = d.path("notes").display().to_string();
+    let mut requests = Vec::new();
+    let forms = forms();
+    for (_, form) in &forms {
+        requests.extend(notes(&dir, form));
+        requests.extend(read_back(&dir)[..2].to_vec());
+    }
+    let answers = hostile::requests_as(AGENT, &d.socket, &requests);
+    for ((name, form), chunk) in forms.iter().zip(answers.chunks(4)) {
+        for (scenario, answer) in ["file.read end", "exec end"].iter().zip(&chunk[2..]) {
+            let stdout = match hostile::decode(answer) {
+                Response::Ok { result, .. } => result.stdout,
+                other => panic!("{name} ({scenario}): {other:?}"),
+            };
+            assert!(
+                stdout.ends_with("last line: [REDACTED:tok]") && !stdout.contains(form.as_str()),
+                "{name} ({scenario}): the whole form was not redacted: {stdout:?}"
+            );
+        }
+    }
     let guesses = prefixes();
     let mismatches = sweep(&d, &guesses);
     assert!(

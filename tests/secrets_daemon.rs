@@ -60,6 +60,18 @@ allow_interpreter = true
 command = ["/bin/sh", "-c", "stat -L -c '%n %i' \"$1\"; readlink \"$1\"; sha256sum < \"$1\"; sleep {secs}", "kube", "${secret_file:tok}"]
 params.secs = { type = "int", min = 0, max = 5 }
 
+[verb.encode]
+description = "prints the secret file base64-encoded (coreutils base64)"
+category = "read-only"
+roles = ["me"]
+command = ["/usr/bin/base64", "${secret_file:tok}"]
+
+[verb.encode-url]
+description = "prints the secret file base64url-encoded (coreutils basenc)"
+category = "read-only"
+roles = ["me"]
+command = ["/usr/bin/basenc", "--base64url", "${secret_file:tok}"]
+
 [verb.deploy]
 description = "mutating, with the secret in its argv"
 category = "mutating"
@@ -150,6 +162,29 @@ fn secrets_never_leave() {
 
     assert_clean("journal", &d.journal());
     assert_clean("daemon log", &d.log());
+}
+
+/// A verb that prints the secret encoded: the encoded form is redacted like the value itself,
+/// and only the encoded form was there to redact (the raw value never reaches the output).
+#[test]
+fn a_verb_printing_the_secret_base64_encoded_is_redacted() {
+    let Some(d) = start() else { return };
+    for (verb, form) in [
+        (
+            "encode",
+            base64::engine::general_purpose::STANDARD.encode(SECRET),
+        ),
+        (
+            "encode-url",
+            base64::engine::general_purpose::URL_SAFE.encode(SECRET),
+        ),
+    ] {
+        let out = stdout_of(&d.call(verb, &[]));
+        assert_eq!(out, "[REDACTED:tok]\n", "{verb} printed {out:?}");
+        assert!(!out.contains(&form), "{verb}: {out}");
+        assert_clean(verb, &out);
+    }
+    assert_clean("journal", &d.journal());
 }
 
 #[test]
