@@ -396,3 +396,302 @@ fn show_and_explain_analyze_only_by_opt_in() {
         "pg_sleep",
     );
 }
+
+/// Every entry of the built-in function denylist, each with a call of a real function it
+/// denies, in a query the parser takes (literal here, not derived from the list: removing an
+/// entry from the list must make its query run).
+const DENYLIST_CALLS: &[(&str, &str, &str)] = &[
+    (
+        "pg_read*",
+        "pg_read_binary_file",
+        "SELECT pg_read_binary_file('/etc/passwd')",
+    ),
+    (
+        "pg_stat_file",
+        "pg_stat_file",
+        "SELECT (pg_stat_file('postgresql.conf')).size",
+    ),
+    (
+        "pg_ls_*",
+        "pg_ls_waldir",
+        "SELECT count(*) FROM pg_ls_waldir()",
+    ),
+    (
+        "pg_file_*",
+        "pg_file_write",
+        "SELECT pg_file_write('x', 'y', false)",
+    ),
+    (
+        "pg_logdir_ls",
+        "pg_logdir_ls",
+        "SELECT * FROM pg_logdir_ls() AS l(a timestamp, b text)",
+    ),
+    (
+        "lo_*",
+        "lo_import",
+        "SELECT id FROM users WHERE id = lo_import('/etc/passwd')",
+    ),
+    ("loread", "loread", "SELECT loread(lo_open(1, 262144), 10)"),
+    ("lowrite", "lowrite", "SELECT lowrite(0, 'x')"),
+    (
+        "dblink*",
+        "dblink_exec",
+        "SELECT dblink_exec('dbname=verbd', 'DROP TABLE users')",
+    ),
+    (
+        "pg_terminate_backend",
+        "pg_terminate_backend",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
+    ),
+    (
+        "pg_cancel_backend",
+        "pg_cancel_backend",
+        "SELECT pg_cancel_backend(pg_backend_pid())",
+    ),
+    (
+        "pg_reload_conf",
+        "pg_reload_conf",
+        "SELECT pg_reload_conf()",
+    ),
+    (
+        "pg_rotate_logfile*",
+        "pg_rotate_logfile",
+        "SELECT pg_rotate_logfile()",
+    ),
+    (
+        "pg_log_backend_memory_contexts",
+        "pg_log_backend_memory_contexts",
+        "SELECT pg_log_backend_memory_contexts(1)",
+    ),
+    ("pg_promote", "pg_promote", "SELECT pg_promote(false, 1)"),
+    (
+        "set_config",
+        "set_config",
+        "SELECT 1 WHERE set_config('default_transaction_read_only', 'off', false) = 'off'",
+    ),
+    ("pg_switch_wal", "pg_switch_wal", "SELECT pg_switch_wal()"),
+    (
+        "pg_switch_xlog",
+        "pg_switch_xlog",
+        "SELECT pg_switch_xlog()",
+    ),
+    (
+        "pg_create_*",
+        "pg_create_restore_point",
+        "SELECT pg_create_restore_point('x')",
+    ),
+    (
+        "pg_drop_*",
+        "pg_drop_replication_slot",
+        "SELECT pg_drop_replication_slot('s')",
+    ),
+    (
+        "pg_copy_*",
+        "pg_copy_physical_replication_slot",
+        "SELECT pg_copy_physical_replication_slot('a', 'b')",
+    ),
+    (
+        "pg_start_backup",
+        "pg_start_backup",
+        "SELECT pg_start_backup('x')",
+    ),
+    (
+        "pg_backup_start",
+        "pg_backup_start",
+        "SELECT pg_backup_start('x')",
+    ),
+    (
+        "pg_stop_backup",
+        "pg_stop_backup",
+        "SELECT pg_stop_backup()",
+    ),
+    (
+        "pg_backup_stop",
+        "pg_backup_stop",
+        "SELECT pg_backup_stop()",
+    ),
+    (
+        "pg_wal_replay_*",
+        "pg_wal_replay_pause",
+        "SELECT pg_wal_replay_pause()",
+    ),
+    (
+        "pg_xlog_replay_*",
+        "pg_xlog_replay_resume",
+        "SELECT pg_xlog_replay_resume()",
+    ),
+    (
+        "pg_logical_*",
+        "pg_logical_emit_message",
+        "SELECT pg_logical_emit_message(true, 'p', 'm')",
+    ),
+    (
+        "pg_replication_origin_*",
+        "pg_replication_origin_create",
+        "SELECT pg_replication_origin_create('o')",
+    ),
+    (
+        "pg_replication_slot_advance",
+        "pg_replication_slot_advance",
+        "SELECT pg_replication_slot_advance('s', '0/0')",
+    ),
+    (
+        "pg_sync_replication_slots",
+        "pg_sync_replication_slots",
+        "SELECT pg_sync_replication_slots()",
+    ),
+    (
+        "pg_log_standby_snapshot",
+        "pg_log_standby_snapshot",
+        "SELECT pg_log_standby_snapshot()",
+    ),
+    (
+        "pg_stat_reset*",
+        "pg_stat_reset_shared",
+        "SELECT pg_stat_reset_shared('bgwriter')",
+    ),
+    (
+        "pg_stat_statements_reset",
+        "pg_stat_statements_reset",
+        "SELECT pg_stat_statements_reset()",
+    ),
+    (
+        "pg_sleep*",
+        "pg_sleep_for",
+        "SELECT pg_sleep_for('5 seconds')",
+    ),
+    (
+        "pg_advisory_*",
+        "pg_advisory_lock",
+        "SELECT pg_advisory_lock(42)",
+    ),
+    (
+        "pg_try_advisory_*",
+        "pg_try_advisory_xact_lock",
+        "WITH l AS (SELECT pg_try_advisory_xact_lock(42)) SELECT * FROM l",
+    ),
+    (
+        "query_to_xml*",
+        "query_to_xml_and_xmlschema",
+        "SELECT query_to_xml_and_xmlschema('SELECT 1', true, false, '')",
+    ),
+    (
+        "cursor_to_xml*",
+        "cursor_to_xml",
+        "SELECT cursor_to_xml('c', 1, false, false, '')",
+    ),
+    (
+        "table_to_xml*",
+        "table_to_xml",
+        "SELECT table_to_xml('users', true, false, '')",
+    ),
+    (
+        "schema_to_xml*",
+        "schema_to_xml",
+        "SELECT schema_to_xml('public', true, false, '')",
+    ),
+    (
+        "database_to_xml*",
+        "database_to_xml",
+        "SELECT database_to_xml(true, false, '')",
+    ),
+    (
+        "xpath_table",
+        "xpath_table",
+        "SELECT * FROM xpath_table('id', 'x', 'users', '/a', 'true') AS t(id int, a text)",
+    ),
+    (
+        "get_raw_page",
+        "get_raw_page",
+        "SELECT get_raw_page('users', 0)",
+    ),
+    ("ts_stat", "ts_stat", "SELECT * FROM ts_stat('SELECT 1')"),
+    (
+        "ts_rewrite",
+        "ts_rewrite",
+        "SELECT ts_rewrite('a'::tsquery, 'SELECT 1')",
+    ),
+    (
+        "crosstab*",
+        "crosstab",
+        "SELECT * FROM crosstab('SELECT 1') AS t(a int)",
+    ),
+    (
+        "connectby",
+        "connectby",
+        "SELECT * FROM connectby('users', 'id', 'id', '1', 0) AS t(a int, b int, c int)",
+    ),
+    ("nextval", "nextval", "SELECT nextval('s')"),
+    ("setval", "setval", "SELECT setval('s', 1)"),
+    ("txid_current", "txid_current", "SELECT txid_current()"),
+    (
+        "pg_current_xact_id",
+        "pg_current_xact_id",
+        "SELECT pg_current_xact_id()",
+    ),
+    ("pg_notify", "pg_notify", "SELECT pg_notify('c', 'p')"),
+    (
+        "pg_import_system_collations",
+        "pg_import_system_collations",
+        "SELECT pg_import_system_collations('pg_catalog')",
+    ),
+    (
+        "binary_upgrade_*",
+        "binary_upgrade_set_next_pg_type_oid",
+        "SELECT binary_upgrade_set_next_pg_type_oid(1)",
+    ),
+];
+
+#[test]
+fn every_denylist_entry_is_refused_through_the_daemon() {
+    let Some((_pg, d)) = start(&[]) else { return };
+    let requests: Vec<_> = DENYLIST_CALLS
+        .iter()
+        .map(|(_, _, sql)| hostile::call("stats", &[("sql", sql)]))
+        .collect();
+    let answers = hostile::requests_as(AGENT, &d.socket, &requests);
+    let mut wrong = Vec::new();
+    for ((entry, function, sql), answer) in DENYLIST_CALLS.iter().zip(&answers) {
+        match hostile::decode(answer) {
+            Response::Invalid { rule, message, .. }
+                if rule == "denied-function"
+                    && message.contains(&format!("function `{function}`"))
+                    && message.contains(&format!("denylist entry `{entry}`")) => {}
+            other => wrong.push(format!("{entry}: {sql:?} answered {other:?}")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} denied calls were not refused by their entry:\n{}",
+        wrong.len(),
+        DENYLIST_CALLS.len(),
+        wrong.join("\n")
+    );
+    let execs = d
+        .journal_events()
+        .iter()
+        .filter(|e| e["kind"] == "exec")
+        .count();
+    assert_eq!(execs, 0, "psql ran for a denied call");
+    // The table covers the list: an entry added without a call here fails this test.
+    let covered: std::collections::BTreeSet<&str> =
+        DENYLIST_CALLS.iter().map(|(entry, _, _)| *entry).collect();
+    let listed: std::collections::BTreeSet<&str> = verbd::policy::sql::BUILTIN_DENIED_FUNCTIONS
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(covered, listed, "denylist entries without a call here");
+    // Controls: the same verb runs allowed calls whose names are near the denied ones.
+    assert_eq!(
+        rows(
+            &d,
+            "stats",
+            "SELECT lower('LO_IMPORT') AS a, pg_backend_pid() > 0 AS b"
+        ),
+        "a,b\nlo_import,t\n"
+    );
+    assert_eq!(
+        rows(&d, "stats", "SELECT count(*) FROM users"),
+        "count\n2\n"
+    );
+}
