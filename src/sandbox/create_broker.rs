@@ -1,8 +1,8 @@
 //! The create broker of `verbd exec`: every syscall that gives a new name to something — `open`
 //! and `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link` and `rename` in all
 //! their forms — or changes an entry by name — `open`/`openat` for writing or with `O_TRUNC`,
-//! `unlink`, `rmdir`, `truncate`, `chmod` and its variants — is performed outside the sandboxed
-//! program, by a thread that refuses it on a protected name (module `protected`).
+//! `unlink`, `rmdir`, `truncate`, `chmod` and `chown` and their variants — is performed outside
+//! the sandboxed program, by a thread that refuses it on a protected name (module `protected`).
 //!
 //! Why: Landlock grants rights on directories, not names, does not govern `chmod`, and a mount
 //! can only cover a name that exists. Under `verbd exec` in a mount namespace the write roots are
@@ -47,9 +47,14 @@
 //!   symlink — refused. When the broker is gone, the kernel answers `ENOSYS`.
 //!
 //! Not brokered: `bind` of a pathname Unix socket (a socket inode is no file a tool reads),
-//! `chown` (to another uid it needs a capability the program lacks), extended attributes, and
 //! descriptor-based writes (`write`, `ftruncate`): the broker never hands out a writable
-//! descriptor on a protected entry.
+//! descriptor on a protected entry; extended attributes, which the filter refuses whole
+//! (`EOPNOTSUPP`, module `seccomp`: a POSIX ACL would grant what `chmod` may not); timestamps
+//! (`utimensat` and kin: a time changes neither who may write or execute a file, and git does
+//! not take a restored mtime for "unchanged", its index records the ctime too); `ioctl` flags
+//! (`chattr`: immutable and append-only need `CAP_LINUX_IMMUTABLE`, which the program lacks; the
+//! others change no permission). `chown` is brokered although changing the owner needs a
+//! capability: the group may be changed to any of the caller's groups.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -179,6 +184,13 @@ enum Operation {
         place: Place,
         mode: u32,
         flags: i32,
+    },
+    /// `chown` and kin: `u32::MAX` leaves the owner or group as it is.
+    Chown {
+        place: Place,
+        uid: u32,
+        gid: u32,
+        follow: bool,
     },
 }
 
@@ -496,6 +508,30 @@ impl Caller<'_> {
                     place: self.place(int(0), arg(1), flags & libc::AT_EMPTY_PATH != 0)?,
                     mode: arg(2) as u32,
                     flags,
+                }
+            }
+            libc::SYS_chown | libc::SYS_lchown => Operation::Chown {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                uid: arg(1) as u32,
+                gid: arg(2) as u32,
+                follow: nr == libc::SYS_chown,
+            },
+            libc::SYS_fchown => Operation::Chown {
+                place: self.descriptor(int(0))?,
+                uid: arg(1) as u32,
+                gid: arg(2) as u32,
+                follow: true,
+            },
+            libc::SYS_fchownat => {
+                let flags = int(4);
+                if flags & !(libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                    return Err(libc::EINVAL);
+                }
+                Operation::Chown {
+                    place: self.place(int(0), arg(1), flags & libc::AT_EMPTY_PATH != 0)?,
+                    uid: arg(2) as u32,
+                    gid: arg(3) as u32,
+                    follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
                 }
             }
             _ => return Err(libc::ENOSYS),
@@ -842,9 +878,33 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
                 }
             })
         }
+        Operation::Chown {
+            place,
+            uid,
+            gid,
+            follow,
+        } => alter(policy, root, place, follow, &refused, |target| {
+            // SAFETY: an open fd and an empty NUL-terminated path: the call acts on the file
+            // the descriptor names (a symlink itself when it was opened without following).
+            let rc = unsafe {
+                libc::fchownat(
+                    target.as_raw_fd(),
+                    c"".as_ptr(),
+                    uid,
+                    gid,
+                    libc::AT_EMPTY_PATH,
+                )
+            };
+            if rc == 0 { Ok(()) } else { Err(last_errno()) }
+        }),
         Operation::Chmod { place, mode, flags } => {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
             alter(policy, root, place, follow, &refused, |target| {
+                if !follow && is_symlink(target) {
+                    // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW
+                    // says so).
+                    return Err(libc::EOPNOTSUPP);
+                }
                 let path = c_string(own_fd_path(target).as_bytes())?;
                 // SAFETY: a NUL-terminated path alive for the call; chmod follows the magic
                 // link to the file the O_PATH descriptor names.
@@ -1126,11 +1186,17 @@ fn alter(
         refused_write(&located, &rule, refused);
         return Err(libc::EACCES);
     }
-    if !follow && std::fs::symlink_metadata(&located).is_ok_and(|m| m.file_type().is_symlink()) {
-        // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW says so).
-        return Err(libc::EOPNOTSUPP);
-    }
     change(&target)
+}
+
+/// Does the descriptor (an `O_PATH` one opened without following) name a symlink?
+fn is_symlink(fd: &OwnedFd) -> bool {
+    // SAFETY: all-zero is a valid `stat` buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open fd and a writable stat buffer.
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), &mut stat) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFLNK
+    }
 }
 
 /// `rename`: refused when either name is protected, or when a directory would be moved to or

@@ -399,6 +399,31 @@ const NAMING_SYSCALLS: &[i64] = &[
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
     libc::SYS_fchmodat2,
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+];
+
+/// `setxattrat` and `removexattrat` (Linux 6.13), not yet in the `libc` crate.
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// Syscalls that set or remove an extended attribute: POSIX ACLs (`system.posix_acl_access`
+/// grants another uid write or execute where `chmod` may not), `security.*` (capabilities, LSM
+/// labels), `trusted.*`, `user.*`. `verbd exec` answers each `EOPNOTSUPP`, as a file system
+/// without extended attributes would, in every mode and on every path: the family is closed
+/// whole, not judged name by name (tools such as `cp -a` fall back to `chmod`, which the create
+/// broker judges). Reading them (`getxattr`, `listxattr`) stays allowed.
+const XATTR_CHANGING_SYSCALLS: &[i64] = &[
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    SYS_SETXATTRAT,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    SYS_REMOVEXATTRAT,
 ];
 
 /// `open`/`openat` flags that make the call brokered: creating, writing or truncating.
@@ -413,14 +438,17 @@ const fn offset_arg(i: u32) -> u32 {
 const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 
-/// `verbd exec`'s broker filter: arch check, then `connect`, every [`NAMING_SYSCALLS`] and `open`/
-/// `openat` with any of [`BROKERED_OPEN_FLAGS`] answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
+/// `verbd exec`'s broker filter: arch check, then every [`XATTR_CHANGING_SYSCALLS`] answers
+/// `EOPNOTSUPP`; `connect`, every [`NAMING_SYSCALLS`] and `open`/`openat` with any of
+/// [`BROKERED_OPEN_FLAGS`] answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
 /// flags sit behind a pointer: libc falls back to `openat`); everything else is allowed (the
 /// other filters still apply).
 pub(super) fn exec_program() -> BpfProgram {
     let always = NAMING_SYSCALLS.len() as u32 + 1;
-    // Positions: 4 prefix, openat2 (2), open (3), openat (3), then the `always` comparisons.
-    let compare_start = 12;
+    // Positions: 4 prefix, two per xattr call, openat2 (2), open (3), openat (3), then the
+    // `always` comparisons.
+    let xattrs = 2 * XATTR_CHANGING_SYSCALLS.len() as u32;
+    let compare_start = 12 + xattrs;
     let allow_after_compares = compare_start + always;
     let check = allow_after_compares + 1;
     let notify = check + 3;
@@ -429,15 +457,21 @@ pub(super) fn exec_program() -> BpfProgram {
         insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
         insn(LD_W_ABS, 0, 0, OFFSET_NR),
+    ];
+    for &nr in XATTR_CHANGING_SYSCALLS {
+        program.push(insn(JEQ_K, 0, 1, nr as u32));
+        program.push(insn(RET_K, 0, 0, ret_errno(libc::EOPNOTSUPP)));
+    }
+    program.extend([
         insn(JEQ_K, 0, 1, libc::SYS_openat2 as u32),
         insn(RET_K, 0, 0, ret_errno(libc::ENOSYS)),
         insn(JEQ_K, 0, 2, libc::SYS_open as u32),
         insn(LD_W_ABS, 0, 0, offset_arg(1)),
-        insn(JA, 0, 0, check - 9),
+        insn(JA, 0, 0, check - 9 - xattrs),
         insn(JEQ_K, 0, 2, libc::SYS_openat as u32),
         insn(LD_W_ABS, 0, 0, offset_arg(2)),
-        insn(JA, 0, 0, check - 12),
-    ];
+        insn(JA, 0, 0, check - 12 - xattrs),
+    ]);
     let numbers = std::iter::once(libc::SYS_connect).chain(NAMING_SYSCALLS.iter().copied());
     for (i, nr) in numbers.enumerate() {
         let at = compare_start + i as u32;
@@ -856,6 +890,21 @@ mod tests {
             notify
         );
         assert_eq!(call(libc::SYS_openat2, [0; 6]), ret_errno(libc::ENOSYS));
+        for &nr in XATTR_CHANGING_SYSCALLS {
+            assert_eq!(
+                call(nr, [0; 6]),
+                ret_errno(libc::EOPNOTSUPP),
+                "syscall {nr}"
+            );
+        }
+        for nr in [
+            libc::SYS_getxattr,
+            libc::SYS_lgetxattr,
+            libc::SYS_fgetxattr,
+            libc::SYS_listxattr,
+        ] {
+            assert_eq!(call(nr, [0; 6]), libc::SECCOMP_RET_ALLOW, "syscall {nr}");
+        }
         for &nr in NAMING_SYSCALLS.iter().chain(&[libc::SYS_connect]) {
             assert_eq!(call(nr, [0; 6]), notify, "syscall {nr}");
         }
