@@ -446,6 +446,7 @@ impl Book {
             | Event::ConnectRefused { .. }
             | Event::Refused { .. }
             | Event::Check { .. }
+            | Event::CommandMapped { .. }
             | Event::FileWrite { .. }
             | Event::ProposalQueued { .. }
             | Event::ApprovalRefused { .. }

@@ -234,6 +234,8 @@ pub enum RefusalClass {
     Invalid,
     /// `check` answered not allowed.
     CheckDenied,
+    /// `command` answered refuse.
+    CommandRefused,
     /// `approval_refused`: an approve request from someone who may not approve it.
     ApprovalRefused,
 }
@@ -245,9 +247,19 @@ impl RefusalClass {
             RefusalClass::ConnectRefused => "connect_refused",
             RefusalClass::Denied | RefusalClass::Invalid => "refused",
             RefusalClass::CheckDenied => "check",
+            RefusalClass::CommandRefused => "command_mapped",
             RefusalClass::ApprovalRefused => "approval_refused",
         }
     }
+}
+
+/// What the daemon made of a shell command (journaled; `pass` is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandAction {
+    Rewrite,
+    Advise,
+    Refuse,
 }
 
 /// Why a run was cancelled.
@@ -337,6 +349,21 @@ pub enum Event {
         tool: Option<Bounded>,
         allowed: bool,
         reason: Bounded,
+    },
+    /// A `command` request (a shell command an agent was about to run) and what the daemon made
+    /// of it: `rewrite` or `advise` with the verb and its arguments, or `refuse` with the reason.
+    /// Credentials in the command text are redacted.
+    CommandMapped {
+        caller: CallerRecord,
+        command: Bounded,
+        tool: Option<Bounded>,
+        decision: CommandAction,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verb: Option<String>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        args: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<Bounded>,
     },
     /// A file verb wrote: path, size and hash of the content (never the content).
     FileWrite {
@@ -478,6 +505,11 @@ mod tests {
             "written by the daemon (a file error names a validated path, at most 4096 bytes)",
         ),
         ("Cancelled.verb", "a verb the policy declares"),
+        ("CommandMapped.verb", "a verb the policy declares"),
+        (
+            "CommandMapped.args",
+            "validated by the policy (each value within its type's length limit)",
+        ),
         ("FileWrite.verb", "a verb the policy declares"),
         ("FileWrite.path", "a validated path, at most 4096 bytes"),
         ("FileWrite.sha256", "a hash"),

@@ -39,6 +39,18 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
     },
+    /// A shell command the caller is about to run (`verbd hook claude-code` on Bash, `verbd sh`):
+    /// is it a verb call, a privilege the caller lacks, or the caller's own work? Journaled
+    /// unless the answer is `pass`.
+    Command {
+        command: String,
+        /// The directory the command would run in, when the runtime says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// The runtime and tool that asks (`claude-code Bash`, `sh`), for the journal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+    },
     /// Proposals waiting for a decision (approvers only).
     Pending {},
     /// Approve proposal `id`; `hash` is a prefix of the proposal's canonical hash.
@@ -188,6 +200,34 @@ pub struct ProposalView {
     pub result: Option<RunResult>,
 }
 
+/// The verb call that stands for a whole shell command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbCall {
+    pub verb: String,
+    pub args: BTreeMap<String, String>,
+    /// Pure text filters to apply to the verb's output (`grep -i error | tail -n 5`), verbatim
+    /// from the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_side: Option<String>,
+    /// The call creates a proposal for a human (`CONFIRM_REQUIRED`) instead of running.
+    pub needs_approval: bool,
+}
+
+/// The daemon's answer to a `command` request, tagged by `action`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum CommandDecision {
+    /// Run this verb call instead of the command (the caller's mode is `rewrite`).
+    Rewrite(VerbCall),
+    /// Do not run the command; this verb call stands for it (the caller's mode is `advise`).
+    Advise(VerbCall),
+    /// Do not run the command: it needs a privilege the caller does not have and is no verb
+    /// call. `reason` names the closest verb and what differs.
+    Refuse { reason: String },
+    /// No decision: the caller's own unprivileged work, or the caller's mode is `off`.
+    Pass {},
+}
+
 /// A response, tagged by `status`. Every response also carries `"v"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -227,6 +267,8 @@ pub enum Response {
     Verbs { verbs: Vec<VerbInfo> },
     /// Answer to `check`: allowed or not, with the reason.
     Check { allowed: bool, reason: String },
+    /// Answer to `command`.
+    Command { decision: CommandDecision },
     /// Answer to `pending`, `result` and `wait`.
     Proposals { proposals: Vec<ProposalView> },
     /// Answer to `approve`/`deny`/`resolve` when no execution result is returned: the

@@ -13,9 +13,17 @@ use std::time::{Duration, Instant};
 use verbd::adapters::claude_hook::{self, HookOutcome};
 use verbd::files::check_write;
 use verbd::protected::ProtectedNames;
-use verbd::protocol::{self, Request, Response};
+use verbd::protocol::{self, CommandDecision, Request, Response};
 
 const DEADLINE: Duration = Duration::from_secs(5);
+
+/// The daemon at `socket`; a rewritten command would run the real verbd binary.
+fn at(socket: &Path) -> claude_hook::Daemon<'_> {
+    claude_hook::Daemon {
+        socket,
+        verbd: Path::new(env!("CARGO_BIN_EXE_verbd")),
+    }
+}
 
 struct World {
     _dir: tempfile::TempDir,
@@ -85,8 +93,12 @@ fn stand_in_daemon(socket: &Path, root: &Path) -> Arc<Mutex<Vec<Request>>> {
                     reason: refusal.to_string(),
                 },
             },
+            // The agent's own work (the real daemon's answer to `ls -la`).
+            Request::Command { .. } => Response::Command {
+                decision: CommandDecision::Pass {},
+            },
             _ => Response::Error {
-                message: "only check is served here".into(),
+                message: "only check and command are served here".into(),
             },
         })
     })
@@ -207,12 +219,24 @@ fn fixtures_are_decided_as_the_policy_says() {
 
     for (name, expected_denial, sent_path) in cases {
         seen.lock().unwrap().clear();
-        let outcome = claude_hook::decide(&fixture(&world, name), &socket, DEADLINE);
+        let outcome = claude_hook::decide(&fixture(&world, name), at(&socket), DEADLINE);
         match expected_denial {
             None => assert_no_objection(&outcome, name),
             Some(fragment) => assert_deny(&outcome, fragment, name),
         }
-        let requests = seen.lock().unwrap().clone();
+        let mut requests = seen.lock().unwrap().clone();
+        if *name == "bash_no_path.json" {
+            // A Bash call asks what its command stands for, with the session's directory.
+            assert_eq!(
+                requests.remove(0),
+                Request::Command {
+                    command: "ls -la".into(),
+                    cwd: Some(root.clone()),
+                    tool: Some("claude-code Bash".into()),
+                },
+                "{name}"
+            );
+        }
         match sent_path {
             None => assert!(requests.is_empty(), "{name}: no check expected"),
             Some(path) => {
@@ -273,7 +297,7 @@ fn unusable_input_is_denied() {
     ];
     for (context, input, fragment) in cases {
         assert_deny(
-            &claude_hook::decide(input, &socket, DEADLINE),
+            &claude_hook::decide(input, at(&socket), DEADLINE),
             fragment,
             context,
         );
@@ -284,13 +308,13 @@ fn unusable_input_is_denied() {
 fn a_stopped_daemon_blocks_edits() {
     let world = world();
     let input = fixture(&world, "write_allowed.json");
-    let outcome = claude_hook::decide(&input, &world.base.join("no-such.sock"), DEADLINE);
+    let outcome = claude_hook::decide(&input, at(&world.base.join("no-such.sock")), DEADLINE);
     assert_deny(&outcome, "verbd is not running", "socket missing");
 
     // A socket file left behind by a daemon that exited: connection refused.
     let stale = world.base.join("stale.sock");
     drop(UnixListener::bind(&stale).unwrap());
-    let outcome = claude_hook::decide(&input, &stale, DEADLINE);
+    let outcome = claude_hook::decide(&input, at(&stale), DEADLINE);
     assert_deny(&outcome, "verbd is not running", "stale socket");
 }
 
@@ -309,7 +333,7 @@ fn a_hanging_daemon_is_cut_off_at_the_deadline() {
     let started = Instant::now();
     let outcome = claude_hook::decide(
         &fixture(&world, "write_allowed.json"),
-        &socket,
+        at(&socket),
         Duration::from_millis(300),
     );
     let elapsed = started.elapsed();
@@ -358,7 +382,7 @@ fn daemon_errors_and_odd_answers_block_edits() {
         let socket = world.base.join(format!("odd-{i}.sock"));
         serve(&socket, move |_| answer.clone());
         assert_deny(
-            &claude_hook::decide(&input, &socket, DEADLINE),
+            &claude_hook::decide(&input, at(&socket), DEADLINE),
             fragment,
             context,
         );
@@ -370,7 +394,7 @@ fn print_settings_snippet_is_a_valid_pretooluse_hook() {
     let text = claude_hook::settings_snippet(Path::new("/usr/local/bin/verbd"), None, DEADLINE);
     let value: Value = serde_json::from_str(&text).unwrap();
     let group = &value["hooks"]["PreToolUse"][0];
-    assert_eq!(group["matcher"], "Write|Edit|MultiEdit|NotebookEdit");
+    assert_eq!(group["matcher"], "Write|Edit|MultiEdit|NotebookEdit|Bash");
     let hook = &group["hooks"][0];
     assert_eq!(hook["type"], "command");
     assert_eq!(hook["command"], "/usr/local/bin/verbd");

@@ -1,25 +1,31 @@
 //! `verbd hook claude-code`: a Claude Code `PreToolUse` hook that asks the daemon whether a file
-//! edit may go ahead.
+//! edit may go ahead, and what a shell command stands for.
 //!
-//! Claude Code runs the hook before Write, Edit, MultiEdit and NotebookEdit with the tool call as
-//! JSON on stdin. The adapter extracts every path the tool would write, resolves it as the kernel
-//! would (relative to `cwd`, symlinks followed, dangling ones included), and sends one `check`
-//! request per path to the daemon, so the policy lives in one place and each decision is
-//! journaled there.
+//! Claude Code runs the hook before Write, Edit, MultiEdit, NotebookEdit and Bash with the tool
+//! call as JSON on stdin. For the file tools the adapter extracts every path the tool would
+//! write, resolves it as the kernel would (relative to `cwd`, symlinks followed, dangling ones
+//! included), and sends one `check` request per path to the daemon. For Bash it sends the
+//! command in one `command` request: the daemon answers `rewrite` (the hook hands Claude Code
+//! the equivalent `verbd call VERB k=v … | filters` through `updatedInput`), `advise` or
+//! `refuse` (deny, the reason naming the verb to call or the closest one), or `pass` (no
+//! decision). The policy lives in one place and each decision is journaled there.
 //!
-//! Invariant: the hook fails closed. Claude Code lets the edit through when a hook exits with
+//! Invariant: the hook fails closed. Claude Code lets the call through when a hook exits with
 //! anything but 2, crashes, times out or prints bad JSON, so every failure here (unparseable or
-//! oversized input, an unknown tool that names a path, an unreachable, erroring or slow daemon, a
-//! panic, the hard deadline) produces the deny answer: the deny JSON on stdout, the reason on
-//! stderr, exit code 2. Only an explicit "allowed" from the daemon for every path, or a tool that
-//! names no path to write, gives exit 0 with no output (Claude's normal permission flow goes on).
+//! oversized input, an unknown tool that names a path, a Bash call without a command, an
+//! unreachable, erroring or slow daemon, a panic, the hard deadline) produces the deny answer:
+//! the deny JSON on stdout, the reason on stderr, exit code 2. Only an explicit "allowed" from
+//! the daemon for every path, a `pass` for a command, or a tool that names no path to write,
+//! gives exit 0 with no output (Claude's normal permission flow goes on); a `rewrite` gives
+//! exit 0 with the allow JSON carrying the rewritten command. Every value in a rewritten command
+//! is quoted so the shell passes it as one word.
 //!
 //! The hook is a fast, model-visible pre-check, not the enforcement boundary: writes made
 //! through Bash never reach it. `verbd exec` (the Landlock sandbox) enforces those.
 #![forbid(unsafe_code)]
 
 use crate::client::{self, ClientError};
-use crate::protocol::{Request, Response};
+use crate::protocol::{CommandDecision, Request, Response, VerbCall};
 use serde_json::{Map, Value, json};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -34,7 +40,10 @@ pub const MAX_HOOK_INPUT_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The tool names the hook is registered for.
-pub const HOOK_MATCHER: &str = "Write|Edit|MultiEdit|NotebookEdit";
+pub const HOOK_MATCHER: &str = "Write|Edit|MultiEdit|NotebookEdit|Bash";
+
+/// The shell tool: its `command` is mapped by the daemon.
+const SHELL_TOOL: &str = "Bash";
 
 /// Environment switch that makes [`run`] panic, so tests can prove a panic exits 2.
 pub const TEST_PANIC_ENV: &str = "VERBD_HOOK_TEST_PANIC";
@@ -76,6 +85,23 @@ impl HookOutcome {
         HookOutcome {
             exit_code: 0,
             stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
+    /// Run `updated_input` instead of the tool call's input: allow JSON on stdout, exit 0.
+    fn rewrite(updated_input: Map<String, Value>, reason: &str) -> Self {
+        let body = json!({
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": truncate_chars(reason, MAX_REASON_CHARS),
+                "updatedInput": updated_input,
+            }
+        });
+        HookOutcome {
+            exit_code: 0,
+            stdout: format!("{body}\n"),
             stderr: String::new(),
         }
     }
@@ -124,6 +150,12 @@ enum Refusal {
     UnknownToolWithPath { tool: String, field: &'static str },
     #[error("the {tool} input has no `{field}` string")]
     MissingPath { tool: String, field: &'static str },
+    #[error("{0}")]
+    CommandRefused(String),
+    #[error(
+        "this command stands for a verb; run it as `{0}` (verbd answers with the verb's output, or with CONFIRM_REQUIRED when a person must approve)"
+    )]
+    UseVerb(String),
     #[error(
         "path {path:?} is relative and the hook input has no absolute `cwd`; use an absolute path"
     )]
@@ -135,11 +167,11 @@ enum Refusal {
     #[error("path {0:?} is not valid UTF-8; use a UTF-8 path")]
     NotUtf8(PathBuf),
     #[error(
-        "verbd is not running or not reachable ({0}); file edits are blocked until the verbd daemon runs — ask the user to start it"
+        "verbd is not running or not reachable ({0}); file edits and shell commands are blocked until the verbd daemon runs — ask the user to start it"
     )]
     Unreachable(ClientError),
     #[error(
-        "verbd did not answer in time; file edits are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
+        "verbd did not answer in time; file edits and shell commands are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
     )]
     DeadlinePassed,
     #[error("verbd refused a write to {path}{via}: {reason}")]
@@ -155,19 +187,31 @@ enum Refusal {
     UnexpectedAnswer { path: String },
 }
 
-/// Decide one hook call: parse the PreToolUse JSON, resolve every path the tool would write and
-/// ask the daemon at `socket` about each within `deadline`. Never panics on any input.
-pub fn decide(stdin: &[u8], socket: &Path, deadline: Duration) -> HookOutcome {
+/// Where the daemon is, and the `verbd` binary a rewritten command runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Daemon<'a> {
+    pub socket: &'a Path,
+    pub verbd: &'a Path,
+}
+
+/// Decide one hook call: parse the PreToolUse JSON; for a file tool resolve every path it
+/// would write and ask the daemon about each, for Bash ask what the command stands for; all
+/// within `deadline`. Never panics on any input.
+pub fn decide(stdin: &[u8], daemon: Daemon<'_>, deadline: Duration) -> HookOutcome {
     let started = Instant::now();
     let (tool, verdict) = match parse_call(stdin) {
         Ok(call) => {
-            let verdict = check_paths(&call, socket, deadline, started);
+            let verdict = match &call.command {
+                Some(command) => map_command(&call, command, daemon, deadline, started),
+                None => check_paths(&call, daemon.socket, deadline, started).map(|()| None),
+            };
             (Some(call.tool), verdict)
         }
         Err(refusal) => (None, Err(refusal)),
     };
     match verdict {
-        Ok(()) => HookOutcome::no_objection(),
+        Ok(None) => HookOutcome::no_objection(),
+        Ok(Some(Rewrite { input, reason })) => HookOutcome::rewrite(input, &reason),
         Err(refusal) => {
             let subject = tool.map_or("this tool call".to_string(), |t| format!("this {t} call"));
             HookOutcome::deny(&format!("verbd blocked {subject}: {refusal}"))
@@ -175,11 +219,94 @@ pub fn decide(stdin: &[u8], socket: &Path, deadline: Duration) -> HookOutcome {
     }
 }
 
+/// A Bash call's input to run instead of the agent's, and why.
+struct Rewrite {
+    input: Map<String, Value>,
+    reason: String,
+}
+
+/// Ask the daemon what `command` stands for: `Some` (the tool input to run instead, and why)
+/// for a rewrite, `None` for no decision.
+fn map_command(
+    call: &ToolCall,
+    command: &str,
+    daemon: Daemon<'_>,
+    deadline: Duration,
+    started: Instant,
+) -> Result<Option<Rewrite>, Refusal> {
+    let remaining = deadline
+        .checked_sub(started.elapsed())
+        .filter(|d| !d.is_zero())
+        .ok_or(Refusal::DeadlinePassed)?;
+    let request = Request::Command {
+        command: command.to_string(),
+        cwd: call.cwd.clone(),
+        tool: Some(format!("claude-code {}", call.tool)),
+    };
+    let subject = || "the command".to_string();
+    let response = client::request(daemon.socket, &request, remaining).map_err(|e| match e {
+        ClientError::Timeout { .. } => Refusal::DeadlinePassed,
+        other => Refusal::Unreachable(other),
+    })?;
+    match response {
+        Response::Command { decision } => match decision {
+            CommandDecision::Pass {} => Ok(None),
+            CommandDecision::Refuse { reason } => Err(Refusal::CommandRefused(reason)),
+            CommandDecision::Advise(verb_call) => Err(Refusal::UseVerb(verb_call_command(
+                daemon.verbd,
+                daemon.socket,
+                &verb_call,
+            ))),
+            CommandDecision::Rewrite(verb_call) => {
+                let rewritten = verb_call_command(daemon.verbd, daemon.socket, &verb_call);
+                let mut input = call.input.clone();
+                input.insert("command".into(), Value::String(rewritten));
+                Ok(Some(Rewrite {
+                    input,
+                    reason: format!("verbd runs this command as its verb `{}`", verb_call.verb),
+                }))
+            }
+        },
+        Response::Denied { reason } => Err(Refusal::CommandRefused(reason)),
+        Response::Error { message }
+        | Response::Busy { message }
+        | Response::Invalid { message, .. } => Err(Refusal::DaemonError {
+            path: subject(),
+            message,
+        }),
+        _ => Err(Refusal::UnexpectedAnswer { path: subject() }),
+    }
+}
+
+/// The shell command that runs `call` through `verbd call` on `socket`, each word quoted so the
+/// shell passes it as one argument, followed by the command's own client-side filters.
+pub fn verb_call_command(verbd: &Path, socket: &Path, call: &VerbCall) -> String {
+    let mut words = vec![
+        verbd.to_string_lossy().into_owned(),
+        "call".into(),
+        "--socket".into(),
+        socket.to_string_lossy().into_owned(),
+        "--".into(),
+        call.verb.clone(),
+    ];
+    words.extend(call.args.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut line = shell_words::join(&words);
+    if let Some(filters) = &call.client_side {
+        line.push_str(" | ");
+        line.push_str(filters);
+    }
+    line
+}
+
 /// The parts of the hook input the decision needs.
 struct ToolCall {
     tool: String,
     /// Paths as given (absolute or relative to `cwd`); empty when the tool writes nothing.
     paths: Vec<String>,
+    /// The shell command of a Bash call.
+    command: Option<String>,
+    /// The tool input as given (a rewrite keeps every field but `command`).
+    input: Map<String, Value>,
     cwd: Option<String>,
 }
 
@@ -217,7 +344,18 @@ fn parse_call(stdin: &[u8]) -> Result<ToolCall, Refusal> {
     };
     let cwd = input.get("cwd").and_then(Value::as_str).map(str::to_string);
 
-    let paths = if let Some(&(_, field)) = WRITING_TOOLS.iter().find(|(name, _)| *name == tool) {
+    let mut command = None;
+    let paths = if tool == SHELL_TOOL {
+        let text = tool_input
+            .get("command")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Refusal::MissingPath {
+                tool: tool.clone(),
+                field: "command",
+            })?;
+        command = Some(text.to_string());
+        Vec::new()
+    } else if let Some(&(_, field)) = WRITING_TOOLS.iter().find(|(name, _)| *name == tool) {
         let path = tool_input
             .get(field)
             .and_then(Value::as_str)
@@ -234,7 +372,13 @@ fn parse_call(stdin: &[u8]) -> Result<ToolCall, Refusal> {
     } else {
         Vec::new()
     };
-    Ok(ToolCall { tool, paths, cwd })
+    Ok(ToolCall {
+        tool,
+        paths,
+        command,
+        input: tool_input.clone(),
+        cwd,
+    })
 }
 
 fn check_paths(
@@ -385,6 +529,7 @@ fn deny_and_exit(reason: &str) -> ! {
 
 /// Entry point for `verbd hook claude-code`: installs a panic hook and a watchdog that both
 /// answer deny and exit 2, reads stdin with a cap, decides, prints and returns the exit code.
+/// A rewritten command runs this same `verbd` binary.
 pub fn run(socket: &Path, deadline: Duration) -> i32 {
     let started = Instant::now();
     std::panic::set_hook(Box::new(|info| {
@@ -395,7 +540,7 @@ pub fn run(socket: &Path, deadline: Duration) -> i32 {
     std::thread::spawn(move || {
         std::thread::sleep(deadline);
         deny_and_exit(&format!(
-            "verbd blocked this tool call: the verbd hook did not finish within {deadline:?}; file edits are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
+            "verbd blocked this tool call: the verbd hook did not finish within {deadline:?}; file edits and shell commands are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
         ))
     });
     if std::env::var_os(TEST_PANIC_ENV).is_some_and(|v| v == "1") {
@@ -406,14 +551,22 @@ pub fn run(socket: &Path, deadline: Duration) -> i32 {
         .lock()
         .take(MAX_HOOK_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut input);
-    let outcome = match read {
-        Ok(_) => {
+    let verbd = std::env::current_exe();
+    let outcome = match (read, verbd) {
+        (Ok(_), Ok(verbd)) => {
             let budget = deadline
                 .saturating_sub(started.elapsed())
                 .saturating_sub(WATCHDOG_MARGIN);
-            decide(&input, socket, budget)
+            let daemon = Daemon {
+                socket,
+                verbd: &verbd,
+            };
+            decide(&input, daemon, budget)
         }
-        Err(e) => HookOutcome::deny(&format!(
+        (Ok(_), Err(e)) => HookOutcome::deny(&format!(
+            "verbd blocked this tool call: the hook cannot locate its own binary ({e}); report this to the user"
+        )),
+        (Err(e), _) => HookOutcome::deny(&format!(
             "verbd blocked this tool call: {}",
             Refusal::Unreadable(e)
         )),

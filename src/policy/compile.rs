@@ -390,6 +390,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
             })
             .collect(),
         verbs,
+        commands: build_commands(ctx, &raw.commands),
         warnings: Vec::new(),
         included: Vec::new(),
         locations: locations(ctx, &raw, origin),
@@ -497,6 +498,29 @@ fn build_daemon(ctx: &mut Ctx, raw: &RawDaemon) -> DaemonConfig {
     }
 }
 
+/// `[commands]`: privileged paths must be absolute (they are compared with absolute words).
+fn build_commands(ctx: &mut Ctx, raw: &RawCommands) -> CommandsConfig {
+    let mut paths = Vec::new();
+    for spanned in &raw.privileged_paths {
+        let path = spanned.get_ref();
+        if path.is_absolute() {
+            paths.push(path.clone());
+        } else {
+            ctx.at(
+                spanned.span(),
+                format!(
+                    "[commands] privileged_paths: {} is not absolute",
+                    path.display()
+                ),
+            );
+        }
+    }
+    CommandsConfig {
+        privileged_programs: raw.privileged_programs.clone(),
+        privileged_paths: paths,
+    }
+}
+
 fn build_roles(raw: &BTreeMap<String, toml::Spanned<RawRole>>) -> BTreeMap<String, Role> {
     raw.iter()
         .map(|(name, r)| {
@@ -512,6 +536,11 @@ fn build_roles(raw: &BTreeMap<String, toml::Spanned<RawRole>>) -> BTreeMap<Strin
                     users: r.users.clone(),
                     groups: r.groups.clone(),
                     uids: r.uids.clone(),
+                    commands: match r.commands {
+                        RawCommandMode::Off => CommandMode::Off,
+                        RawCommandMode::Advise => CommandMode::Advise,
+                        RawCommandMode::Rewrite => CommandMode::Rewrite,
+                    },
                 },
             )
         })

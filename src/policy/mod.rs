@@ -51,6 +51,8 @@ pub struct Policy {
     pub scrub_builtin: bool,
     pub scrub_patterns: Vec<ScrubPattern>,
     pub verbs: BTreeMap<String, Verb>,
+    /// `[commands]`: what counts as privileged in a shell command an agent types.
+    pub commands: CommandsConfig,
     /// Non-fatal findings (e.g. a short secret), shown by `policy check` and logged at start.
     pub warnings: Vec<String>,
     /// Canonical paths of the packs this policy includes.
@@ -102,6 +104,48 @@ pub struct Role {
     pub users: Vec<String>,
     pub groups: Vec<String>,
     pub uids: Vec<u32>,
+    /// How shell commands typed by this role's agents are answered.
+    pub commands: CommandMode,
+}
+
+/// How the daemon answers a shell command an agent is about to run (`verbd hook claude-code`
+/// on Bash, `verbd sh`). Ordered: a caller in several roles gets the strongest mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CommandMode {
+    /// No decision: the runtime runs the command as it would without verbd.
+    Off,
+    /// A command that maps to a verb is refused with the `verbd call` to use instead.
+    Advise,
+    /// A command that maps to a verb is rewritten into its `verbd call`.
+    Rewrite,
+}
+
+impl CommandMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandMode::Off => "off",
+            CommandMode::Advise => "advise",
+            CommandMode::Rewrite => "rewrite",
+        }
+    }
+
+    /// The mode of a caller in `roles`: the strongest any of them sets.
+    pub fn of(roles: &[&Role]) -> CommandMode {
+        roles
+            .iter()
+            .map(|r| r.commands)
+            .max()
+            .unwrap_or(CommandMode::Off)
+    }
+}
+
+/// `[commands]`: what, besides `sudo` and its kind, needs a privilege the agent does not have.
+#[derive(Debug, Clone, Default)]
+pub struct CommandsConfig {
+    /// Program names the agent reaches only through verbs.
+    pub privileged_programs: Vec<String>,
+    /// Absolute paths: naming one, or anything beneath it, needs a verb.
+    pub privileged_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,6 +40,38 @@ pub struct RawPolicy {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawVerb>")]
     pub verb: BTreeMap<String, Spanned<RawVerb>>,
+    /// Shell commands agents type (`verbd hook claude-code` on Bash, `verbd sh`): what counts as
+    /// needing a privilege the agent does not have.
+    #[serde(default)]
+    pub commands: RawCommands,
+}
+
+/// `[commands]`: besides `sudo` and its kind, the programs and paths whose use needs a verb.
+/// A command that uses one and maps to no verb is refused with the closest verb.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCommands {
+    /// Program names (e.g. `psql`, `kubectl`) the agent reaches only through verbs.
+    #[serde(default)]
+    pub privileged_programs: Vec<String>,
+    /// Absolute paths (e.g. `/var/log`, `/etc/ssl/private`): a command naming one, or anything
+    /// beneath it, needs a verb.
+    #[serde(default)]
+    #[schemars(with = "Vec<PathBuf>")]
+    pub privileged_paths: Vec<Spanned<PathBuf>>,
+}
+
+/// How the daemon answers a shell command an agent of a role is about to run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RawCommandMode {
+    /// No decision on shell commands (the agent's runtime decides, as without verbd).
+    #[default]
+    Off,
+    /// A command that maps to a verb is refused with the `verbd call` to use instead.
+    Advise,
+    /// A command that maps to a verb is rewritten into its `verbd call`.
+    Rewrite,
 }
 
 /// One `include` entry: a pack path, or a table that also narrows what the pack brings.
@@ -136,6 +168,9 @@ pub struct RawRole {
     pub groups: Vec<String>,
     #[serde(default)]
     pub uids: Vec<u32>,
+    /// Shell commands this role's agents type: `off` (default), `advise` or `rewrite`.
+    #[serde(default)]
+    pub commands: RawCommandMode,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]

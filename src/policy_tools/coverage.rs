@@ -239,17 +239,19 @@ pub fn analyze_entry(
 }
 
 /// What peeling wrappers off a stage found.
-struct Peeled {
-    argv: Vec<String>,
+pub(crate) struct Peeled {
+    pub(crate) argv: Vec<String>,
     /// What cannot be known offline: substitutions, variables, globs, redirections, constructs.
-    hazards: Vec<String>,
+    pub(crate) hazards: Vec<String>,
     /// The program hands a string or its input to another program (`sh -c`, `xargs`, `-exec`).
-    wrapper: Option<String>,
+    pub(crate) wrapper: Option<String>,
     run_as: Option<String>,
+    /// `sudo` or `doas` when the stage ran through one (the privilege the agent asked for).
+    pub(crate) elevated_by: Option<&'static str>,
 }
 
 /// Peel `sudo`, `env`, assignments and exec wrappers; collect what cannot be known offline.
-fn peel(stage: &Stage) -> Peeled {
+pub(crate) fn peel(stage: &Stage) -> Peeled {
     let mut hazards: Vec<String> = Vec::new();
     for construct in &stage.constructs {
         hazards.push(construct.describe());
@@ -265,12 +267,14 @@ fn peel(stage: &Stage) -> Peeled {
         }
     }
     let mut run_as = None;
+    let mut elevated_by = None;
     let mut i = 0;
     let words = &stage.words;
     while let Some(word) = words.get(i) {
         let name = word.text.rsplit('/').next().unwrap_or(&word.text);
         match name {
             "sudo" | "doas" => {
+                elevated_by = Some(if name == "sudo" { "sudo" } else { "doas" });
                 i += 1;
                 while let Some(w) = words.get(i) {
                     let t = w.text.as_str();
@@ -406,6 +410,7 @@ fn peel(stage: &Stage) -> Peeled {
         hazards,
         wrapper,
         run_as,
+        elevated_by,
     }
 }
 
@@ -639,7 +644,7 @@ fn shared_literals(verb: &crate::policy::Verb, argv: &[String]) -> usize {
 }
 
 /// Redaction of credentials in recorded command text before it is shown.
-struct Redactor {
+pub(crate) struct Redactor {
     assignment: regex::Regex,
     option: regex::Regex,
     url: regex::Regex,
@@ -647,7 +652,7 @@ struct Redactor {
 }
 
 impl Redactor {
-    fn new(policy: &Policy) -> Redactor {
+    pub(crate) fn new(policy: &Policy) -> Redactor {
         let store = crate::secrets::SecretStore::empty();
         Redactor {
             assignment: regex::Regex::new(
@@ -663,7 +668,7 @@ impl Redactor {
         }
     }
 
-    fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let text = self.assignment.replace_all(text, "${1}***");
         let text = self.option.replace_all(&text, "${1}***");
         let text = self.url.replace_all(&text, "${1}***@");

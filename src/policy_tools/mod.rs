@@ -14,6 +14,7 @@ pub mod cli;
 pub mod coverage;
 pub mod danger;
 pub mod filters;
+pub mod mapping;
 pub mod matcher;
 pub mod shell;
 pub mod sources;

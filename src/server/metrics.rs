@@ -70,6 +70,7 @@ fn outcome(response: &Response) -> &'static str {
         Response::Error { .. } => "error",
         Response::Verbs { .. }
         | Response::Check { .. }
+        | Response::Command { .. }
         | Response::Decided { .. }
         | Response::Queued { .. }
         | Response::Info { .. } => "other",

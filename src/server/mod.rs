@@ -29,6 +29,7 @@
 pub mod admission;
 mod approve;
 mod call;
+mod commands;
 pub mod identity;
 pub mod ledger;
 mod metrics;
@@ -715,6 +716,7 @@ impl Daemon {
             Request::Result { id } => self.result(&ctx, id).await,
             Request::Resolve { id, outcome, note } => self.resolve(&ctx, id, outcome, note).await,
             Request::Check { path, tool } => self.check(&ctx, path, tool).await,
+            Request::Command { command, cwd, tool } => self.command(&ctx, command, cwd, tool).await,
             Request::Reload {} => {
                 if let Some(reason) = ctx.prepared.policy.approver_refusal(
                     ctx.caller.uid,

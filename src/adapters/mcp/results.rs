@@ -262,6 +262,7 @@ fn response_kind(response: &Response) -> &'static str {
         Response::Error { .. } => "error",
         Response::Verbs { .. } => "verbs",
         Response::Check { .. } => "check",
+        Response::Command { .. } => "command",
         Response::Proposals { .. } => "proposals",
         Response::Decided { .. } => "decided",
         Response::Queued { .. } => "queued",

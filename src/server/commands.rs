@@ -1,0 +1,103 @@
+//! `command` requests: a shell command an agent is about to run, mapped onto the verb that
+//! stands for it (`policy_tools::mapping`), decided by the caller's mode, and journaled.
+//!
+//! Invariants: the mode is the strongest of the caller's roles (`off` unless a role sets
+//! one); every answer but `pass` is journaled before it is sent (a journal that cannot be
+//! written denies, like every other request), with credentials in the command text redacted;
+//! refusals are journaled through the per-caller coalescing of every other refusal, so an agent
+//! looping on refused commands cannot grow the journal without bound.
+#![forbid(unsafe_code)]
+
+use super::{Context, Daemon, journal_failure};
+use crate::events::{Bounded, CommandAction, Event, RefusalClass};
+use crate::policy::{CommandMode, Role};
+use crate::policy_tools::coverage::Redactor;
+use crate::policy_tools::mapping::{self, Mapping};
+use crate::protocol::{CommandDecision, Response, VerbCall};
+
+impl Daemon {
+    /// Answer a `command` request for the caller in `ctx`.
+    pub(super) async fn command(
+        &self,
+        ctx: &Context,
+        command: String,
+        cwd: Option<String>,
+        tool: Option<String>,
+    ) -> Response {
+        let roles: Vec<&Role> = ctx.roles.iter().collect();
+        let mode = CommandMode::of(&roles);
+        if mode == CommandMode::Off {
+            return Response::Command {
+                decision: CommandDecision::Pass {},
+            };
+        }
+        let policy = &ctx.prepared.policy;
+        let (decision, action, verb, args, reason, redactor) =
+            match mapping::map_command(policy, &roles, &command, cwd.as_deref()) {
+                Mapping::Unprivileged => {
+                    return Response::Command {
+                        decision: CommandDecision::Pass {},
+                    };
+                }
+                Mapping::Verb(call) => {
+                    // Built only for answers that are journaled (compiling it costs time).
+                    let redactor = Redactor::new(policy);
+                    let journaled = call
+                        .args
+                        .iter()
+                        .map(|(k, v)| (k.clone(), redactor.redact(v)))
+                        .collect();
+                    let verb = Some(call.verb.clone());
+                    let call = VerbCall {
+                        verb: call.verb,
+                        args: call.args,
+                        client_side: call.client_side,
+                        needs_approval: call.needs_approval,
+                    };
+                    let (decision, action) = if mode == CommandMode::Rewrite {
+                        (CommandDecision::Rewrite(call), CommandAction::Rewrite)
+                    } else {
+                        (CommandDecision::Advise(call), CommandAction::Advise)
+                    };
+                    (decision, action, verb, journaled, None, redactor)
+                }
+                Mapping::Refuse { reason } => {
+                    let redactor = Redactor::new(policy);
+                    let journaled = Bounded::new(&redactor.redact(&reason));
+                    (
+                        CommandDecision::Refuse { reason },
+                        CommandAction::Refuse,
+                        None,
+                        Default::default(),
+                        Some(journaled),
+                        redactor,
+                    )
+                }
+            };
+        let event = Event::CommandMapped {
+            caller: ctx.record.clone(),
+            command: Bounded::new(&redactor.redact(&command)),
+            tool: tool.as_deref().map(Bounded::new),
+            decision: action,
+            verb,
+            args,
+            reason,
+        };
+        let recorded = match action {
+            CommandAction::Refuse => {
+                self.record_refusal(
+                    &ctx.record,
+                    RefusalClass::CommandRefused,
+                    "command_refused",
+                    event,
+                )
+                .await
+            }
+            CommandAction::Rewrite | CommandAction::Advise => self.record(event).await.map(|_| ()),
+        };
+        match recorded {
+            Ok(()) => Response::Command { decision },
+            Err(e) => journal_failure(&e),
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Transparent verbs through the Claude Code hook, against a real daemon: the real `verbd hook
+//! claude-code` binary reads real PreToolUse Bash JSON, the daemon maps the command per the
+//! caller's role mode (rewrite / advise / off), journals the mapping, and the rewritten command,
+//! run by bash as Claude Code would, prints what the verb printed, filtered. Every failure
+//! denies (exit 2).
+mod common;
+use common::*;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use verbd::adapters::claude_hook;
+
+/// Uids from this suite's range: an agent whose role advises, one whose role is off.
+const ADVISED_UID: u32 = 63301;
+const OFF_UID: u32 = 63302;
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+
+[roles.agent]
+uids = [0]
+commands = "rewrite"
+
+[roles.advised]
+uids = [63301]
+commands = "advise"
+
+[roles.plain]
+uids = [63302]
+
+[roles.sre]
+kind = "human"
+uids = [63303]
+
+[approvals]
+approvers = ["sre"]
+
+[commands]
+privileged_programs = ["psql"]
+privileged_paths = ["@DIR@/logs"]
+
+[sandbox.logs]
+read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"]
+network = "none"
+
+[verb.log-tail]
+description = "The last lines of a log file"
+category = "read-only"
+roles = ["agent", "advised", "plain"]
+sandbox = "logs"
+command = "/usr/bin/tail -n {lines} {file}"
+params.lines = { type = "int", min = 1, max = 1000, default = 10 }
+params.file = { type = "path", roots = ["@DIR@/logs"] }
+
+[verb.service-restart]
+description = "Restart a service (needs approval)"
+category = "mutating"
+roles = ["agent"]
+command = "/usr/bin/systemctl restart {unit}"
+params.unit = { type = "enum", values = ["nginx.service"] }
+
+[verb.cache-clear]
+description = "Empty the cache directory"
+category = "destructive"
+roles = ["agent"]
+command = "/usr/bin/rm -rf {dir}"
+dry_run = "/usr/bin/ls -la {dir}"
+params.dir = { type = "path", roots = ["@DIR@/cache"] }
+"#;
+
+fn start() -> Daemon {
+    let daemon = Daemon::start_with(POLICY, |dir| {
+        std::fs::create_dir(dir.join("logs")).unwrap();
+        std::fs::create_dir(dir.join("cache")).unwrap();
+        let lines: String = (1..=60)
+            .map(|i| {
+                if i % 7 == 0 {
+                    format!("{i} ERROR upstream timed out\n")
+                } else {
+                    format!("{i} info request served\n")
+                }
+            })
+            .collect();
+        std::fs::write(dir.join("logs/app.log"), lines).unwrap();
+    });
+    daemon.open_socket();
+    daemon
+}
+
+/// A PreToolUse Bash call as Claude Code sends it.
+fn bash_call(command: &str, cwd: &Path) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "session_id": "0b6f3d0e-1c1f-4a55-9a53-6f2f7f3c9e21",
+        "transcript_path": "/home/agent/.claude/projects/-srv/0b6f3d0e.jsonl",
+        "cwd": cwd,
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {
+            "command": command,
+            "description": "Look at the application log",
+            "timeout": 120000
+        },
+        "tool_use_id": "toolu_01Q9dJt3Wm7xYbZkP2vH4nRs"
+    }))
+    .unwrap()
+}
+
+/// Run the real hook binary (as `uid`, when given) with `input` on stdin.
+fn hook(daemon: &Daemon, uid: Option<u32>, input: &[u8]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(["hook", "claude-code", "--socket"])
+        .arg(&daemon.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+    }
+    let mut child = command.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn decision(output: &Output) -> Value {
+    serde_json::from_slice::<Value>(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })["hookSpecificOutput"]
+        .clone()
+}
+
+fn denied_reason(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let specific = decision(output);
+    assert_eq!(specific["permissionDecision"], "deny", "{specific}");
+    specific["permissionDecisionReason"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The command the hook rewrote the call into (exit 0, allow, the other input fields kept).
+fn rewritten(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let specific = decision(output);
+    assert_eq!(specific["hookEventName"], "PreToolUse");
+    assert_eq!(specific["permissionDecision"], "allow", "{specific}");
+    let input = &specific["updatedInput"];
+    assert_eq!(input["description"], "Look at the application log");
+    assert_eq!(input["timeout"], 120000);
+    input["command"].as_str().unwrap().to_string()
+}
+
+/// Run a command the way Claude Code's Bash tool does.
+fn run_in_bash(command: &str) -> Output {
+    Command::new("/bin/bash")
+        .args(["-c", command])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_sudo_pipeline_is_rewritten_into_its_verb_and_prints_the_filtered_output() {
+    if !require_root("a_sudo_pipeline_is_rewritten_into_its_verb_and_prints_the_filtered_output") {
+        return;
+    }
+    let daemon = start();
+    let log = daemon.path("logs/app.log");
+    let original = format!(
+        "cd /tmp && sudo tail -n 50 {} | grep -i error",
+        log.display()
+    );
+    let output = hook(&daemon, None, &bash_call(&original, Path::new("/tmp")));
+    let command = rewritten(&output);
+    assert!(
+        command.contains(" call --socket ") && command.contains(" -- log-tail "),
+        "{command}"
+    );
+    assert!(command.ends_with(" | grep -i error"), "{command}");
+
+    let ran = run_in_bash(&command);
+    assert!(ran.status.success(), "{ran:?}");
+    let expected: String = (11..=60)
+        .filter(|i| i % 7 == 0)
+        .map(|i| format!("{i} ERROR upstream timed out\n"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), expected);
+
+    // The daemon journaled the mapping: the command, the verb, its arguments.
+    let events = daemon.journal_events();
+    let mapped = events
+        .iter()
+        .find(|e| e["kind"] == "command_mapped")
+        .expect("a command_mapped record");
+    assert_eq!(mapped["decision"], "rewrite");
+    assert_eq!(mapped["verb"], "log-tail");
+    assert_eq!(mapped["args"]["lines"], "50");
+    assert_eq!(mapped["args"]["file"], log.to_str().unwrap());
+    assert_eq!(mapped["tool"], "claude-code Bash");
+    assert!(
+        mapped["command"]
+            .as_str()
+            .unwrap()
+            .contains("| grep -i error"),
+        "{mapped}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "exec" && e["verb"] == "log-tail"),
+        "the rewritten command ran the verb"
+    );
+}
+
+#[test]
+fn values_are_quoted_so_the_shell_passes_each_as_one_word() {
+    if !require_root("values_are_quoted_so_the_shell_passes_each_as_one_word") {
+        return;
+    }
+    let daemon = start();
+    let odd = daemon.path("logs/a log; echo INJECTED $(id).log");
+    std::fs::write(&odd, "one\ntwo\n").unwrap();
+    let original = format!(
+        "sudo tail -n 1 {}",
+        shell_words::quote(odd.to_str().unwrap())
+    );
+    let command = rewritten(&hook(
+        &daemon,
+        None,
+        &bash_call(&original, Path::new("/tmp")),
+    ));
+    let ran = run_in_bash(&command);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "two\n", "{ran:?}");
+}
+
+#[test]
+fn approvals_and_refusals_come_back_as_they_do_for_verbd_call() {
+    if !require_root("approvals_and_refusals_come_back_as_they_do_for_verbd_call") {
+        return;
+    }
+    let daemon = start();
+    let command = rewritten(&hook(
+        &daemon,
+        None,
+        &bash_call("sudo systemctl restart nginx.service", Path::new("/")),
+    ));
+    let ran = run_in_bash(&command);
+    assert_eq!(ran.status.code(), Some(73), "{ran:?}");
+    assert!(
+        String::from_utf8_lossy(&ran.stderr).contains("CONFIRM_REQUIRED"),
+        "{ran:?}"
+    );
+    assert!(
+        !daemon
+            .journal_events()
+            .iter()
+            .any(|e| e["kind"] == "exec" && e["verb"] == "service-restart"),
+        "nothing ran before a human approved"
+    );
+}
+
+#[test]
+fn a_privileged_command_without_a_verb_is_denied_with_the_closest_verb() {
+    if !require_root("a_privileged_command_without_a_verb_is_denied_with_the_closest_verb") {
+        return;
+    }
+    let daemon = start();
+    let victim = daemon.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let original = format!("sudo rm -rf {}", victim.display());
+    let reason = denied_reason(&hook(&daemon, None, &bash_call(&original, Path::new("/"))));
+    assert!(reason.contains("`sudo`"), "{reason}");
+    assert!(reason.contains("closest verb `cache-clear`"), "{reason}");
+    assert!(victim.exists());
+
+    // A path the policy names as privileged, read without sudo, beyond what the verb allows.
+    let reason = denied_reason(&hook(
+        &daemon,
+        None,
+        &bash_call("cat app.log", &daemon.path("logs")),
+    ));
+    assert!(reason.contains("app.log (beneath"), "{reason}");
+
+    // A privileged program: the password the agent typed never reaches the journal.
+    let reason = denied_reason(&hook(
+        &daemon,
+        None,
+        &bash_call(
+            "PGPASSWORD=hunter2-very-secret psql -h db -c 'select 1'",
+            Path::new("/"),
+        ),
+    ));
+    assert!(reason.contains("`psql`"), "{reason}");
+    let journal = daemon.journal();
+    assert!(journal.contains("\"decision\":\"refuse\""), "{journal}");
+    assert!(!journal.contains("hunter2-very-secret"), "{journal}");
+}
+
+#[test]
+fn the_agents_own_work_gets_no_decision() {
+    if !require_root("the_agents_own_work_gets_no_decision") {
+        return;
+    }
+    let daemon = start();
+    for own in [
+        "ls -la",
+        "cargo test 2>&1 | tail -n 20",
+        "grep -rn sudo src/",
+    ] {
+        let output = hook(&daemon, None, &bash_call(own, Path::new("/tmp")));
+        assert_eq!(output.status.code(), Some(0), "{own}: {output:?}");
+        assert!(output.stdout.is_empty(), "{own}: {output:?}");
+    }
+    assert!(
+        !daemon.journal().contains("command_mapped"),
+        "no decision, no record"
+    );
+}
+
+#[test]
+fn each_role_gets_its_mode() {
+    if !require_root("each_role_gets_its_mode") {
+        return;
+    }
+    let daemon = start();
+    let log = daemon.path("logs/app.log");
+    let original = format!("sudo tail -n 5 {}", log.display());
+    let input = bash_call(&original, Path::new("/tmp"));
+
+    // advise: denied, and the reason is the exact verbd call to make.
+    let reason = denied_reason(&hook(&daemon, Some(ADVISED_UID), &input));
+    let call = reason
+        .split('`')
+        .find(|part| part.contains(" call --socket "))
+        .unwrap_or_else(|| panic!("no verbd call in {reason}"));
+    assert!(call.contains("log-tail"), "{call}");
+    let ran = {
+        let mut command = Command::new("/bin/bash");
+        command.args(["-c", call]).uid(ADVISED_UID).gid(ADVISED_UID);
+        command.output().unwrap()
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "56 ERROR upstream timed out\n57 info request served\n58 info request served\n59 info request served\n60 info request served\n",
+        "{ran:?}"
+    );
+
+    // off: no decision, as without verbd.
+    let output = hook(&daemon, Some(OFF_UID), &input);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+
+    let decisions: Vec<String> = daemon
+        .journal_events()
+        .iter()
+        .filter(|e| e["kind"] == "command_mapped")
+        .map(|e| format!("{}:{}", e["caller"]["uid"], e["decision"]))
+        .collect();
+    assert_eq!(decisions, [format!("{ADVISED_UID}:\"advise\"")]);
+}
+
+#[test]
+fn bash_calls_fail_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-daemon.sock");
+    let input = bash_call("ls -la", Path::new("/tmp"));
+    let daemon_down = claude_hook::decide(
+        &input,
+        claude_hook::Daemon {
+            socket: &missing,
+            verbd: Path::new(BIN),
+        },
+        std::time::Duration::from_secs(5),
+    );
+    assert_eq!(daemon_down.exit_code, 2, "{daemon_down:?}");
+    assert!(
+        daemon_down.stdout.contains("verbd is not running"),
+        "{daemon_down:?}"
+    );
+
+    for junk in [
+        &br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{}}"#[..],
+        br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":7}}"#,
+        b"{\"tool_name\":\"Bash\",",
+    ] {
+        let outcome = claude_hook::decide(
+            junk,
+            claude_hook::Daemon {
+                socket: &missing,
+                verbd: Path::new(BIN),
+            },
+            std::time::Duration::from_secs(5),
+        );
+        assert_eq!(outcome.exit_code, 2, "{outcome:?}");
+    }
+}
