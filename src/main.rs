@@ -227,6 +227,16 @@ enum Command {
         #[command(subcommand)]
         command: cli::audit::AuditCommand,
     },
+    /// A drop-in for an agent runtime's shell tool that never runs a shell: `verbd sh -c
+    /// 'COMMAND'` runs the verb the command stands for (its `| grep …` filters applied), or
+    /// refuses with the closest verb. Needs `commands = "rewrite"` on the caller's role
+    Sh {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// The command, as a shell tool would receive it
+        #[arg(short = 'c', value_name = "COMMAND")]
+        command: String,
+    },
     /// Agent runtime adapters
     Hook {
         #[command(subcommand)]
@@ -300,6 +310,7 @@ impl Command {
             | Command::Selftest { .. }
             | Command::Canary { .. }
             | Command::Hook { .. }
+            | Command::Sh { .. }
             | Command::Mcp { .. }
             | Command::Notify { .. } => false,
             Command::Call { .. }
@@ -436,6 +447,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox { command } => cli::local::sandbox(command),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => cli::local::hook(command),
+        Command::Sh { socket, command } => cli::sh::run(&socket.path(), &command),
         Command::Mcp {
             socket,
             print_config,

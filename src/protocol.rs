@@ -224,8 +224,12 @@ pub enum CommandDecision {
     /// Do not run the command: it needs a privilege the caller does not have and is no verb
     /// call. `reason` names the closest verb and what differs.
     Refuse { reason: String },
-    /// No decision: the caller's own unprivileged work, or the caller's mode is `off`.
-    Pass {},
+    /// No decision: the caller's own unprivileged work, or the caller's mode is `off`;
+    /// `reason` says why it is no verb call (`verbd sh` refuses it with that).
+    Pass {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// A response, tagged by `status`. Every response also carries `"v"`.

@@ -95,7 +95,7 @@ fn stand_in_daemon(socket: &Path, root: &Path) -> Arc<Mutex<Vec<Request>>> {
             },
             // The agent's own work (the real daemon's answer to `ls -la`).
             Request::Command { .. } => Response::Command {
-                decision: CommandDecision::Pass {},
+                decision: CommandDecision::Pass { reason: None },
             },
             _ => Response::Error {
                 message: "only check and command are served here".into(),

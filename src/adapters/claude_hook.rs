@@ -250,7 +250,7 @@ fn map_command(
     })?;
     match response {
         Response::Command { decision } => match decision {
-            CommandDecision::Pass {} => Ok(None),
+            CommandDecision::Pass { .. } => Ok(None),
             CommandDecision::Refuse { reason } => Err(Refusal::CommandRefused(reason)),
             CommandDecision::Advise(verb_call) => Err(Refusal::UseVerb(verb_call_command(
                 daemon.verbd,

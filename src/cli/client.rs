@@ -14,7 +14,7 @@ use verbd::protocol::{ProposalView, Request, Response, State};
 use verbd::terminal;
 
 /// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
-const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
+pub const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
 
 fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
     verbd::client::request(socket, req, CALL_DEADLINE).map_err(|e| {
@@ -114,7 +114,7 @@ fn exit_of_run(exit: &verbd::protocol::ExitInfo) -> ExitCode {
 }
 
 /// Print a non-`ok` response as one line on stderr and map it to its exit code.
-fn report(response: &Response) -> ExitCode {
+pub fn report(response: &Response) -> ExitCode {
     let line = match response {
         Response::Invalid { message, .. } => format!("invalid: {message}"),
         Response::Denied { reason } => format!("denied: {reason}"),

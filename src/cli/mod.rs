@@ -16,6 +16,7 @@ pub mod local;
 pub mod mcp;
 pub mod notify;
 pub mod policy_tools;
+pub mod sh;
 pub mod status;
 
 use anyhow::{Context, bail};

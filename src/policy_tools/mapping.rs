@@ -8,7 +8,8 @@
 //! - it needs a privilege the caller does not have (`sudo` and its kind, a program or a path the
 //!   policy's `[commands]` names) and is not such a call: [`Mapping::Refuse`], whose reason names
 //!   the closest verb and the element that differs;
-//! - anything else is the agent's own unprivileged work: [`Mapping::Unprivileged`], no decision.
+//! - anything else is the agent's own unprivileged work: [`Mapping::Unprivileged`], no decision
+//!   (with why it is no verb call, for `verbd sh`, which runs nothing else).
 //!
 //! Invariants: nothing is run or expanded here; a command is a verb call only when coverage
 //! finds it covered for the caller's roles (the policy's own matcher and validators), and only
@@ -42,8 +43,13 @@ pub struct MappedCall {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mapping {
     Verb(MappedCall),
-    Refuse { reason: String },
-    Unprivileged,
+    Refuse {
+        reason: String,
+    },
+    /// The agent's own work; `why` it is no verb call.
+    Unprivileged {
+        why: String,
+    },
 }
 
 /// Map `command` (run in `cwd`, when known) for a caller with `roles`.
@@ -57,7 +63,9 @@ pub fn map_command(policy: &Policy, roles: &[&Role], command: &str, cwd: Option<
                         "it runs `{elevator}`, and verbd cannot read it as a shell command ({e}); write it as one simple command (`program args… | filter`) so it can map to a verb"
                     ),
                 },
-                None => Mapping::Unprivileged,
+                None => Mapping::Unprivileged {
+                    why: format!("it cannot be read as a shell command ({e})"),
+                },
             };
         }
     };
@@ -81,9 +89,6 @@ pub fn map_command(policy: &Policy, roles: &[&Role], command: &str, cwd: Option<
         });
     }
     let privileged = privileges_used(policy, &pipelines, cwd);
-    if privileged.is_empty() {
-        return Mapping::Unprivileged;
-    }
     let mut why: Vec<String> = reports
         .iter()
         .map(|r| match (&r.verb, &r.reason) {
@@ -97,6 +102,11 @@ pub fn map_command(policy: &Policy, roles: &[&Role], command: &str, cwd: Option<
         .collect();
     if why.is_empty() {
         why.push("it maps to no verb".into());
+    }
+    if privileged.is_empty() {
+        return Mapping::Unprivileged {
+            why: why.join("; "),
+        };
     }
     Mapping::Refuse {
         reason: format!(
@@ -313,7 +323,11 @@ params.lines = { type = "int", min = 1, max = 1000, default = 100 }
             "echo 'unterminated",
             "journalctl --user -n 5",
         ] {
-            assert_eq!(map(own), Mapping::Unprivileged, "{own}");
+            assert!(
+                matches!(map(own), Mapping::Unprivileged { .. }),
+                "{own}: {:?}",
+                map(own)
+            );
         }
     }
 }

@@ -28,15 +28,20 @@ impl Daemon {
         let mode = CommandMode::of(&roles);
         if mode == CommandMode::Off {
             return Response::Command {
-                decision: CommandDecision::Pass {},
+                decision: CommandDecision::Pass {
+                    reason: Some(
+                        "shell commands are not mapped for your roles (their `commands` mode is off)"
+                            .into(),
+                    ),
+                },
             };
         }
         let policy = &ctx.prepared.policy;
         let (decision, action, verb, args, reason, redactor) =
             match mapping::map_command(policy, &roles, &command, cwd.as_deref()) {
-                Mapping::Unprivileged => {
+                Mapping::Unprivileged { why } => {
                     return Response::Command {
-                        decision: CommandDecision::Pass {},
+                        decision: CommandDecision::Pass { reason: Some(why) },
                     };
                 }
                 Mapping::Verb(call) => {

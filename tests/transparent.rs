@@ -1,8 +1,9 @@
-//! Transparent verbs through the Claude Code hook, against a real daemon: the real `verbd hook
+//! Transparent verbs against a real daemon. Through the Claude Code hook: the real `verbd hook
 //! claude-code` binary reads real PreToolUse Bash JSON, the daemon maps the command per the
 //! caller's role mode (rewrite / advise / off), journals the mapping, and the rewritten command,
 //! run by bash as Claude Code would, prints what the verb printed, filtered. Every failure
-//! denies (exit 2).
+//! denies (exit 2). Through `verbd sh -c`: the verb runs and its output goes through the
+//! command's filters, or the command is refused with the closest verb; no shell ever runs.
 mod common;
 use common::*;
 use serde_json::{Value, json};
@@ -401,4 +402,114 @@ fn bash_calls_fail_closed() {
         );
         assert_eq!(outcome.exit_code, 2, "{outcome:?}");
     }
+}
+
+/// `verbd sh -c COMMAND` against the daemon.
+fn sh(daemon: &Daemon, command: &str) -> Output {
+    Command::new(BIN)
+        .args(["sh", "--socket"])
+        .arg(&daemon.socket)
+        .args(["-c", command])
+        .current_dir("/tmp")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn verbd_sh_runs_the_verb_and_the_filters_without_a_shell() {
+    if !require_root("verbd_sh_runs_the_verb_and_the_filters_without_a_shell") {
+        return;
+    }
+    let daemon = start();
+    let log = daemon.path("logs/app.log");
+    let output = sh(
+        &daemon,
+        &format!(
+            "sudo tail -n 50 {} | grep -i error | LC_ALL=C tail -n 2",
+            log.display()
+        ),
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "49 ERROR upstream timed out\n56 ERROR upstream timed out\n"
+    );
+    let events = daemon.journal_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "command_mapped" && e["tool"] == "sh" && e["verb"] == "log-tail"),
+        "{events:?}"
+    );
+
+    // The filters' exit status is the command's, as in a shell (`grep -c` found nothing: 1).
+    let output = sh(
+        &daemon,
+        &format!("tail -n 3 {} | grep -c ERROR", log.display()),
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "0\n");
+
+    // Without filters: the verb's output as `verbd call` prints it.
+    let output = sh(&daemon, &format!("sudo tail -n 1 {}", log.display()));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "60 info request served\n",
+        "{output:?}"
+    );
+}
+
+#[test]
+fn verbd_sh_refuses_everything_that_is_not_a_verb_call() {
+    if !require_root("verbd_sh_refuses_everything_that_is_not_a_verb_call") {
+        return;
+    }
+    let daemon = start();
+    let marker = daemon.path("ran");
+    let victim = daemon.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let log = daemon.path("logs/app.log");
+    let cases = [
+        (
+            format!("touch {}", marker.display()),
+            "no verb runs `touch`",
+        ),
+        (
+            format!("sudo rm -rf {}", victim.display()),
+            "closest verb `cache-clear`",
+        ),
+        (
+            format!(
+                "sudo tail -n 5 {} | grep x > {}",
+                log.display(),
+                marker.display()
+            ),
+            "not a pure text filter",
+        ),
+        (
+            format!(
+                "sudo tail -n 5 {}; touch {}",
+                log.display(),
+                marker.display()
+            ),
+            "run it as a command of its own",
+        ),
+        (
+            format!("sudo tail -n 5 $(touch {})", marker.display()),
+            "substitution",
+        ),
+    ];
+    for (command, fragment) in cases {
+        let output = sh(&daemon, &command);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(77), "{command}: {output:?}");
+        assert!(stderr.contains(fragment), "{command}: {stderr}");
+    }
+    assert!(!marker.exists(), "verbd sh never runs a shell");
+    assert!(victim.exists());
+
+    // A verb that needs approval answers as `verbd call` does.
+    let output = sh(&daemon, "sudo systemctl restart nginx.service");
+    assert_eq!(output.status.code(), Some(73), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("CONFIRM_REQUIRED"));
 }
