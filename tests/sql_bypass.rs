@@ -695,3 +695,40 @@ fn every_denylist_entry_is_refused_through_the_daemon() {
         "count\n2\n"
     );
 }
+
+/// sqlparser reads `(table "tokens")` as a typed string (`TABLE` followed by the string
+/// `"tokens"`), so the validator saw no relation; PostgreSQL reads a double-quoted token only as
+/// a name, here the scalar subquery `(TABLE tokens)`, and returned the token to a verb whose
+/// `allow_relations` admits only `t`. Found by comparing with PostgreSQL's own parser.
+#[test]
+fn a_quoted_name_the_parser_reads_as_a_string_is_refused() {
+    let Some((pg, d)) = start(&[("only-t", r#", allow_relations = ["t"]"#)]) else {
+        return;
+    };
+    pg.setup(
+        "CREATE TABLE tokens (token text);\n\
+         INSERT INTO tokens VALUES ('tok-0123456789');\n\
+         GRANT SELECT ON tokens TO agent;",
+    );
+    for sql in [
+        r#"select (table "tokens")"#,
+        r#"select 1 where (table "tokens") is not null"#,
+        r#"select (table "tokens") as x from t limit 1"#,
+    ] {
+        let (answer, _) = call_as_agent(&d, "only-t", sql);
+        assert!(
+            !format!("{answer:?}").contains("tok-0123456789"),
+            "{sql}: the token leaked: {answer:?}"
+        );
+        assert_refused(&d, "only-t", sql, "quoted-name-as-string", "\"tokens\"");
+    }
+    // Controls: the same shape over the allowed relation runs, and the token table is there.
+    assert_eq!(
+        rows(&d, "only-t", "select (select count(*) from t) as n"),
+        "n\n3\n"
+    );
+    assert_eq!(
+        rows(&d, "stats", "select (select token from tokens) as token"),
+        "token\ntok-0123456789\n"
+    );
+}

@@ -39,6 +39,10 @@
 //!   the statement inside must pass every other rule. `SHOW name` / `SHOW ALL` likewise needs
 //!   `show` in `allow`.
 //! - `data-modifying-cte`: no `INSERT`/`UPDATE`/`DELETE`/`MERGE` inside `WITH`.
+//! - `quoted-name-as-string`: no double-quoted token that sqlparser read as a string value (it
+//!   takes `(table "t")` for the typed string `TABLE "t"`); to PostgreSQL a double-quoted token
+//!   is only ever a name (there, the subquery `(TABLE t)`), so the validator would not see the
+//!   relation the server reads.
 //! - `select-into`: no `SELECT … INTO` (it creates a table).
 //! - `locking-clause`: no `FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE`, at any depth
 //!   (checked on the token stream, which also covers the forms sqlparser cannot parse, and on
@@ -76,7 +80,7 @@ use std::str::FromStr;
 
 use sqlparser::ast::{
     DescribeAlias, Ident, ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr,
-    Statement, TableFactor, Visit, Visitor,
+    Statement, TableFactor, ValueWithSpan, Visit, Visitor,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -390,7 +394,8 @@ impl Default for SqlOptions {
 pub struct SqlRejection {
     /// Stable rule id: "nul", "length", "backslash", "ambiguous-string", "unterminated",
     /// "unicode-escape", "statement-count", "parse", "statement-kind", "not-allowed-kind",
-    /// "explain-analyze", "data-modifying-cte", "select-into", "locking-clause",
+    /// "explain-analyze", "data-modifying-cte", "quoted-name-as-string", "select-into",
+    /// "locking-clause",
     /// "denied-function", "denied-relation", "relation-not-allowed", "denied-column".
     pub rule: &'static str,
     /// Human-readable detail naming the offending clause, function or position (line:col).
@@ -1675,6 +1680,30 @@ impl Visitor for ShapeChecker<'_> {
         }
     }
 
+    fn pre_visit_value(&mut self, value: &ValueWithSpan) -> ControlFlow<SqlRejection> {
+        use sqlparser::ast::Value;
+        match &value.value {
+            Value::DoubleQuotedString(name)
+            | Value::TripleDoubleQuotedString(name)
+            | Value::DoubleQuotedByteStringLiteral(name)
+            | Value::TripleDoubleQuotedByteStringLiteral(name)
+            | Value::DoubleQuotedRawStringLiteral(name)
+            | Value::TripleDoubleQuotedRawStringLiteral(name) => {
+                let start = value.span.start;
+                ControlFlow::Break(SqlRejection::new(
+                    "quoted-name-as-string",
+                    format!(
+                        "\"{name}\" at line {}, column {} is a name to PostgreSQL, but the \
+                         validator's parser read it as a string; write string literals in single \
+                         quotes",
+                        start.line, start.column
+                    ),
+                ))
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
     fn pre_visit_expr(&mut self, expr: &sqlparser::ast::Expr) -> ControlFlow<SqlRejection> {
         use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments};
         match expr {
@@ -2049,6 +2078,25 @@ mod tests {
             "SELECT (SELECT a FROM t LIMIT 1 FOR UPDATE)",
             "locking-clause",
         );
+    }
+
+    #[test]
+    fn a_double_quoted_name_read_as_a_string_is_refused() {
+        let only_t = SqlOptions {
+            allow_relations: Some(vec![QualifiedName::parse("t").unwrap()]),
+            ..SqlOptions::default()
+        };
+        for sql in [
+            r#"select (table "secrets")"#,
+            r#"select 1 from t where exists (select (table "secrets"))"#,
+            r#"select int "secrets""#,
+        ] {
+            let message = refused_with(sql, &only_t, "quoted-name-as-string");
+            assert!(message.contains("\"secrets\""), "{message}");
+        }
+        // Quoted names where sqlparser reads them as names stay as they were.
+        accepted(r#"select "a" from "t""#);
+        accepted("select 'a string', E'x', $$y$$");
     }
 
     #[test]
