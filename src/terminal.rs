@@ -13,6 +13,10 @@
 //! Invariant: the output of [`escape`] contains no character for which [`is_hidden`] is true,
 //! and no newline, carriage return or tab.
 //!
+//! The same rule in the two formats the policy tools print for a person to read and paste:
+//! [`toml_string`] (a TOML string that loads as the text) and [`json_visible`] (JSON whose
+//! values are unchanged).
+//!
 //! Also here: [`stderr_wants_colour`], whether verbd's own log lines may carry colour escapes.
 #![forbid(unsafe_code)]
 
@@ -76,6 +80,57 @@ pub fn escape(text: &str) -> String {
                 let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
             }
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as a TOML basic string (quoted) that decodes to exactly `text` and shows no hidden
+/// character: the same characters [`escape`] makes visible are written as TOML escapes (`\n`,
+/// `\t`, `\r`, `\uXXXX`, `\UXXXXXXXX`), so a drafted policy line reads on a terminal as it
+/// loads. For agent-derived values in TOML that `verbd policy suggest` prints.
+///
+/// ```
+/// assert_eq!(verbd::terminal::toml_string("a\u{202e}b\"c"), "\"a\\u202Eb\\\"c\"");
+/// ```
+pub fn toml_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_hidden(c) && u32::from(c) > 0xFFFF => {
+                let _ = write!(out, "\\U{:08X}", u32::from(c));
+            }
+            c if is_hidden(c) => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// JSON text (as serde_json writes it) with every hidden character inside its strings written as
+/// a `\uXXXX` escape (a surrogate pair beyond the BMP), so the values are unchanged for a parser
+/// and a person who prints the report sees no character that acts on the terminal. serde_json
+/// escapes the C0 controls itself; this adds DEL, C1, bidi, invisible and separator characters.
+/// Outside strings JSON has only ASCII punctuation and whitespace, which pass unchanged.
+pub fn json_visible(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c != '\n' && c != '\t' && c != '\r' && is_hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
         }
     }
     out
@@ -195,6 +250,23 @@ pub fn proposal_text(view: &ProposalView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toml_and_json_forms_decode_to_the_text_and_show_nothing_hidden() {
+        let text = "a\u{1b}[2K\r\n\t\"\\\u{202e}\u{200b}\u{7f}\u{85}\u{e0041}é end";
+        let quoted = toml_string(text);
+        assert!(!quoted.chars().any(is_hidden), "{quoted}");
+        let table: toml::Table = toml::from_str(&format!("v = {quoted}")).unwrap();
+        assert_eq!(table["v"].as_str(), Some(text));
+        let json = serde_json::to_string_pretty(&serde_json::json!({ "v": text })).unwrap();
+        let visible = json_visible(&json);
+        assert!(
+            !visible.chars().any(|c| c != '\n' && is_hidden(c)),
+            "{visible}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&visible).unwrap();
+        assert_eq!(back["v"].as_str(), Some(text));
+    }
 
     #[test]
     fn every_character_that_hides_is_escaped() {

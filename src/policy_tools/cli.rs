@@ -1,6 +1,9 @@
 //! The `verbd policy coverage|suggest|test|schema` commands: load, run, print, and the exit
 //! code. `main.rs` only parses arguments and calls these.
 //!
+//! Everything printed that came from the history (file names included) passes through
+//! [`crate::terminal`]'s escaping, on stdout and stderr, in text, JSON and TOML.
+//!
 //! Exit codes: 0 success; 1 a failed check (policy errors, `policy test` mismatches, and
 //! `coverage` finding a destructive or credential-reading command a verb would run without
 //! approval); 65 unusable input (unreadable `--from`, a malformed tests file, an unknown role).
@@ -8,6 +11,7 @@
 
 use super::{cases, coverage, sources, suggest};
 use crate::policy::{self, Policy, Role, RoleKind};
+use crate::terminal::{escape, json_visible};
 use std::path::{Path, PathBuf};
 
 pub const EXIT_OK: u8 = 0;
@@ -69,14 +73,14 @@ fn roles<'a>(policy: &'a Policy, names: &[String]) -> Result<Vec<&'a Role>, u8> 
 }
 
 fn collect(from: &[PathBuf]) -> Result<sources::Collected, u8> {
-    let files = sources::expand_inputs(from).map_err(|e| {
-        eprintln!("--from {e}");
+    let inputs = sources::expand_inputs(from).map_err(|e| {
+        eprintln!("--from {}", escape(&e.to_string()));
         EXIT_INPUT
     })?;
-    let collected = sources::read_files(&files);
+    let collected = sources::read_files(&inputs);
     if collected.entries.is_empty() && !collected.problems.is_empty() {
         for p in &collected.problems {
-            eprintln!("{p}");
+            eprintln!("{}", escape(p));
         }
         return Err(EXIT_INPUT);
     }
@@ -98,7 +102,7 @@ pub fn coverage(
         match format {
             ReportFormat::Json => println!(
                 "{}",
-                serde_json::to_string_pretty(&report).map_err(|_| EXIT_FAILED)?
+                json_visible(&serde_json::to_string_pretty(&report).map_err(|_| EXIT_FAILED)?)
             ),
             ReportFormat::Text => print!("{}", coverage::render_text(&report)),
         }

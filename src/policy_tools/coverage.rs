@@ -266,6 +266,13 @@ pub(crate) fn peel(stage: &Stage) -> Peeled {
             hazards.push(redirect.describe());
         }
     }
+    // Variables that make the next program run a command they name (`LESSOPEN='|cmd %s' less`,
+    // `GIT_SSH_COMMAND=…`, `LD_PRELOAD=…`): what runs is the variable's, not the argv's.
+    let mut command_variable = stage
+        .assignments
+        .iter()
+        .find(|(name, value)| names_a_command(name, &value.text))
+        .map(|(name, _)| name.clone());
     let mut run_as = None;
     let mut elevated_by = None;
     let mut i = 0;
@@ -323,6 +330,11 @@ pub(crate) fn peel(stage: &Stage) -> Peeled {
                         }
                         i += 2;
                     } else if t.starts_with('-') || (t.contains('=') && !t.starts_with('=')) {
+                        if let Some((name, value)) = t.split_once('=')
+                            && names_a_command(name, value)
+                        {
+                            command_variable.get_or_insert_with(|| name.to_string());
+                        }
                         i += 1;
                     } else {
                         break;
@@ -405,6 +417,11 @@ pub(crate) fn peel(stage: &Stage) -> Peeled {
             wrapper = Some("`-exec`: runs a command per file found".into());
         }
     }
+    if let Some(name) = command_variable {
+        wrapper = Some(format!(
+            "`{name}=`: the variable names a command the program runs"
+        ));
+    }
     Peeled {
         argv,
         hazards,
@@ -412,6 +429,47 @@ pub(crate) fn peel(stage: &Stage) -> Peeled {
         run_as,
         elevated_by,
     }
+}
+
+/// Whether `name=value` names a command (or code) the program runs: an empty value or `cat`
+/// (`SYSTEMD_PAGER=`, `PAGER=cat`: no pager) runs nothing new.
+fn names_a_command(name: &str, value: &str) -> bool {
+    !matches!(value, "" | "cat" | "/bin/cat" | "/usr/bin/cat") && names_a_command_variable(name)
+}
+
+fn names_a_command_variable(name: &str) -> bool {
+    matches!(
+        name,
+        "LESSOPEN"
+            | "LESSCLOSE"
+            | "LESSEDIT"
+            | "LESSKEY"
+            | "PAGER"
+            | "MANPAGER"
+            | "SYSTEMD_PAGER"
+            | "EDITOR"
+            | "VISUAL"
+            | "SYSTEMD_EDITOR"
+            | "GIT_SSH"
+            | "GIT_SSH_COMMAND"
+            | "GIT_PAGER"
+            | "GIT_EDITOR"
+            | "GIT_EXTERNAL_DIFF"
+            | "GIT_PROXY_COMMAND"
+            | "GIT_ASKPASS"
+            | "SSH_ASKPASS"
+            | "RSYNC_RSH"
+            | "TAR_OPTIONS"
+            | "BASH_ENV"
+            | "ENV"
+            | "PROMPT_COMMAND"
+            | "LD_PRELOAD"
+            | "LD_LIBRARY_PATH"
+            | "LD_AUDIT"
+            | "PYTHONSTARTUP"
+            | "PERL5OPT"
+            | "NODE_OPTIONS"
+    ) || name.starts_with("GIT_CONFIG")
 }
 
 fn analyze_pipeline(
@@ -717,7 +775,7 @@ pub fn render_text(report: &Report) -> String {
                 esc(&c.command),
                 c.effect.as_str(),
                 c.verb.as_deref().unwrap_or_default(),
-                c.source
+                esc(&c.source)
             );
         }
     }

@@ -36,7 +36,8 @@ impl Effect {
     }
 }
 
-/// The effect of `argv` and why.
+/// The effect of `argv` and why. A command that runs code an argument names (see
+/// [`runs_code`]) is never `read-only`.
 pub fn classify(argv: &[String]) -> (Effect, String) {
     let Some(program) = argv.first() else {
         return (Effect::Unknown, "empty command".into());
@@ -50,7 +51,371 @@ pub fn classify(argv: &[String]) -> (Effect, String) {
         };
         return (effect, format!("touches credential material ({path})"));
     }
-    by_program(&name, &args)
+    let judged = by_program(&name, &args);
+    match option_exec(&name, &args) {
+        Some(why) if judged.0 == Effect::ReadOnly => (Effect::Unknown, why),
+        Some(why) => (judged.0, why),
+        None => judged,
+    }
+}
+
+/// Programs that run whatever code or command they are given: shells, interpreters, privilege
+/// and namespace switchers, remote shells, editors (`:!`), and exec wrappers.
+const RUNS_ANY_CODE: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "python",
+    "python3",
+    "perl",
+    "ruby",
+    "node",
+    "php",
+    "lua",
+    "tclsh",
+    "su",
+    "sudo",
+    "doas",
+    "pkexec",
+    "runuser",
+    "xargs",
+    "nsenter",
+    "chroot",
+    "unshare",
+    "ssh",
+    "socat",
+    "nc",
+    "ncat",
+    "vim",
+    "vi",
+    "nvim",
+    "view",
+    "vimdiff",
+    "ex",
+    "rvim",
+    "nano",
+    "emacs",
+    "ed",
+    "busybox",
+    "env",
+    "nohup",
+    "setsid",
+    "stdbuf",
+    "chrt",
+    "taskset",
+    "ionice",
+    "flock",
+    "strace",
+    "ltrace",
+    "gdb",
+    "script",
+    "systemd-run",
+    "parallel",
+    "watch",
+    "timeout",
+    "nice",
+    "time",
+    "expect",
+];
+
+/// Why `argv` would run code its arguments name — the program is a shell, an interpreter or
+/// an exec wrapper, or one of its options takes a command (`tar --checkpoint-action=exec=`,
+/// `zip -TT`, `git -c`, `awk 'BEGIN{system(…)}'`, …) — or `None`. `policy suggest` never drafts
+/// such a command as a verb: a verb's caller would choose the code.
+pub fn runs_code(argv: &[String]) -> Option<String> {
+    let program = argv.first()?;
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if RUNS_ANY_CODE.contains(&name) || RUNS_ANY_CODE.contains(&stem) {
+        return Some(format!("`{name}` runs arbitrary code or opens a shell"));
+    }
+    let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+    option_exec(name, &args)
+}
+
+/// A short-option cluster (`-xIf`, not `--long`) that holds `letter`.
+fn short_cluster_has(arg: &str, letter: char) -> bool {
+    arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains(letter)
+}
+
+/// The option of `name` that runs (or writes for later running) a command its value names.
+fn option_exec(name: &str, args: &[&str]) -> Option<String> {
+    let runs = |arg: &str, what: &str| Some(format!("`{arg}`: {name} {what}"));
+    let starts = |arg: &str, options: &[&str]| {
+        options
+            .iter()
+            .any(|o| arg == *o || arg.starts_with(&format!("{o}=")))
+    };
+    match name {
+        "tar" | "gtar" | "bsdtar" => {
+            for (i, arg) in args.iter().enumerate() {
+                if starts(
+                    arg,
+                    &[
+                        "--checkpoint-action",
+                        "--to-command",
+                        "--use-compress-program",
+                        "--info-script",
+                        "--new-volume-script",
+                        "--rsh-command",
+                    ],
+                ) || short_cluster_has(arg, 'I')
+                    || short_cluster_has(arg, 'F')
+                    || (i == 0 && !arg.starts_with('-') && arg.contains(['I', 'F']))
+                {
+                    return runs(arg, "runs the command this option names");
+                }
+            }
+            None
+        }
+        "zip" => args
+            .iter()
+            .find(|a| a.starts_with("-TT") || starts(a, &["--unzip-command"]))
+            .and_then(|a| runs(a, "runs the command this option names to test the archive")),
+        "tcpdump" => args
+            .iter()
+            .find(|a| a.starts_with("-z") || short_cluster_has(a, 'z'))
+            .and_then(|a| runs(a, "runs the command this option names on each saved file")),
+        "rsync" => args
+            .iter()
+            .find(|a| starts(a, &["--rsh", "--rsync-path"]) || short_cluster_has(a, 'e'))
+            .and_then(|a| runs(a, "runs the remote shell or program this option names")),
+        "git" => {
+            let mut global = true;
+            let mut skip_value = false;
+            for arg in args {
+                if skip_value {
+                    skip_value = false;
+                    continue;
+                }
+                if starts(arg, &["--upload-pack", "--receive-pack", "--exec"]) {
+                    return runs(arg, "runs the program this option names");
+                }
+                if global {
+                    if *arg == "-c" || arg.starts_with("-c") && arg.len() > 2 {
+                        return runs(
+                            arg,
+                            "takes configuration that names programs to run (core.pager, core.sshCommand, aliases)",
+                        );
+                    }
+                    if starts(arg, &["--config-env"]) {
+                        return runs(arg, "takes configuration that names programs to run");
+                    }
+                    if matches!(*arg, "-C" | "--git-dir" | "--work-tree" | "--namespace") {
+                        skip_value = true;
+                    } else if !arg.starts_with('-') {
+                        global = false;
+                    }
+                } else if *arg == "-u" {
+                    return runs(arg, "runs the upload-pack program this option names");
+                }
+            }
+            None
+        }
+        "find" => args
+            .iter()
+            .find(|a| {
+                matches!(
+                    **a,
+                    "-exec"
+                        | "-execdir"
+                        | "-ok"
+                        | "-okdir"
+                        | "-fprint"
+                        | "-fprint0"
+                        | "-fprintf"
+                        | "-fls"
+                )
+            })
+            .and_then(|a| {
+                runs(
+                    a,
+                    "runs a command, or writes a file it names (which a shell may run later)",
+                )
+            }),
+        "less" | "more" | "most" | "zless" => args
+            .iter()
+            .find(|a| {
+                a.starts_with('+')
+                    || starts(
+                        a,
+                        &[
+                            "--lesskey-file",
+                            "--lesskey-src",
+                            "--log-file",
+                            "--LOG-FILE",
+                        ],
+                    )
+                    || short_cluster_has(a, 'k')
+                    || short_cluster_has(a, 'o')
+                    || short_cluster_has(a, 'O')
+            })
+            .and_then(|a| {
+                runs(
+                    a,
+                    "runs pager commands (`!` runs a shell) or writes the file this option names",
+                )
+            }),
+        "scp" | "sftp" | "rsh" => {
+            for (i, arg) in args.iter().enumerate() {
+                let option = if *arg == "-o" {
+                    args.get(i + 1).copied().unwrap_or("")
+                } else {
+                    arg.strip_prefix("-o").unwrap_or_default()
+                };
+                let key = option
+                    .split(['=', ' '])
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                if matches!(
+                    key.as_str(),
+                    "proxycommand"
+                        | "localcommand"
+                        | "permitlocalcommand"
+                        | "knownhostscommand"
+                        | "match"
+                ) {
+                    return runs(
+                        &format!("-o {option}"),
+                        "runs the command this option names",
+                    );
+                }
+                if matches!(*arg, "-S" | "-F" | "-D") || arg.starts_with("-S") {
+                    return runs(
+                        arg,
+                        "runs the program or reads the ssh configuration this option names",
+                    );
+                }
+            }
+            None
+        }
+        "awk" | "gawk" | "mawk" | "nawk" => {
+            if let Some(a) = args.iter().find(|a| {
+                starts(a, &["--file", "--exec", "--load", "--include", "--source"])
+                    || matches!(**a, "-f" | "-E" | "-l" | "-i" | "-e")
+            }) {
+                return runs(a, "reads program text or extensions this option names");
+            }
+            args.iter().find_map(|a| {
+                awk_runs(a).and_then(|what| {
+                    runs(what, "runs commands or writes files from its program text")
+                })
+            })
+        }
+        "sed" | "gsed" => {
+            if args.contains(&"--sandbox") {
+                return None;
+            }
+            let mut scripts: Vec<&str> = Vec::new();
+            let mut i = 0;
+            let mut explicit = false;
+            while i < args.len() {
+                let a = args[i];
+                if a == "-e" || a == "--expression" {
+                    scripts.extend(args.get(i + 1));
+                    explicit = true;
+                    i += 2;
+                    continue;
+                }
+                if let Some(rest) = a.strip_prefix("--expression=") {
+                    scripts.push(rest);
+                    explicit = true;
+                } else if a == "-f" || a.starts_with("--file") || short_cluster_has(a, 'f') {
+                    return runs(
+                        a,
+                        "reads a script (which may run commands) from the file this option names",
+                    );
+                } else if !a.starts_with('-') && !explicit {
+                    scripts.push(a);
+                    explicit = true;
+                }
+                i += 1;
+            }
+            scripts
+                .into_iter()
+                .find_map(sed_runs)
+                .and_then(|what| runs(what, "script runs a command (`e`) or writes a file (`w`)"))
+        }
+        _ => None,
+    }
+}
+
+/// The part of an awk program that runs a command or writes a file: `system(`, a pipe to or
+/// from a command (`|`), `print … > file`.
+fn awk_runs(program: &str) -> Option<&'static str> {
+    if program.contains("system") {
+        return Some("system(");
+    }
+    if program.contains('|') {
+        return Some("|");
+    }
+    for statement in program.split([';', '}', '\n']) {
+        if let Some(at) = statement.find("print")
+            && statement[at..].contains('>')
+        {
+            return Some("print >");
+        }
+    }
+    None
+}
+
+/// The command of a sed script that runs a command or writes a file: `e`, `w`/`W`, or an `s`
+/// command with the `e` or `w` flag.
+fn sed_runs(script: &str) -> Option<&'static str> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut i = 0;
+    // Skip a delimited part starting at chars[i] == delimiter; returns the index after its end.
+    let skip_delimited = |mut i: usize, delimiter: char| -> usize {
+        i += 1;
+        while i < chars.len() && chars[i] != delimiter {
+            if chars[i] == '\\' {
+                i += 1;
+            }
+            i += 1;
+        }
+        i + 1
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            ' ' | '\t' | '\n' | ';' | '{' | '}' | '!' | ',' | '$' | '~' | '+' | '0'..='9' => i += 1,
+            '/' => i = skip_delimited(i, '/'),
+            '\\' => {
+                let delimiter = chars.get(i + 1).copied().unwrap_or('/');
+                i = skip_delimited(i + 1, delimiter);
+            }
+            'e' => return Some("e"),
+            'w' | 'W' => return Some("w"),
+            's' | 'y' => {
+                let &delimiter = chars.get(i + 1)?;
+                i = skip_delimited(i + 1, delimiter);
+                i = skip_delimited(i - 1, delimiter);
+                if c == 's' {
+                    while i < chars.len() && !matches!(chars[i], ';' | '\n' | '}') {
+                        match chars[i] {
+                            'e' => return Some("s///e"),
+                            'w' | 'W' => return Some("s///w"),
+                            _ => i += 1,
+                        }
+                    }
+                }
+            }
+            'a' | 'i' | 'c' | ':' | 'b' | 't' | 'T' | 'r' | 'R' | 'q' | 'Q' | 'l' | 'L' | 'v' => {
+                // Text or a label to the end of the command.
+                while i < chars.len() && !matches!(chars[i], ';' | '\n') {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// Paths that hold secrets: private keys, password hashes, kubeconfigs, cloud and database
@@ -451,10 +816,7 @@ fn by_program(name: &str, args: &[&str]) -> (Effect, String) {
                 said(ReadOnly, "reads or shows")
             }
         }
-        "sh" | "bash" | "dash" | "zsh" | "ksh" | "fish" | "python" | "python3" | "perl"
-        | "ruby" | "node" | "php" | "lua" | "su" | "sudo" | "doas" | "pkexec" | "xargs"
-        | "nsenter" | "chroot" | "unshare" | "ssh" | "socat" | "nc" | "ncat" | "vim" | "vi"
-        | "nano" | "emacs" | "ed" => said(Unknown, "runs arbitrary code or opens a shell"),
+        _ if RUNS_ANY_CODE.contains(&name) => said(Unknown, "runs arbitrary code or opens a shell"),
         _ => (
             Unknown,
             format!("`{name}` is not in the tables of known programs"),
@@ -739,8 +1101,75 @@ mod tests {
             ("ip route del default", Mutating),
             ("env", CredentialRead),
             ("frobnicate --now", Unknown),
+            ("awk 'BEGIN{system(\"id\")}'", Unknown),
+            ("sed -n 5p /etc/hosts", ReadOnly),
+            ("sed 's/a/b/e' /etc/hosts", Unknown),
+            ("less +!id /etc/hosts", Unknown),
+            (
+                "journalctl -u nginx --output-fields=MESSAGE -o json",
+                ReadOnly,
+            ),
         ] {
             assert_eq!(effect(line), want, "{line}");
+        }
+    }
+
+    #[test]
+    fn option_level_exec_is_found_and_plain_options_are_not() {
+        let runs = |line: &str| runs_code(&shell_words::split(line).unwrap());
+        for line in [
+            "tar -cf a.tar --checkpoint=1 --checkpoint-action=exec=id .",
+            "tar -xf a.tar --to-command=id",
+            "tar --use-compress-program=id -cf a.tar .",
+            "tar -cIf id a.tar .",
+            "tar cIf id a.tar .",
+            "zip -TT=id a.zip f",
+            "zip --unzip-command id a.zip f",
+            "tcpdump -w x.pcap -G 10 -z ./evil",
+            "rsync -ave ./evil a b:",
+            "rsync --rsh=./evil a b:",
+            "git -c core.pager=id log",
+            "git -C /srv --config-env=core.pager=X log",
+            "git fetch --upload-pack=id origin",
+            "git clone -u id repo",
+            "git archive --exec=id --remote=x HEAD",
+            "find . -fprint /root/.bashrc",
+            "find . -execdir id ;",
+            "less -o /tmp/log /etc/hosts",
+            "scp -oProxyCommand=id f h:",
+            "sftp -o 'LocalCommand id' h",
+            "awk '{print $1 | \"sh\"}' f",
+            "awk '{print $0 > \"/tmp/x\"}' f",
+            "awk -f prog.awk f",
+            "sed -n '1e id' f",
+            "sed '/x/w /tmp/out' f",
+            "sed -e p -e 's|a|b|e' f",
+            "sed -f script.sed f",
+            "vim -c '!id' f",
+            "nvim f",
+            "strace -o /dev/null id",
+        ] {
+            assert!(runs(line).is_some(), "{line}");
+        }
+        for line in [
+            "tar -czf a.tar.gz /srv/app",
+            "tar -tvf a.tar",
+            "zip -r a.zip dir",
+            "tcpdump -i eth0 -c 10 -nn",
+            "rsync -av /a/ /b/",
+            "git log -c -1",
+            "git grep -c foo",
+            "git -C /srv/app status",
+            "find /var/log -name '*.gz' -mtime +7",
+            "less /etc/hosts",
+            "scp -P 2222 f h:",
+            "awk '$3 > 100 {print $1}' f",
+            "sed -n '/error/p' f",
+            "sed 's/a/b/g' f",
+            "sed --sandbox 's/a/b/e' f",
+            "journalctl -u nginx --output-fields=MESSAGE -o json",
+        ] {
+            assert_eq!(runs(line), None, "{line}");
         }
     }
 }

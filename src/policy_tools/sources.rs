@@ -76,12 +76,37 @@ pub enum SourceError {
     Io { path: String, error: std::io::Error },
     #[error("{0}: matches no file")]
     NoMatch(String),
+    #[error("{0}: not a regular file or a directory")]
+    NotRegular(String),
+}
+
+/// The most bytes read from one file; the rest of a larger file is skipped, and said so.
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+/// The most bytes read from all files together; files past it are skipped, and said so.
+pub const MAX_TOTAL_BYTES: u64 = 256 << 20;
+/// A longer line is skipped (a command is never this long; a flood of bytes often is).
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// How deep a directory walk goes, and how many files it lists at most.
+const MAX_DEPTH: usize = 32;
+const MAX_FILES: usize = 100_000;
+
+/// The files to read, and what the walk left out with why.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub files: Vec<PathBuf>,
+    pub skipped: Vec<String>,
 }
 
 /// Expand the `--from` arguments: files, directories (every `*.jsonl`, `*.json`, `*.txt`,
 /// `*.log` and `*.history` file below, sorted) and globs with `*`/`?` in any component.
-pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, SourceError> {
-    let mut files = Vec::new();
+///
+/// The names in a transcript directory are the agent's: below an argument, and for every name
+/// a glob matched, no symbolic link is followed and only regular files and directories are
+/// taken (a link to `/dev/zero`, a FIFO, a device or `x -> .` loops are skipped and named); a
+/// directory is entered once (by device and inode) and at most 32 deep. A literal
+/// argument is the operator's own: a link there is followed, to a regular file or directory.
+pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Inputs, SourceError> {
+    let mut walk = Walk::default();
     for input in inputs {
         let text = input.to_string_lossy();
         if text.contains(['*', '?']) {
@@ -90,41 +115,117 @@ pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, SourceError> {
                 return Err(SourceError::NoMatch(text.into_owned()));
             }
             for m in matched {
-                collect(&m, &mut files)?;
+                walk.entry(&m, 0)?;
             }
         } else {
-            collect(input, &mut files)?;
+            let io = |error| SourceError::Io {
+                path: input.display().to_string(),
+                error,
+            };
+            let meta = std::fs::metadata(input).map_err(io)?;
+            if meta.is_dir() {
+                walk.directory(input, &meta, 0)?;
+            } else if meta.is_file() {
+                // Read by its resolved name: files are opened without following a link.
+                walk.out
+                    .files
+                    .push(std::fs::canonicalize(input).map_err(io)?);
+            } else {
+                return Err(SourceError::NotRegular(input.display().to_string()));
+            }
         }
     }
-    Ok(files)
+    Ok(walk.out)
 }
 
-fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), SourceError> {
-    let io = |error| SourceError::Io {
-        path: path.display().to_string(),
-        error,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if meta.is_dir() {
+#[derive(Default)]
+struct Walk {
+    out: Inputs,
+    entered: std::collections::HashSet<(u64, u64)>,
+}
+
+impl Walk {
+    /// A name the agent may have chosen: taken as it is, never followed.
+    fn entry(&mut self, path: &Path, depth: usize) -> Result<(), SourceError> {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = std::fs::symlink_metadata(path).map_err(|error| SourceError::Io {
+            path: path.display().to_string(),
+            error,
+        })?;
+        let kind = meta.file_type();
+        let skip = |why: &str| format!("{}: skipped, {why}", path.display());
+        if kind.is_symlink() {
+            self.out
+                .skipped
+                .push(skip("a symbolic link (never followed)"));
+        } else if kind.is_dir() {
+            self.directory(path, &meta, depth)?;
+        } else if kind.is_file() {
+            if self.out.files.len() >= MAX_FILES {
+                self.out
+                    .skipped
+                    .push(skip(&format!("more than {MAX_FILES} files")));
+            } else {
+                self.out.files.push(path.to_path_buf());
+            }
+        } else {
+            let what = if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_socket() {
+                "a socket"
+            } else {
+                "a device"
+            };
+            self.out
+                .skipped
+                .push(skip(&format!("not a regular file ({what})")));
+        }
+        Ok(())
+    }
+
+    fn directory(
+        &mut self,
+        path: &Path,
+        meta: &std::fs::Metadata,
+        depth: usize,
+    ) -> Result<(), SourceError> {
+        use std::os::unix::fs::MetadataExt;
+        if !self.entered.insert((meta.dev(), meta.ino())) {
+            self.out.skipped.push(format!(
+                "{}: skipped, a directory already read",
+                path.display()
+            ));
+            return Ok(());
+        }
+        if depth >= MAX_DEPTH {
+            self.out.skipped.push(format!(
+                "{}: skipped, deeper than {MAX_DEPTH} directories",
+                path.display()
+            ));
+            return Ok(());
+        }
         let mut children: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(io)?
+            .map_err(|error| SourceError::Io {
+                path: path.display().to_string(),
+                error,
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .collect();
         children.sort();
         for child in children {
-            let wanted = child.is_dir()
+            let is_dir = std::fs::symlink_metadata(&child).is_ok_and(|m| m.is_dir());
+            let wanted = is_dir
                 || child
                     .extension()
                     .and_then(|e| e.to_str())
-                    .is_some_and(|e| matches!(e, "jsonl" | "json" | "txt" | "log" | "history"));
+                    .is_some_and(|e| matches!(e, "jsonl" | "json" | "txt" | "log" | "history"))
+                || std::fs::symlink_metadata(&child).is_ok_and(|m| m.file_type().is_symlink());
             if wanted {
-                collect(&child, files)?;
+                self.entry(&child, depth + 1)?;
             }
         }
-    } else {
-        files.push(path.to_path_buf());
+        Ok(())
     }
-    Ok(())
 }
 
 /// Match a pattern with `*` and `?` (within one path component) against the file system.
@@ -194,13 +295,39 @@ fn wildcard(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
-/// Read every file and collect its commands.
-pub fn read_files(files: &[PathBuf]) -> Collected {
-    let mut out = Collected::default();
-    for file in files {
+/// Read every file and collect its commands, with what the walk skipped among the problems.
+///
+/// A file is opened without following a link and without blocking (a FIFO or device swapped in
+/// after the walk is refused by its type, never waited on), and read up to [`MAX_FILE_BYTES`]
+/// (whole lines; all files together up to [`MAX_TOTAL_BYTES`]); a line over [`MAX_LINE_BYTES`]
+/// is skipped. Each cut is said.
+pub fn read_files(inputs: &Inputs) -> Collected {
+    let mut out = Collected {
+        problems: inputs.skipped.clone(),
+        ..Collected::default()
+    };
+    let mut total: u64 = 0;
+    for file in &inputs.files {
+        let left = MAX_TOTAL_BYTES.saturating_sub(total);
+        if left == 0 {
+            out.problems.push(format!(
+                "{}: skipped, the files before it reached the {} MiB read in all",
+                file.display(),
+                MAX_TOTAL_BYTES >> 20
+            ));
+            continue;
+        }
         out.files += 1;
-        match std::fs::read(file) {
-            Ok(bytes) => {
+        match read_capped(file, MAX_FILE_BYTES.min(left)) {
+            Ok((bytes, size)) => {
+                total += bytes.len() as u64;
+                if size > bytes.len() as u64 {
+                    out.problems.push(format!(
+                        "{}: read the first {} MiB of {size} bytes; the rest skipped",
+                        file.display(),
+                        (bytes.len() as u64).div_ceil(1 << 20)
+                    ));
+                }
                 let text = String::from_utf8_lossy(&bytes);
                 read_text(&text, &file.display().to_string(), &mut out);
             }
@@ -210,10 +337,41 @@ pub fn read_files(files: &[PathBuf]) -> Collected {
     out
 }
 
+/// Up to `cap` bytes of `path` (cut after its last whole line when cut), and the file's size.
+fn read_capped(path: &Path, cap: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("skipped, not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap).read_to_end(&mut bytes)?;
+    let size = meta.len().max(bytes.len() as u64);
+    if size > bytes.len() as u64
+        && let Some(end) = bytes.iter().rposition(|b| *b == b'\n')
+    {
+        bytes.truncate(end + 1);
+    }
+    Ok((bytes, size))
+}
+
 /// Collect the commands of one file's text.
 pub fn read_text(text: &str, name: &str, out: &mut Collected) {
     for (index, line) in text.lines().enumerate() {
         let source = format!("{name}:{}", index + 1);
+        if line.len() > MAX_LINE_BYTES {
+            out.problems.push(format!(
+                "{source}: skipped, a line of {} bytes (over {} MiB)",
+                line.len(),
+                MAX_LINE_BYTES >> 20
+            ));
+            continue;
+        }
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;

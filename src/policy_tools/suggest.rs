@@ -8,7 +8,9 @@
 //! `k8s-name`, `hostname`, a `path` with the directories seen as roots, or an anchored string
 //! pattern built only from the character classes seen (letters, digits and `._:@/+=,-`).
 //!
-//! Invariants: never a shell, an interpreter or an exec wrapper; never a string parameter
+//! Invariants: never a shell, an interpreter or an exec wrapper, nor a command one of whose
+//! options runs a command (`danger::runs_code`: `tar --checkpoint-action=exec=`, `zip -TT`,
+//! `git -c`, `awk 'BEGIN{system(…)}'`, `sed 's/…/…/e'`, …); never a string parameter
 //! without a pattern (values with other characters become an enum, or the group is skipped);
 //! never a credential read; the category is `read-only` only when every command of the group is
 //! known to be read-only, `destructive` (with a dry run that shows the argv) when any is, and
@@ -28,6 +30,8 @@ use std::path::{Path, PathBuf};
 pub struct Suggestions {
     pub verbs: Vec<SuggestedVerb>,
     pub skipped: Vec<String>,
+    /// What the reading of the history skipped or could not read (links, FIFOs, caps, bad lines).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +45,10 @@ pub struct SuggestedVerb {
 }
 
 impl Suggestions {
-    /// TOML to paste into the policy (comments say where each verb came from).
+    /// TOML to paste into the policy (comments say where each verb came from). Every string that
+    /// came from the history (commands, file names, programs, values) is shown through the one
+    /// escaping rule of [`crate::terminal`]: `escape` in comments, `toml_string` in TOML strings,
+    /// so what the operator reads on a terminal is what the bytes say.
     pub fn render(&self) -> String {
         let mut out = String::from(
             "# Suggested by `verbd policy suggest`. Review every verb before pasting it into the\n# policy: the program path, the category, the parameter types and ranges, the roles and the\n# sandbox (none is set: the default profile has no network and no writes).\n",
@@ -53,7 +60,13 @@ impl Suggestions {
         if !self.skipped.is_empty() {
             out.push_str("\n# Not suggested:\n");
             for s in &self.skipped {
-                out.push_str(&format!("#   {}\n", s.replace('\n', " ")));
+                out.push_str(&format!("#   {}\n", comment(s)));
+            }
+        }
+        if !self.warnings.is_empty() {
+            out.push_str("\n# Not read from the history:\n");
+            for w in &self.warnings {
+                out.push_str(&format!("#   {}\n", comment(w)));
             }
         }
         out
@@ -90,7 +103,10 @@ pub fn suggest(
     roles: &[String],
     report: &Report,
 ) -> Suggestions {
-    let mut out = Suggestions::default();
+    let mut out = Suggestions {
+        warnings: report.problems.clone(),
+        ..Suggestions::default()
+    };
     let mut groups: BTreeMap<(String, Vec<String>, Vec<Shape>), Vec<Sample<'_>>> = BTreeMap::new();
     for c in report
         .commands
@@ -106,11 +122,16 @@ pub fn suggest(
             continue;
         };
         let program = argv[0].rsplit('/').next().unwrap_or(&argv[0]).to_string();
-        if crate::policy::compile::is_interpreter(Path::new(&argv[0])).is_some()
-            || danger::classify(argv).1.contains("arbitrary code")
-        {
+        if crate::policy::compile::is_interpreter(Path::new(&argv[0])).is_some() {
             out.skipped.push(format!(
                 "`{}`: {program} is a shell, interpreter or exec wrapper",
+                c.command
+            ));
+            continue;
+        }
+        if let Some(why) = danger::runs_code(argv) {
+            out.skipped.push(format!(
+                "`{}`: runs code its arguments choose: {why}",
                 c.command
             ));
             continue;
@@ -203,8 +224,14 @@ fn verify(policy_text: &str, base: Option<&Path>, roles: &[String], out: &mut Su
     out.verbs = kept;
 }
 
+/// A TOML string holding `s` exactly, with nothing hidden on a terminal.
 fn quote(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+    crate::terminal::toml_string(s)
+}
+
+/// Text from the history, fit for one comment line: hidden characters and newlines escaped.
+fn comment(s: &str) -> String {
+    crate::terminal::escape(s)
 }
 
 /// Escape a literal for the template syntax (`{`/`}` are placeholders).
@@ -551,12 +578,13 @@ fn draft(
     toml.push_str(&format!(
         "# from {} recorded command(s), e.g. `{}` ({})\n",
         samples.len(),
-        first.replace('\n', " "),
-        sources[0]
+        comment(first),
+        comment(&sources[0])
     ));
     if !found {
         toml.push_str(&format!(
-            "# {program} was not found on this host: check the program path\n"
+            "# {} was not found on this host: check the program path\n",
+            comment(program)
         ));
     }
     toml.push_str(&format!("[verb.{name}]\n"));
@@ -621,7 +649,7 @@ fn draft(
         if !absent.is_empty() {
             toml.push_str(&format!(
                 "# No example with {}: not on this host, where the self-test renders examples.\n",
-                absent.into_iter().collect::<Vec<_>>().join(", ")
+                comment(&absent.into_iter().collect::<Vec<_>>().join(", "))
             ));
         }
         if !examples.is_empty() {
