@@ -4,8 +4,12 @@
 //! real, effective and saved ids all changed and no way back, or — only with `allow_root = true` —
 //! stays root; every other case is a [`PrivilegeError`] and nothing is served. Capabilities: none,
 //! unless a sandbox profile runs its children as another user (`run_as`), which needs
-//! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets); the drop
-//! is verified by reading the ids and capability sets back. Root's file operations on the state
+//! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets). A daemon
+//! holding `CAP_SETUID` or `CAP_SETGID` (dropped from root here, or started with them by systemd)
+//! runs under the identity guard (module `sandbox::identity`): `no_new_privs`, and only its own
+//! ids and the policy's `run_as` ids can be taken. The drop is verified by what it must
+//! guarantee: the ids read back, no capability but the kept ones in any set (none inheritable or
+//! ambient), and every way back to uid or gid 0 tried and failed. Root's file operations on the state
 //! dir (which the daemon user can write) never follow a link: `O_NOFOLLOW` descriptors,
 //! `AT_EMPTY_PATH` chown of the inode that was checked, and unexpected entries refused.
 #![forbid(unsafe_code)]
@@ -107,7 +111,7 @@ pub fn daemon_uid_for(policy: &Policy) -> u32 {
 /// a daemon started unprivileged.
 pub fn drop_to_daemon_user(policy: &Policy, state_dir: &Path) -> Result<(), PrivilegeError> {
     if !nix::unistd::geteuid().is_root() {
-        return Ok(());
+        return guard_kept_identity_caps(policy);
     }
     let Some(user) = daemon_user(policy)? else {
         if policy.daemon.allow_root {
@@ -149,26 +153,72 @@ pub fn drop_to_daemon_user(policy: &Policy, state_dir: &Path) -> Result<(), Priv
     caps::clear(None, CapSet::Inheritable)
         .map_err(caps_err("clearing inheritable capabilities"))?;
     caps::clear(None, CapSet::Ambient).map_err(caps_err("clearing ambient capabilities"))?;
-    let bounding =
-        caps::read(None, CapSet::Bounding).map_err(caps_err("reading the bounding set"))?;
-    let permitted =
-        caps::read(None, CapSet::Permitted).map_err(caps_err("reading the permitted set"))?;
-    if bounding != keep || permitted != keep {
-        return Err(PrivilegeError::NotVerified("the capability drop".into()));
+    if !keep.is_empty() {
+        install_identity_guard(policy, user.uid, user.gid)?;
+    }
+    let not_verified = |why: String| {
+        PrivilegeError::NotVerified(format!("the privilege drop to {} ({why})", user.name))
+    };
+    for (name, set, want) in [
+        ("bounding", CapSet::Bounding, &keep),
+        ("permitted", CapSet::Permitted, &keep),
+        ("effective", CapSet::Effective, &keep),
+        (
+            "inheritable",
+            CapSet::Inheritable,
+            &caps::CapsHashSet::new(),
+        ),
+        ("ambient", CapSet::Ambient, &caps::CapsHashSet::new()),
+    ] {
+        let held = caps::read(None, set).map_err(caps_err("reading a capability set"))?;
+        if &held != want {
+            return Err(not_verified(format!(
+                "the {name} set holds {} capabilities, not {}",
+                held.len(),
+                want.len()
+            )));
+        }
     }
     let uids = getresuid().map_err(sys("getresuid"))?;
     let gids = getresgid().map_err(sys("getresgid"))?;
-    let dropped = [uids.real, uids.effective, uids.saved] == [user.uid; 3]
-        && [gids.real, gids.effective, gids.saved] == [user.gid; 3]
-        && nix::unistd::setuid(Uid::from_raw(0)).is_err()
-        && nix::unistd::setgid(Gid::from_raw(0)).is_err();
-    if !dropped {
-        return Err(PrivilegeError::NotVerified(format!(
-            "the privilege drop to {}",
-            user.name
-        )));
+    if [uids.real, uids.effective, uids.saved] != [user.uid; 3]
+        || [gids.real, gids.effective, gids.saved] != [user.gid; 3]
+    {
+        return Err(not_verified("the ids read back differ".into()));
     }
-    Ok(())
+    if !keep.is_empty() && !nix::sys::prctl::get_no_new_privs().unwrap_or(false) {
+        return Err(not_verified("no_new_privs is not set".into()));
+    }
+    crate::sandbox::identity::root_unreachable().map_err(not_verified)
+}
+
+/// The ids a guarded daemon may take: its own and every `run_as` of the policy.
+fn install_identity_guard(policy: &Policy, uid: Uid, gid: Gid) -> Result<(), PrivilegeError> {
+    let run_as: Vec<_> = policy.sandboxes.values().filter_map(|s| s.run_as).collect();
+    let uids: Vec<u32> = std::iter::once(uid.as_raw())
+        .chain(run_as.iter().map(|r| r.uid))
+        .collect();
+    let gids: Vec<u32> = std::iter::once(gid.as_raw())
+        .chain(run_as.iter().map(|r| r.gid))
+        .collect();
+    crate::sandbox::identity::guard(&uids, &gids).map_err(|source| PrivilegeError::Syscall {
+        what: "installing the identity guard",
+        source,
+    })
+}
+
+/// A daemon started unprivileged but handed `CAP_SETUID`/`CAP_SETGID` (systemd's
+/// `AmbientCapabilities=` for `run_as`) takes the identity guard too, and proves it.
+fn guard_kept_identity_caps(policy: &Policy) -> Result<(), PrivilegeError> {
+    let permitted =
+        caps::read(None, CapSet::Permitted).map_err(caps_err("reading the permitted set"))?;
+    if !permitted.contains(&Capability::CAP_SETUID) && !permitted.contains(&Capability::CAP_SETGID)
+    {
+        return Ok(());
+    }
+    install_identity_guard(policy, nix::unistd::geteuid(), nix::unistd::getegid())?;
+    crate::sandbox::identity::root_unreachable()
+        .map_err(|why| PrivilegeError::NotVerified(format!("the identity guard ({why})")))
 }
 
 /// The state dir is made 0700 through a descriptor opened with `O_NOFOLLOW`: a symlink put in

@@ -576,6 +576,23 @@ pub struct CanaryFinding {
 
 fn check_sandbox(report: &mut Report, ctx: &Context, spec: &SandboxSpec) {
     let name = format!("sandbox:{}", spec.name);
+    if let Some(run_as) = spec.run_as
+        && !crate::sandbox::identity::permits(run_as.uid, run_as.gid)
+    {
+        let (uids, gids) = crate::sandbox::identity::guarded_ids().unwrap_or_default();
+        report.push(
+            name,
+            Err((
+                format!(
+                    "run_as uid {} gid {} is not one this daemon may switch to: its identity guard, set at start from the policy it started with, allows uids {uids:?} and gids {gids:?}; restart the daemon to serve a new run_as user",
+                    run_as.uid, run_as.gid
+                ),
+                "restart the daemon (a reload cannot widen the ids its identity guard allows)"
+                    .into(),
+            )),
+        );
+        return;
+    }
     let result = run_canary(ctx, spec);
     report.push(name, result);
 }

@@ -488,6 +488,65 @@ pub(super) fn exec_program() -> BpfProgram {
     program
 }
 
+/// offsetof(struct seccomp_data, args[i]), low 32 bits on little-endian x86_64: uids, gids and
+/// `setgroups`' count are 32-bit in the kernel, which reads only this half.
+fn offset_of_arg_low(index: u8) -> u32 {
+    16 + 8 * u32::from(index)
+}
+
+/// "Unchanged" in `setresuid` and friends: `(uid_t) -1`.
+const UNCHANGED_ID: u32 = u32::MAX;
+
+/// The identity guard of a daemon that keeps `CAP_SETUID`/`CAP_SETGID` for `run_as` (module
+/// `identity`): arch check, every x32 number EPERM, then each identity-changing call answers
+/// EPERM unless every id it sets is in `uids` (`gids` for the group calls) or "unchanged", and
+/// `setgroups` unless its list is empty. So no thread of the daemon, and no child before its own
+/// filters, can take uid 0, gid 0, root's groups, or any id but these, whatever it holds.
+pub(super) fn identity_program(uids: &[u32], gids: &[u32]) -> Result<BpfProgram, SandboxError> {
+    let mut uids = uids.to_vec();
+    uids.push(UNCHANGED_ID);
+    let mut gids = gids.to_vec();
+    gids.push(UNCHANGED_ID);
+    let guarded: [(i64, &[u8], &[u32]); 9] = [
+        (libc::SYS_setuid, &[0], &uids),
+        (libc::SYS_setreuid, &[0, 1], &uids),
+        (libc::SYS_setresuid, &[0, 1, 2], &uids),
+        (libc::SYS_setfsuid, &[0], &uids),
+        (libc::SYS_setgid, &[0], &gids),
+        (libc::SYS_setregid, &[0, 1], &gids),
+        (libc::SYS_setresgid, &[0, 1, 2], &gids),
+        (libc::SYS_setfsgid, &[0], &gids),
+        (libc::SYS_setgroups, &[0], &[0]),
+    ];
+    let mut program = vec![
+        insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        insn(LD_W_ABS, 0, 0, OFFSET_NR),
+        insn(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        insn(RET_K, 0, 0, ret_errno(libc::EPERM)),
+    ];
+    for (nr, args, allowed) in guarded {
+        // Per argument: load it, jump past the EPERM when it equals an allowed value.
+        let mut body = Vec::new();
+        for &arg in args {
+            body.push(insn(LD_W_ABS, 0, 0, offset_of_arg_low(arg)));
+            let count = allowed.len();
+            for (i, &id) in allowed.iter().enumerate() {
+                let past_eperm = u8::try_from(count - i).map_err(|_| jump_too_far())?;
+                body.push(insn(JEQ_K, past_eperm, 0, id));
+            }
+            body.push(insn(RET_K, 0, 0, ret_errno(libc::EPERM)));
+        }
+        body.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
+        let past_body = u8::try_from(body.len()).map_err(|_| jump_too_far())?;
+        program.push(insn(JEQ_K, 0, past_body, nr as u32));
+        program.extend(body);
+    }
+    program.push(insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
+    Ok(program)
+}
+
 fn jump_too_far() -> SandboxError {
     SandboxError::Seccomp("syscall search tree needs a jump beyond 255 instructions".into())
 }
@@ -643,6 +702,58 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn identity_program_lets_only_the_listed_ids_through() {
+        let program = identity_program(&[1000, 101], &[1000, 104]).unwrap();
+        let eperm = ret_errno(libc::EPERM);
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let none = u32::MAX as u64;
+        let call = |nr: i64, a: [u64; 3]| run_call(&program, nr, [a[0], a[1], a[2], 0, 0, 0]);
+        assert_eq!(call(libc::SYS_setresuid, [101, 101, 101]), allow);
+        assert_eq!(call(libc::SYS_setresuid, [1000, none, none]), allow);
+        // Root, another uid, and root hidden in any position or in the upper half's neighbour.
+        for args in [
+            [0, 0, 0],
+            [none, 0, none],
+            [none, none, 0],
+            [1000, 1000, 0],
+            [102, 102, 102],
+        ] {
+            assert_eq!(call(libc::SYS_setresuid, args), eperm, "{args:?}");
+        }
+        assert_eq!(call(libc::SYS_setuid, [0, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setuid, [101, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_setreuid, [101, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setfsuid, [0, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setfsuid, [1000, 0, 0]), allow);
+        // The uid list does not open the gid calls, nor the other way round.
+        assert_eq!(call(libc::SYS_setresgid, [101, 101, 101]), eperm);
+        assert_eq!(call(libc::SYS_setresgid, [104, 104, 104]), allow);
+        assert_eq!(call(libc::SYS_setgid, [0, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setregid, [none, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setfsgid, [0, 0, 0]), eperm);
+        assert_eq!(call(libc::SYS_setresuid, [104, 104, 104]), eperm);
+        // setgroups: only the empty list.
+        assert_eq!(call(libc::SYS_setgroups, [0, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_setgroups, [1, 0x7fff_0000, 0]), eperm);
+        // Everything else is this filter's business no more.
+        assert_eq!(call(libc::SYS_getuid, [0, 0, 0]), allow);
+        assert_eq!(call(libc::SYS_capset, [0, 0, 0]), allow);
+        // The x32 table and a foreign architecture.
+        assert_eq!(
+            run(
+                &program,
+                AUDIT_ARCH_X86_64,
+                X32_SYSCALL_BIT + libc::SYS_setresuid as u32
+            ),
+            eperm
+        );
+        assert_eq!(
+            run(&program, 3 | 0x4000_0000, 0),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
     }
 
     #[test]
