@@ -145,3 +145,138 @@ fn a_live_reload_that_deletes_the_verb_voids_a_pending_approval() {
     );
     assert_eq!(execs_of(&d, id), 0);
 }
+
+const HOSTILE: u32 = 63020;
+const APPROVER: u32 = 63021;
+
+/// A verb whose argv a reload can leave as it is while changing what the run gets: its
+/// environment, its sandbox profile's content (same name), its category.
+const RELOADED: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [63020]
+[roles.sre]
+kind = "human"
+uids = [63021]
+[approvals]
+approvers = ["sre"]
+
+[sandbox.box]
+read = ["/usr", "/etc"]
+
+[verb.stamp]
+description = "print a word"
+category = "destructive"
+roles = ["agent"]
+command = "/bin/echo {name}"
+dry_run = "/bin/echo would echo {name}"
+env = { MODE = "safe" }
+sandbox = "box"
+params.name = { type = "string", pattern = "[a-z]{1,8}" }
+"#;
+
+/// The hostile agent proposes, the policy is reloaded with a change the approver never saw,
+/// and the approver approves the proposal as shown. For every change that is not visible in the
+/// argv (so only the verb fingerprint can catch it), the approval must be refused and nothing
+/// run. On the old code a changed sandbox profile (write access, network) and a changed
+/// category were approved and ran; the environment change was caught only by the fingerprint
+/// (with the check removed, it ran too). Control: a reload that changes only the description
+/// keeps the approval good.
+#[test]
+fn a_reload_that_changes_what_runs_but_not_the_argv_voids_the_approval() {
+    if !require_root("approvals_recheck") {
+        return;
+    }
+    let d = Daemon::start_with(RELOADED, |dir| {
+        std::fs::create_dir(dir.join("out")).unwrap();
+    });
+    d.open_socket();
+    let base = std::fs::read_to_string(&d.policy).unwrap();
+    let out_dir = d.path("out").display().to_string();
+    let changes: Vec<(&str, String)> = vec![
+        ("env", base.replace("MODE = \"safe\"", "MODE = \"wild\"")),
+        (
+            "sandbox write roots",
+            base.replace(
+                "read = [\"/usr\", \"/etc\"]",
+                &format!("read = [\"/usr\", \"/etc\"]\nwrite = [\"{out_dir}\"]"),
+            ),
+        ),
+        (
+            "sandbox network",
+            base.replace(
+                "read = [\"/usr\", \"/etc\"]",
+                "read = [\"/usr\", \"/etc\"]\nnetwork = \"full\"",
+            ),
+        ),
+        (
+            "category",
+            base.replace("category = \"destructive\"", "category = \"mutating\""),
+        ),
+        (
+            "timeout",
+            base.replace("sandbox = \"box\"", "sandbox = \"box\"\ntimeout = \"5m\""),
+        ),
+    ];
+    let propose_as_hostile = |value: &str| -> (u64, String) {
+        let out = d.cli_as(
+            HOSTILE,
+            &[
+                "call",
+                "--json",
+                "--reason",
+                "routine",
+                "stamp",
+                &format!("name={value}"),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(73), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            v["id"].as_u64().unwrap(),
+            v["hash"].as_str().unwrap().to_string(),
+        )
+    };
+    let reload_as_approver = |text: &str| {
+        std::fs::write(&d.policy, text).unwrap();
+        let out = d.cli_as(APPROVER, &["reload"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    };
+    let mut ran = Vec::new();
+    for (index, (what, changed)) in changes.iter().enumerate() {
+        assert_ne!(changed, &base, "{what}: the change did not apply");
+        reload_as_approver(&base);
+        let value = format!("v{}", "abcdefgh".chars().nth(index).unwrap());
+        let (id, hash) = propose_as_hostile(&value);
+        reload_as_approver(changed);
+        let out = d.cli_as(
+            APPROVER,
+            &["approve", &id.to_string(), "--hash", &hash[..12]],
+        );
+        let executed = execs_of(&d, id);
+        println!(
+            "{what}: approve exit {:?}, {executed} exec record(s): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        if out.status.code() != Some(77) || executed != 0 {
+            ran.push(*what);
+        }
+    }
+    assert!(
+        ran.is_empty(),
+        "approved and ran after a reload changed: {ran:?}"
+    );
+    // Control: a change to the description alone leaves the approval good.
+    reload_as_approver(&base);
+    let (id, hash) = propose_as_hostile("control");
+    reload_as_approver(&base.replace("print a word", "print one word"));
+    let out = d.cli_as(
+        APPROVER,
+        &["approve", &id.to_string(), "--hash", &hash[..12]],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(execs_of(&d, id), 1);
+}

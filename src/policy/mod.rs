@@ -223,9 +223,10 @@ impl Verb {
         self.category.map_or("unspecified", Category::as_str)
     }
 
-    /// A digest of everything that decides what an approved proposal would run: template,
-    /// dry-run, env, params, sandbox. An approval is refused when this changed since proposal.
-    pub fn fingerprint(&self) -> String {
+    /// The text of what this verb alone decides about a run: template, dry-run, env, params,
+    /// category, limits, working directory, the sandbox's name. [`Policy::verb_fingerprint`]
+    /// adds the sandbox profile's content.
+    fn fingerprint_text(&self) -> String {
         let action = match &self.action {
             VerbAction::Command { template, dry_run } => format!(
                 "cmd:{:?}|dry:{:?}",
@@ -247,11 +248,15 @@ impl Verb {
                 )
             })
             .collect();
-        let text = format!(
-            "{action}|env:{:?}|params:{params:?}|sandbox:{}",
-            self.env, self.sandbox
-        );
-        crate::digest::sha256_hex(text.as_bytes())
+        format!(
+            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}",
+            self.env,
+            self.category_label(),
+            self.timeout,
+            self.max_output,
+            self.cwd,
+            self.sandbox
+        )
     }
 }
 
@@ -603,9 +608,25 @@ impl Policy {
                 call,
                 description: verb.description.clone(),
                 category: verb.category_label(),
-                verb_fingerprint: verb.fingerprint(),
+                verb_fingerprint: self.verb_fingerprint(verb),
             })
         }
+    }
+
+    /// A digest of everything that decides what an approved proposal of `verb` would run and
+    /// how: its template, dry run, env, params, category, limits and working directory, and the
+    /// *content* of its sandbox profile (roots, network, run-as, rlimits, umask, sockets), not
+    /// only its name. An approval is refused when this changed since the proposal: a reload
+    /// that leaves the argv as it was but gives the run another environment, more access or
+    /// another category voids the approval.
+    pub fn verb_fingerprint(&self, verb: &Verb) -> String {
+        let profile = self
+            .sandboxes
+            .get(&verb.sandbox)
+            .map(|spec| format!("{spec:?}"))
+            .unwrap_or_default();
+        let text = format!("{}|profile:{profile}", verb.fingerprint_text());
+        crate::digest::sha256_hex(text.as_bytes())
     }
 
     /// Check the argument names and values; apply defaults.

@@ -335,10 +335,12 @@ impl Daemon {
                     "verb `{}` no longer exists in the policy; the proposal cannot run",
                     proposal.verb
                 )),
-                Some(v) if v.fingerprint() != proposal.verb_fingerprint => Some(format!(
-                    "the policy changed verb `{}` (template, params, env or sandbox) since this proposal was made; it cannot run on the old approval. Ask the agent to propose again",
-                    v.name
-                )),
+                Some(v) if prepared.policy.verb_fingerprint(v) != proposal.verb_fingerprint => {
+                    Some(format!(
+                        "the policy changed verb `{}` (template, params, env, category, limits or sandbox) since this proposal was made; it cannot run on the old approval. Ask the agent to propose again",
+                        v.name
+                    ))
+                }
                 Some(_) => None,
             }
         };
