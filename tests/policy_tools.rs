@@ -560,7 +560,7 @@ fn packs_load_and_their_tests_pass() {
         assert_eq!(out.status.code(), Some(0), "{tests}: {}", text(&out));
         assert!(text(&out).contains(" passed, 0 failed"), "{}", text(&out));
     }
-    assert_eq!(packs, 10);
+    assert_eq!(packs, 14);
     // JUnit for CI.
     let out = verbd(&[
         "policy",

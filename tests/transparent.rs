@@ -513,3 +513,241 @@ fn verbd_sh_refuses_everything_that_is_not_a_verb_call() {
     assert_eq!(output.status.code(), Some(73), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("CONFIRM_REQUIRED"));
 }
+
+const SITE: &str = "tests/data/transparent/site.toml";
+const CORPUS_READ_ONLY: &str = "tests/data/transparent/corpus-read-only.txt";
+const CORPUS_CHANGES: &str = "tests/data/transparent/corpus-changes-and-secrets.txt";
+
+/// `verbd policy coverage` of a corpus file against the site's policy, as JSON.
+fn coverage(corpus: &str) -> Value {
+    let output = Command::new(BIN)
+        .args([
+            "policy", "coverage", SITE, "--from", corpus, "--format", "json",
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("coverage of {corpus}: {e}: {output:?}"))
+}
+
+#[test]
+fn the_corpus_is_covered_without_an_unsafe_verb() {
+    let lines = |f: &str| std::fs::read_to_string(f).unwrap().lines().count();
+    assert!(lines(CORPUS_READ_ONLY) + lines(CORPUS_CHANGES) >= 500);
+    let read_only = coverage(CORPUS_READ_ONLY);
+    let summary = &read_only["summary"];
+    let (covered, commands) = (
+        summary["covered"].as_u64().unwrap(),
+        summary["commands"].as_u64().unwrap(),
+    );
+    assert!(
+        covered * 100 >= commands * 95,
+        "{covered}/{commands} read-only commands covered: {summary}"
+    );
+    assert_eq!(summary["dangerous_without_approval"], 0, "{summary}");
+    // The README reports this figure; it must be the one measured here.
+    let percent = covered as f64 * 100.0 / commands as f64;
+    let claim = format!("**{covered} of {commands} read-only commands ({percent:.1} %)**");
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    assert!(readme.contains(&claim), "README.md must report {claim}");
+    let changes = coverage(CORPUS_CHANGES);
+    assert_eq!(
+        changes["summary"]["dangerous_without_approval"], 0,
+        "{}",
+        changes["summary"]
+    );
+    for command in changes["commands"].as_array().unwrap() {
+        if command["status"] == "covered" {
+            assert_eq!(
+                command["needs_approval"], true,
+                "a change or a secret read runs without a human: {command}"
+            );
+        }
+    }
+}
+
+/// The site's agent (tests/data/transparent/site.toml).
+const SITE_AGENT_UID: u32 = 63304;
+
+/// A directory under /usr (which every pack's sandbox may read and run from), removed on drop.
+struct FakePrograms(std::path::PathBuf);
+
+impl Drop for FakePrograms {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The site's policy, loadable on this host: includes by absolute path, and every program a
+/// pack names that this host lacks replaced by a copy of `echo` of the same name in `bin` (the
+/// mapping goes by program name; an echo run prints the argv the verb built).
+fn site_policy_for_this_host(bin: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(SITE)).unwrap();
+    let program = regex::Regex::new(r#"(?m)^(?:command|dry_run) = "(/[^ "]+)"#).unwrap();
+    let include = regex::Regex::new(
+        r#"(?m)^  (\{ path = )?"\.\./\.\./\.\./policy/packs/([a-z]+)\.toml"(.*?)( \})?,$"#,
+    )
+    .unwrap();
+    include
+        .replace_all(&text, |c: &regex::Captures| {
+            let pack = root.join(format!("policy/packs/{}.toml", &c[2]));
+            let pack_text = std::fs::read_to_string(&pack).unwrap();
+            let mut fakes: Vec<String> = Vec::new();
+            for found in program.captures_iter(&pack_text) {
+                let path = Path::new(&found[1]);
+                let name = path.file_name().unwrap().to_str().unwrap();
+                if !path.exists() && !fakes.iter().any(|f| f.starts_with(&format!("\"{name}\""))) {
+                    let fake = bin.join(name);
+                    std::fs::copy("/usr/bin/echo", &fake).unwrap();
+                    fakes.push(format!("\"{name}\" = \"{}\"", fake.display()));
+                }
+            }
+            let narrowing = c.get(3).map_or("", |m| m.as_str());
+            let programs = if fakes.is_empty() {
+                String::new()
+            } else {
+                format!(", programs = {{ {} }}", fakes.join(", "))
+            };
+            format!(
+                "  {{ path = \"{}\"{narrowing}{programs} }},",
+                pack.display()
+            )
+        })
+        .into_owned()
+}
+
+#[test]
+fn corpus_lines_are_rewritten_through_the_hook_as_coverage_maps_them() {
+    if !require_root("corpus_lines_are_rewritten_through_the_hook_as_coverage_maps_them") {
+        return;
+    }
+    let dir = open_tempdir();
+    let fakes = FakePrograms(std::path::PathBuf::from(format!(
+        "/usr/local/lib/verbd-test-fakes-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&fakes.0).unwrap();
+    let policy = site_policy_for_this_host(&fakes.0).replace(
+        "[roles.agent]",
+        "[daemon]\nallow_root = true\n\n[roles.agent]",
+    );
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::write(credentials.join("pg_password"), "corpus-pg-password").unwrap();
+    std::fs::write(
+        credentials.join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\n",
+    )
+    .unwrap();
+    for name in ["pg_password", "kubeconfig"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            credentials.join(name),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    let daemon = Daemon::spawn_in(
+        dir,
+        &policy,
+        &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
+    );
+    daemon.wait_ready();
+    daemon.open_socket();
+    // The real hook binary, as the site's agent.
+    let decide = |line: &str| {
+        let output = hook(
+            &daemon,
+            Some(SITE_AGENT_UID),
+            &bash_call(line, Path::new("/srv")),
+        );
+        claude_hook::HookOutcome {
+            exit_code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    };
+
+    // A report names its recorded line as `file:N`; the hook gets the whole line (`cd DIR && …`).
+    let line_of = |corpus: &str, command: &Value| -> String {
+        let number: usize = command["source"]
+            .as_str()
+            .and_then(|s| s.rsplit(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        std::fs::read_to_string(corpus)
+            .unwrap()
+            .lines()
+            .nth(number - 1)
+            .unwrap()
+            .to_string()
+    };
+    // Every third covered line (each is a hook process of its own), and every line of the changes.
+    let mut rewritten = 0;
+    let covered: Vec<Value> = coverage(CORPUS_READ_ONLY)["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "covered")
+        .cloned()
+        .collect();
+    for command in covered.iter().step_by(3) {
+        let line = &line_of(CORPUS_READ_ONLY, command);
+        let expected = claude_hook::verb_call_command(
+            Path::new(BIN),
+            &daemon.socket,
+            &verbd::protocol::VerbCall {
+                verb: command["verb"].as_str().unwrap().into(),
+                args: serde_json::from_value(command["args"].clone()).unwrap(),
+                client_side: command["client_side"].as_str().map(str::to_string),
+                needs_approval: command["needs_approval"].as_bool().unwrap(),
+            },
+        );
+        let outcome = decide(line);
+        assert_eq!(outcome.exit_code, 0, "{line}: {outcome:?}");
+        let body: Value = serde_json::from_str(&outcome.stdout)
+            .unwrap_or_else(|e| panic!("{line}: {e}: {outcome:?}"));
+        assert_eq!(
+            body["hookSpecificOutput"]["updatedInput"]["command"], expected,
+            "{line}"
+        );
+        rewritten += 1;
+    }
+    assert!(rewritten >= 140, "{rewritten} corpus lines rewritten");
+
+    // Changes and secret reads: never rewritten into a verb that runs at once.
+    let changes = coverage(CORPUS_CHANGES);
+    let mut denied = 0;
+    for command in changes["commands"].as_array().unwrap() {
+        let line = &line_of(CORPUS_CHANGES, command);
+        let outcome = decide(line);
+        match outcome.exit_code {
+            2 => denied += 1,
+            0 if outcome.stdout.is_empty() => {}
+            0 => assert_eq!(command["needs_approval"], true, "{line}: {outcome:?}"),
+            _ => panic!("{line}: {outcome:?}"),
+        }
+    }
+    assert!(denied >= 40, "{denied} of the changes denied");
+
+    // Rewritten commands run the verb: the same output as the command itself.
+    for line in ["uname -r", "nproc", "sudo hostname"] {
+        let outcome = decide(line);
+        let body: Value = serde_json::from_str(&outcome.stdout).unwrap();
+        let command = body["hookSpecificOutput"]["updatedInput"]["command"]
+            .as_str()
+            .unwrap();
+        let through_verb = Command::new("/bin/bash")
+            .args(["-c", command])
+            .uid(SITE_AGENT_UID)
+            .gid(SITE_AGENT_UID)
+            .output()
+            .unwrap();
+        let direct = run_in_bash(line.trim_start_matches("sudo "));
+        assert_eq!(
+            through_verb.stdout, direct.stdout,
+            "{line}: {through_verb:?}"
+        );
+    }
+}
