@@ -3,7 +3,8 @@
 //! A policy goes through four steps, in this order, and nowhere else:
 //! 1. [`Loader::compile`]: the TOML file (or the embedded demo) into a checked [`Policy`], with
 //!    every error at file:line:col;
-//! 2. [`Loader::prepare`]: secrets read (before the privilege drop: they may be root-only), the
+//! 2. [`Loader::prepare`]: secrets read (before the privilege drop: they may be root-only; on a
+//!    reload, the values in force are kept where their source did not change), the
 //!    scrubber built from them, every sandbox profile prepared once (Landlock rule template and
 //!    seccomp programs; read-only twins for dry runs) with the daemon's private paths
 //!    ([`Loader::private_paths`]) out of every child's reach, per-verb concurrency permits;
@@ -155,8 +156,15 @@ impl Loader {
     /// Step 2: secrets, scrubber, sandboxes, permits. All allocation-heavy work happens here,
     /// once. (`${secret_file:…}` copies are memfds handed to one child: no profile needs a
     /// directory for them.)
-    pub fn prepare(&self, policy: Policy) -> Result<Prepared, LoadError> {
-        let secrets = SecretStore::load(&policy.secrets)?;
+    pub fn prepare(
+        &self,
+        policy: Policy,
+        secrets_in_force: Option<&SecretStore>,
+    ) -> Result<Prepared, LoadError> {
+        let secrets = match secrets_in_force {
+            Some(previous) => SecretStore::reload(&policy.secrets, previous)?,
+            None => SecretStore::load(&policy.secrets)?,
+        };
         let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
         let private = self.private_paths(&policy);
         let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy, &private)?;
@@ -226,9 +234,14 @@ impl Loader {
         })
     }
 
-    /// All steps (a reload): a prepared policy that passed its self-test.
-    pub fn load(&self, daemon_uid: u32) -> Result<(Prepared, Report), LoadError> {
-        let prepared = self.prepare(self.compile()?)?;
+    /// All steps (a reload): a prepared policy that passed its self-test, with the secrets in
+    /// force kept where their sources did not change ([`SecretStore::reload`]).
+    pub fn load(
+        &self,
+        daemon_uid: u32,
+        secrets_in_force: &SecretStore,
+    ) -> Result<(Prepared, Report), LoadError> {
+        let prepared = self.prepare(self.compile()?, Some(secrets_in_force))?;
         let report = self.self_test(
             &prepared.policy,
             Some(&prepared.secrets),

@@ -2,14 +2,19 @@
 //! sources are checked, and the private per-call copies handed to children.
 //!
 //! Responsibility:
-//! - [`SecretStore::load`] reads every declared [`SecretSource`] exactly once (at start and on
-//!   reload): a file, a systemd credential (`$CREDENTIALS_DIRECTORY/NAME`) or, discouraged, an
+//! - [`SecretStore::load`] reads every declared [`SecretSource`] once, at start, before the
+//!   privilege drop (as systemd's `LoadCredential=` hands a service files it could not read
+//!   itself): a file, a systemd credential (`$CREDENTIALS_DIRECTORY/NAME`) or, discouraged, an
 //!   environment variable of the daemon. Inline values never reach this module: the policy
-//!   compiler refuses them.
+//!   compiler refuses them. [`SecretStore::reload`] keeps each value whose source did not change
+//!   (same inode, size, modification and change times), or which the daemon user cannot even
+//!   look at, and reads again a source that changed; a changed source the daemon user cannot
+//!   read is [`SecretError::ChangedUnreadable`], which refuses the reload.
 //! - [`check_source`] is the self-test check for one source: the file exists, is a regular file
 //!   (not a symlink), is owned by the daemon user or root and not by an agent uid, grants nothing
 //!   to group/other (neither by mode bits nor by a POSIX ACL), and its directory cannot be
-//!   rewritten by anyone else.
+//!   rewritten by anyone else. [`SecretStore::check`] judges a source the daemon user cannot
+//!   inspect (a root-only directory) by what it was when it was read.
 //! - [`SecretCopy`] is the private copy behind `${secret_file:NAME}`.
 //!
 //! Invariants:
@@ -152,6 +157,14 @@ pub enum SecretError {
         "secret `{name}`: credential name `{credential}` must be a plain file name (no `/`, not `.` or `..`)"
     )]
     InvalidCredentialName { name: String, credential: String },
+    #[error(
+        "secret `{name}`: {origin} changed since the daemon read it, and the daemon user cannot read it ({error}); the reload is refused and the value read before stays in force. Fix: restart the daemon (it reads secrets before dropping privileges), or give the file to the daemon user (owner the daemon user, mode 0600)"
+    )]
+    ChangedUnreadable {
+        name: String,
+        origin: String,
+        error: io::Error,
+    },
     #[error("secret `{name}`: cannot {action} its private in-memory copy: {error}")]
     SecretCopy {
         name: String,
@@ -166,6 +179,86 @@ pub struct SecretStore {
     values: BTreeMap<String, SecretValue>,
     /// Secret name → environment variable, for the "env is discouraged" warning.
     from_env: BTreeMap<String, String>,
+    /// Secret name → the file it was read from, as it was then (files and credentials).
+    origins: BTreeMap<String, Origin>,
+    /// Secrets a reload kept without knowing whether their source changed, with why.
+    unseen: BTreeMap<String, String>,
+}
+
+/// A file or credential secret's source as it was when read: how a reload tells whether it
+/// changed, and what the self-test judges when the daemon user cannot inspect it any more.
+#[derive(Debug, Clone)]
+struct Origin {
+    source: SecretSource,
+    path: PathBuf,
+    fingerprint: Fingerprint,
+    facts: SourceFacts,
+}
+
+/// What changes when a file is rewritten, replaced, re-moded or re-owned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Fingerprint {
+    fn of(metadata: &std::fs::Metadata) -> Fingerprint {
+        Fingerprint {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            size: metadata.size(),
+            mtime: (metadata.mtime(), metadata.mtime_nsec()),
+            ctime: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+}
+
+/// What [`check_source`] judges about a secret file, however it was learned (from its path now,
+/// or from the descriptor it was read through).
+#[derive(Debug, Clone)]
+struct SourceFacts {
+    symlink: bool,
+    regular: bool,
+    owner: u32,
+    mode: u32,
+    /// Whether a POSIX access ACL is present (`Err`: the question could not be asked).
+    acl: Result<bool, String>,
+    /// The directory's owner and mode (`Err`: it could not be inspected).
+    directory: Result<(u32, u32), String>,
+}
+
+impl SourceFacts {
+    fn from_metadata(metadata: &std::fs::Metadata, acl: Result<bool, String>, path: &Path) -> Self {
+        SourceFacts {
+            symlink: metadata.file_type().is_symlink(),
+            regular: metadata.file_type().is_file(),
+            owner: metadata.uid(),
+            mode: metadata.permissions().mode() & 0o7777,
+            acl,
+            directory: std::fs::metadata(directory_of(path))
+                .map(|m| (m.uid(), m.permissions().mode() & 0o7777))
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn acl_present(answer: rustix::io::Result<usize>) -> Result<bool, String> {
+    match answer {
+        Ok(_) => Ok(true),
+        Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(false),
+        Err(errno) => Err(io::Error::from(errno).to_string()),
+    }
+}
+
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 impl SecretStore {
@@ -179,7 +272,7 @@ impl SecretStore {
     pub fn from_values(values: BTreeMap<String, SecretValue>) -> SecretStore {
         SecretStore {
             values,
-            from_env: BTreeMap::new(),
+            ..SecretStore::default()
         }
     }
 
@@ -187,22 +280,132 @@ impl SecretStore {
     /// or `\r\n`) stripped; an environment variable is taken as is. A missing, unreadable,
     /// non-regular, oversized or empty source is an error naming the secret and the source.
     pub fn load(sources: &BTreeMap<String, SecretSource>) -> Result<SecretStore, SecretError> {
+        SecretStore::reload(sources, &SecretStore::empty())
+    }
+
+    /// [`SecretStore::load`] for a reload, keeping what `previous` read where nothing changed:
+    /// a file or credential declared as before keeps its value when its source has the same
+    /// inode, size, modification and change times, and when the daemon user cannot even look at
+    /// it (a root-only directory: a change is then seen only by a restart, and
+    /// [`SecretStore::warnings`] says so). A changed source is read again; if the daemon user
+    /// cannot read it, [`SecretError::ChangedUnreadable`] refuses the reload.
+    pub fn reload(
+        sources: &BTreeMap<String, SecretSource>,
+        previous: &SecretStore,
+    ) -> Result<SecretStore, SecretError> {
         let mut store = SecretStore::empty();
         for (name, source) in sources {
-            let value = match source {
-                SecretSource::File(path) => read_secret_file(name, path, &source.to_string())?,
-                SecretSource::Credential(credential) => {
-                    let path = credential_path(name, credential)?;
-                    read_secret_file(name, &path, &source.to_string())?
-                }
+            let path = match source {
+                SecretSource::File(path) => path.clone(),
+                SecretSource::Credential(credential) => credential_path(name, credential)?,
                 SecretSource::Env(var) => {
                     store.from_env.insert(name.clone(), var.clone());
-                    read_env(name, var)?
+                    store.values.insert(name.clone(), read_env(name, var)?);
+                    continue;
                 }
             };
-            store.values.insert(name.clone(), value);
+            let origin = source.to_string();
+            let kept = previous
+                .origins
+                .get(name)
+                .filter(|o| &o.source == source && o.path == path)
+                .zip(previous.values.get(name));
+            if let Some((old, value)) = kept {
+                match std::fs::symlink_metadata(&path) {
+                    Ok(now) if Fingerprint::of(&now) == old.fingerprint => {
+                        store.keep(name, value, old);
+                        if let Some(why) = previous.unseen.get(name) {
+                            store.unseen.insert(name.clone(), why.clone());
+                        }
+                        continue;
+                    }
+                    Ok(_) => match read_secret_file(name, &path, &origin) {
+                        Err(SecretError::Read { error, .. })
+                            if error.kind() == io::ErrorKind::PermissionDenied =>
+                        {
+                            return Err(SecretError::ChangedUnreadable {
+                                name: name.clone(),
+                                origin,
+                                error,
+                            });
+                        }
+                        read => {
+                            store.insert(name, source, path, read?);
+                            continue;
+                        }
+                    },
+                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+                        store.keep(name, value, old);
+                        store.unseen.insert(
+                            name.clone(),
+                            format!("the daemon user cannot look at {origin} ({error})"),
+                        );
+                        continue;
+                    }
+                    Err(_) => {}
+                }
+            }
+            let read = read_secret_file(name, &path, &origin)?;
+            store.insert(name, source, path, read);
         }
         Ok(store)
+    }
+
+    fn keep(&mut self, name: &str, value: &SecretValue, origin: &Origin) {
+        self.values.insert(name.to_owned(), value.clone());
+        self.origins.insert(name.to_owned(), origin.clone());
+    }
+
+    fn insert(
+        &mut self,
+        name: &str,
+        source: &SecretSource,
+        path: PathBuf,
+        (value, fingerprint, facts): (SecretValue, Fingerprint, SourceFacts),
+    ) {
+        self.values.insert(name.to_owned(), value);
+        self.origins.insert(
+            name.to_owned(),
+            Origin {
+                source: source.clone(),
+                path,
+                fingerprint,
+                facts,
+            },
+        );
+    }
+
+    /// The self-test check of one source, as [`check_source`]; a source the daemon user cannot
+    /// inspect now (a root-only directory) but that this store read (before the privilege drop)
+    /// is judged by what it was when read. `Ok` says which.
+    pub fn check(
+        &self,
+        name: &str,
+        source: &SecretSource,
+        daemon_uid: u32,
+        agent_uids: &[u32],
+    ) -> Result<String, SecretPermissionProblem> {
+        let problem = match check_source(name, source, daemon_uid, agent_uids) {
+            Ok(()) => return Ok(format!("{source} is private to the daemon")),
+            Err(problem) => problem,
+        };
+        let PermissionProblemKind::Uninspectable(why) = &problem.kind else {
+            return Err(problem);
+        };
+        let Some(origin) = self.origins.get(name).filter(|o| &o.source == source) else {
+            return Err(problem);
+        };
+        judge(
+            name,
+            &source.to_string(),
+            &origin.path,
+            &origin.facts,
+            daemon_uid,
+            agent_uids,
+        )?;
+        Ok(format!(
+            "{source} was private to the daemon when read before the privilege drop (the daemon user cannot inspect it: {why}; a reload keeps its value, a restart reads it again)"
+        ))
     }
 
     /// The value of secret `name`, if declared.
@@ -227,6 +430,11 @@ impl SecretStore {
     /// and inherited by careless children).
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
+        for (name, why) in &self.unseen {
+            warnings.push(format!(
+                "secret `{name}`: {why}, so a reload cannot see a change: the value read at start stays in force until a restart"
+            ));
+        }
         for (name, value) in &self.values {
             if value.char_len() < MIN_RECOMMENDED_SECRET_CHARS {
                 warnings.push(format!(
@@ -272,8 +480,13 @@ fn credential_path(name: &str, credential: &str) -> Result<PathBuf, SecretError>
     Ok(dir.join(credential))
 }
 
-/// Reads a secret file without following a final symlink and without blocking on a FIFO.
-fn read_secret_file(name: &str, path: &Path, origin: &str) -> Result<SecretValue, SecretError> {
+/// Reads a secret file without following a final symlink and without blocking on a FIFO, with
+/// what it was (through the descriptor read) and its fingerprint.
+fn read_secret_file(
+    name: &str,
+    path: &Path,
+    origin: &str,
+) -> Result<(SecretValue, Fingerprint, SourceFacts), SecretError> {
     let read_error = |error: io::Error| SecretError::Read {
         name: name.to_owned(),
         origin: origin.to_owned(),
@@ -298,7 +511,8 @@ fn read_secret_file(name: &str, path: &Path, origin: &str) -> Result<SecretValue
     // behind) while reading.
     let capacity = usize::try_from(metadata.len()).unwrap_or(0) + 1;
     let mut bytes = Zeroizing::new(Vec::with_capacity(capacity));
-    file.take(MAX_SECRET_BYTES + 1)
+    (&file)
+        .take(MAX_SECRET_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_error)?;
     if bytes.len() as u64 > MAX_SECRET_BYTES {
@@ -316,9 +530,14 @@ fn read_secret_file(name: &str, path: &Path, origin: &str) -> Result<SecretValue
             origin: origin.to_owned(),
         });
     }
-    Ok(SecretValue {
-        bytes: move_into_exact(bytes),
-    })
+    let acl = acl_present(rustix::fs::fgetxattr_query(&file, POSIX_ACL_ACCESS_XATTR));
+    Ok((
+        SecretValue {
+            bytes: move_into_exact(bytes),
+        },
+        Fingerprint::of(&metadata),
+        SourceFacts::from_metadata(&metadata, acl, path),
+    ))
 }
 
 /// Moves the bytes into a vector of exactly their length (the old buffer is wiped on drop).
@@ -460,20 +679,40 @@ pub fn check_source(
             ));
         }
     };
-    let file_type = metadata.file_type();
-    if file_type.is_symlink() {
+    let acl = acl_present(rustix::fs::lgetxattr_query(&path, POSIX_ACL_ACCESS_XATTR));
+    let facts = SourceFacts::from_metadata(&metadata, acl, &path);
+    judge(name, &origin, &path, &facts, daemon_uid, agent_uids)
+}
+
+/// [`check_source`]'s verdict on what a secret file is (or was when read).
+fn judge(
+    name: &str,
+    origin: &str,
+    path: &Path,
+    facts: &SourceFacts,
+    daemon_uid: u32,
+    agent_uids: &[u32],
+) -> Result<(), SecretPermissionProblem> {
+    let problem = |kind: PermissionProblemKind, fix: String| SecretPermissionProblem {
+        name: name.to_owned(),
+        origin: origin.to_owned(),
+        kind,
+        fix,
+    };
+    let shown = path.display();
+    if facts.symlink {
         return Err(problem(
             PermissionProblemKind::Symlink,
             format!("point the policy at the real file instead of the symlink {shown}"),
         ));
     }
-    if !file_type.is_file() {
+    if !facts.regular {
         return Err(problem(
             PermissionProblemKind::NotRegularFile,
             format!("replace {shown} with a regular file"),
         ));
     }
-    let owner = metadata.uid();
+    let owner = facts.owner;
     if agent_uids.contains(&owner) {
         return Err(problem(
             PermissionProblemKind::OwnedByAgent { uid: owner },
@@ -489,48 +728,46 @@ pub fn check_source(
             format!("chown root:root {shown}"),
         ));
     }
-    let mode = metadata.permissions().mode() & 0o7777;
+    let mode = facts.mode;
     if mode & 0o077 != 0 {
         return Err(problem(
             PermissionProblemKind::GroupOrOtherAccess { mode },
             format!("chmod 0600 {shown}"),
         ));
     }
-    match rustix::fs::lgetxattr_query(&path, POSIX_ACL_ACCESS_XATTR) {
-        Ok(_) => {
+    match &facts.acl {
+        Ok(false) => {}
+        Ok(true) => {
             return Err(problem(
                 PermissionProblemKind::PosixAcl,
                 format!("setfacl -b {shown}"),
             ));
         }
-        Err(rustix::io::Errno::NODATA) | Err(rustix::io::Errno::OPNOTSUPP) => {}
-        Err(errno) => {
+        Err(why) => {
             return Err(problem(
-                PermissionProblemKind::Uninspectable(io::Error::from(errno).to_string()),
+                PermissionProblemKind::Uninspectable(why.clone()),
                 format!("make the extended attributes of {shown} readable to the daemon"),
             ));
         }
     }
-    check_directory(&path, daemon_uid, agent_uids).map_err(|(kind, fix)| problem(kind, fix))
+    check_directory(path, &facts.directory, daemon_uid, agent_uids)
+        .map_err(|(kind, fix)| problem(kind, fix))
 }
 
 /// The directory holding a secret must not let anyone else swap the file.
 fn check_directory(
     path: &Path,
+    directory: &Result<(u32, u32), String>,
     daemon_uid: u32,
     agent_uids: &[u32],
 ) -> Result<(), (PermissionProblemKind, String)> {
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let metadata = std::fs::metadata(&dir).map_err(|error| {
+    let dir = directory_of(path);
+    let (owner, mode) = directory.clone().map_err(|error| {
         (
-            PermissionProblemKind::Uninspectable(error.to_string()),
+            PermissionProblemKind::Uninspectable(error),
             format!("make {} accessible to the daemon", dir.display()),
         )
     })?;
-    let owner = metadata.uid();
     let shown = dir.display().to_string();
     if agent_uids.contains(&owner) {
         return Err((
@@ -544,7 +781,6 @@ fn check_directory(
             format!("chown root:root {shown}"),
         ));
     }
-    let mode = metadata.permissions().mode() & 0o7777;
     let sticky = mode & 0o1000 != 0;
     if mode & 0o022 != 0 && !sticky {
         return Err((

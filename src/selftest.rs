@@ -232,11 +232,14 @@ pub fn run(ctx: &Context) -> Report {
     }
     let agent_uids = agent_uids(policy);
     for (name, source) in &policy.secrets {
+        let checked = match ctx.secrets {
+            Some(secrets) => secrets.check(name, source, ctx.daemon_uid, &agent_uids),
+            None => crate::secrets::check_source(name, source, ctx.daemon_uid, &agent_uids)
+                .map(|()| format!("{source} is private to the daemon")),
+        };
         report.push(
             format!("secret:{name}"),
-            crate::secrets::check_source(name, source, ctx.daemon_uid, &agent_uids)
-                .map(|()| format!("{source} is private to the daemon"))
-                .map_err(|p| (p.to_string(), p.fix.clone())),
+            checked.map_err(|p| (p.to_string(), p.fix.clone())),
         );
     }
     if let Some(secrets) = ctx.secrets {

@@ -183,7 +183,7 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
     // From here on the state directory is one of the daemon's private paths: no child reaches it.
     let loader = loader.with_state_dir(state_dir.clone());
     // Secrets are read here, before the privilege drop (they may be root-owned 0600).
-    let prepared = loader.prepare(policy)?;
+    let prepared = loader.prepare(policy, None)?;
     for w in prepared.secrets.warnings() {
         tracing::warn!("secrets: {w}");
     }

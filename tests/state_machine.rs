@@ -150,7 +150,7 @@ impl World {
     async fn start(&mut self) {
         let loader = Loader::new(PolicySource::File(self.dir.path().join("policy.toml")));
         std::fs::create_dir_all(self.state()).unwrap();
-        let prepared = loader.prepare(loader.compile().unwrap()).unwrap();
+        let prepared = loader.prepare(loader.compile().unwrap(), None).unwrap();
         let witness = verbd::journal::Witness::open(&self.state()).unwrap();
         let config = verbd::journal::JournalConfig {
             witness: Some(witness),

@@ -293,8 +293,11 @@ impl Daemon {
         let (prepared, report) = self
             .settings
             .loader
-            .load(nix::unistd::geteuid().as_raw())
+            .load(nix::unistd::geteuid().as_raw(), &self.prepared().secrets)
             .map_err(|e: LoadError| e.to_string())?;
+        for warning in prepared.secrets.warnings() {
+            tracing::warn!("secrets: {warning}");
+        }
         Ok((prepared, report.summary()))
     }
 
