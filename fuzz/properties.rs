@@ -1,0 +1,414 @@
+//! The properties the fuzz targets assert, one function per parser an agent or an agent-written
+//! file reaches. Shared by the libFuzzer targets (`fuzz/fuzz_targets/*.rs`) and by the stable
+//! test `tests/fuzz_properties.rs`, which runs the committed corpora and a bounded number of
+//! mutations of them on every `cargo test`. Each function panics when its property breaks;
+//! "does not panic" alone is never the whole property.
+#![allow(dead_code)] // each fuzz target uses one of them
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use verbd::policy::sql::{BUILTIN_DENIED_FUNCTIONS, SqlOptions, validate};
+use verbd::policy::{OfflineVerdict, Policy, Role, compile, text_args};
+use verbd::protocol::{Response, decode_request, encode_request};
+
+/// A property: panics when it breaks for this input.
+pub type Property = fn(&[u8]);
+
+/// Every target by name, for the stable harness.
+pub const TARGETS: &[(&str, Property)] = &[
+    ("wire_request", wire_request),
+    ("wire_response", wire_response),
+    ("policy_loader", policy_loader),
+    ("params", params),
+    ("template_render", template_render),
+    ("sql", sql),
+    ("journal_reader", journal_reader),
+    ("shell_parser", shell_parser),
+    ("transcript_reader", transcript_reader),
+];
+
+/// Wire protocol, requests: decoding never panics, and a decoded request survives its own
+/// encoding unchanged (what the daemon acts on is what the line said, and nothing else).
+pub fn wire_request(data: &[u8]) {
+    if let Ok(request) = decode_request(data) {
+        let line = encode_request(&request);
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert!(
+            !line[..line.len() - 1].contains(&b'\n'),
+            "an encoded request spans lines"
+        );
+        let again = decode_request(&line).expect("an encoded request decodes");
+        assert_eq!(again, request, "request changed across encode/decode");
+    }
+}
+
+/// Wire protocol, responses (what clients and `verbd mcp` read): the same round trip.
+pub fn wire_response(data: &[u8]) {
+    if let Ok(response) = Response::decode(data) {
+        let line = response.encode();
+        assert!(
+            !line[..line.len().saturating_sub(1)].contains(&b'\n'),
+            "an encoded response spans lines"
+        );
+        let again = Response::decode(&line).expect("an encoded response decodes");
+        assert_eq!(again, response, "response changed across encode/decode");
+    }
+}
+
+/// The policy loader: never panics; a policy it accepts compiles the same way twice, and every
+/// verb names only roles the policy defines.
+pub fn policy_loader(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(policy) = compile(text, "fuzz.toml") else {
+        return;
+    };
+    let again = compile(text, "fuzz.toml").expect("an accepted policy compiles again");
+    assert_eq!(
+        policy.verbs.keys().collect::<Vec<_>>(),
+        again.verbs.keys().collect::<Vec<_>>()
+    );
+    for verb in policy.verbs.values() {
+        for role in &verb.roles {
+            assert!(
+                policy.roles.contains_key(role),
+                "verb `{}` names undefined role `{role}`",
+                verb.name
+            );
+        }
+    }
+}
+
+/// One verb per parameter type, each passing its value as one whole argv element.
+const PARAMS_POLICY: &str = r#"
+version = 1
+[roles.agent]
+uids = [63590]
+[verb.p-string]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "string", pattern = "[a-z0-9 ;|&$`'\"-]+", max_length = 64 }
+[verb.p-int]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "int", min = -5, max = 500 }
+[verb.p-enum]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "enum", values = ["a", "b c"] }
+[verb.p-k8s]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "k8s-name" }
+[verb.p-host]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "hostname" }
+[verb.p-unit]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "systemd-unit" }
+[verb.p-path]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "{v}"]
+params.v = { type = "path", roots = ["/srv/data"] }
+[verb.p-sql]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "-c", "{v}"]
+params.v = { type = "sql" }
+"#;
+
+pub fn params_policy() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(|| compile(PARAMS_POLICY, "params.toml").expect("the fixture compiles"))
+}
+
+pub fn offline_argv(policy: &Policy, verb: &str, args: &[(&str, &str)]) -> Option<Vec<String>> {
+    let roles: Vec<&Role> = vec![&policy.roles["agent"]];
+    let args: BTreeMap<String, String> = args
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    match policy.evaluate_offline(&roles, verb, &text_args(&args)) {
+        OfflineVerdict::Run { display_argv } | OfflineVerdict::Propose { display_argv } => {
+            Some(display_argv)
+        }
+        _ => None,
+    }
+}
+
+/// Each parameter type's validator: a value it accepts reaches the argv as exactly one element,
+/// byte for byte (ints canonical), with no NUL, CR or LF (LF and TAB only in `sql`); a path
+/// stays under its root with no `..`.
+pub fn params(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(value) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let verbs = [
+        "p-string", "p-int", "p-enum", "p-k8s", "p-host", "p-unit", "p-path", "p-sql",
+    ];
+    let verb = verbs[usize::from(selector) % verbs.len()];
+    let Some(argv) = offline_argv(params_policy(), verb, &[("v", value)]) else {
+        return;
+    };
+    let element = argv.last().expect("an argv");
+    let expected_len = if verb == "p-sql" { 3 } else { 2 };
+    assert_eq!(argv.len(), expected_len, "{verb} {value:?} → {argv:?}");
+    assert!(
+        !element.contains(['\0', '\r']) && (verb == "p-sql" || !element.contains('\n')),
+        "{verb}: a control character reached the argv: {element:?}"
+    );
+    match verb {
+        "p-int" => {
+            let n: i64 = element.parse().expect("an int element");
+            assert!((-5..=500).contains(&n), "{n} outside its range");
+        }
+        "p-path" => {
+            let path = Path::new(element);
+            assert!(path.starts_with("/srv/data"), "{element} escapes its root");
+            assert!(
+                !path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir)),
+                "{element} keeps a `..`"
+            );
+        }
+        "p-enum" => assert!(["a", "b c"].contains(&element.as_str()), "{element}"),
+        _ => assert_eq!(element, value, "{verb}: the value changed on its way"),
+    }
+}
+
+const TEMPLATE_POLICY: &str = r#"
+version = 1
+[roles.agent]
+uids = [63590]
+[verb.render]
+description = "d"
+category = "read-only"
+roles = ["agent"]
+command = ["/bin/echo", "--name={a}", "{b}", "x{a}y{b}z"]
+params.a = { type = "string", pattern = "[^\u0000]{0,40}", max_length = 40 }
+params.b = { type = "string", pattern = "[^\u0000]{0,40}", max_length = 40 }
+"#;
+
+/// Template render: every placeholder becomes exactly the value given, inside exactly the
+/// element the template put it in; the argv never gains, loses or splits an element, whatever
+/// the values hold (spaces, quotes, `$`, `;`, braces, newlines).
+pub fn template_policy() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(|| compile(TEMPLATE_POLICY, "t.toml").expect("the fixture compiles"))
+}
+
+pub fn template_render(data: &[u8]) {
+    let policy = template_policy();
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (a, b) = text.split_once('\u{1}').unwrap_or((text, ""));
+    let Some(argv) = offline_argv(policy, "render", &[("a", a), ("b", b)]) else {
+        return;
+    };
+    assert_eq!(
+        argv,
+        vec![
+            "/bin/echo".to_owned(),
+            format!("--name={a}"),
+            b.to_owned(),
+            format!("x{a}y{b}z"),
+        ],
+        "values {a:?} {b:?}"
+    );
+}
+
+fn denied(name: &str) -> Option<&'static str> {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    BUILTIN_DENIED_FUNCTIONS
+        .iter()
+        .copied()
+        .find(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => last.starts_with(prefix),
+            None => last == *entry,
+        })
+}
+
+/// The SQL validator: never panics; what it accepts is, to PostgreSQL's own parser (or refused
+/// by it whole), exactly one SELECT or EXPLAIN without INTO, locking or data-modifying parts,
+/// calling no denied function.
+pub fn sql(data: &[u8]) {
+    use pg_query::NodeRef;
+    use pg_query::protobuf::node::Node as NodeEnum;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if validate(text, &SqlOptions::default()).is_err() {
+        return;
+    }
+    let Ok(parsed) = pg_query::parse(text, pg_query::ParserOptions::default()) else {
+        return;
+    };
+    assert_eq!(parsed.protobuf.stmts.len(), 1, "{text:?}");
+    for kind in parsed.statement_types() {
+        assert!(
+            matches!(kind, "SelectStmt" | "ExplainStmt"),
+            "{kind}: {text:?}"
+        );
+    }
+    for (node, _, _, _) in parsed.protobuf.nodes() {
+        match node {
+            NodeRef::SelectStmt(select) => {
+                assert!(select.into_clause.is_none(), "INTO: {text:?}");
+                assert!(select.locking_clause.is_empty(), "locking: {text:?}");
+            }
+            NodeRef::InsertStmt(_)
+            | NodeRef::UpdateStmt(_)
+            | NodeRef::DeleteStmt(_)
+            | NodeRef::MergeStmt(_) => panic!("data-modifying statement accepted: {text:?}"),
+            NodeRef::FuncCall(call) => {
+                let name: Vec<&str> = call
+                    .funcname
+                    .iter()
+                    .filter_map(|part| match &part.node {
+                        Some(NodeEnum::String(s)) => Some(s.sval.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let name = name.join(".");
+                assert!(denied(&name).is_none(), "denied {name} accepted: {text:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A journal written by the real writer, with its key, witness and checkpoint: the original
+/// bytes and the directory they live in.
+fn reference_journal() -> &'static (PathBuf, Vec<u8>) {
+    static JOURNAL: OnceLock<(PathBuf, Vec<u8>)> = OnceLock::new();
+    JOURNAL.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("verbd-fuzz-journal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut journal = verbd::journal::Journal::open(&dir).expect("open a journal");
+        for index in 0..6 {
+            journal
+                .append(&serde_json::json!({
+                    "kind": "exec", "verb": "restart", "caller": {"uid": 1000},
+                    "args": {"unit": format!("svc{index}.service")}
+                }))
+                .unwrap();
+        }
+        drop(journal);
+        let bytes = std::fs::read(dir.join(verbd::journal::JOURNAL_FILE)).unwrap();
+        (dir, bytes)
+    })
+}
+
+/// The journal reader: `data` is a patch (2 bytes offset, 1 byte delete length, the rest
+/// inserted) applied to a journal the real writer made. Verifying never panics, and a journal
+/// whose bytes changed never verifies as intact (its key and witness are in place).
+pub fn journal_reader(data: &[u8]) {
+    if data.len() < 3 {
+        return;
+    }
+    let (template, original) = reference_journal();
+    let offset = usize::from(u16::from_le_bytes([data[0], data[1]])) % (original.len() + 1);
+    let delete = usize::from(data[2]).min(original.len() - offset);
+    let mut damaged = original[..offset].to_vec();
+    damaged.extend_from_slice(&data[3..]);
+    damaged.extend_from_slice(&original[offset + delete..]);
+    if damaged == *original {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("verbd-fuzz-")
+        .tempdir()
+        .unwrap();
+    for entry in std::fs::read_dir(template).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::write(dir.path().join(verbd::journal::JOURNAL_FILE), &damaged).unwrap();
+    let report = verbd::journal::verify(&verbd::journal::VerifyOptions::for_state_dir(dir.path()));
+    if let Ok(report) = report {
+        assert!(
+            !report.is_intact(),
+            "a damaged journal verified intact (offset {offset}, deleted {delete}, inserted {:?})",
+            String::from_utf8_lossy(&data[3..])
+        );
+    }
+}
+
+/// `policy coverage`'s shell parser: never panics; every span it reports lies inside the text
+/// on character boundaries, stages inside their pipeline.
+pub fn shell_parser(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(pipelines) = verbd::policy_tools::shell::parse(text) else {
+        return;
+    };
+    for pipeline in &pipelines {
+        let span = &pipeline.span;
+        assert!(
+            span.start <= span.end
+                && span.end <= text.len()
+                && text.is_char_boundary(span.start)
+                && text.is_char_boundary(span.end),
+            "pipeline span {span:?} in {text:?}"
+        );
+        for stage in &pipeline.stages {
+            assert!(
+                stage.span.start >= span.start && stage.span.end <= span.end,
+                "stage span {:?} outside its pipeline {span:?} in {text:?}",
+                stage.span
+            );
+            assert!(
+                text.is_char_boundary(stage.span.start) && text.is_char_boundary(stage.span.end)
+            );
+        }
+    }
+}
+
+/// The transcript readers (shell history, Claude Code and Codex JSONL): never panic; every
+/// command they collect is text of the input (or of a JSON string in it), and nothing is
+/// collected from an input with no non-blank line.
+pub fn transcript_reader(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut collected = verbd::policy_tools::sources::Collected::default();
+    verbd::policy_tools::sources::read_text(text, "fuzz", &mut collected);
+    if text.trim().is_empty() {
+        assert!(collected.entries.is_empty(), "{:?}", collected.entries);
+    }
+    assert!(
+        collected.entries.len() <= text.lines().count() * 64 + 1,
+        "more entries than the input can hold"
+    );
+}
