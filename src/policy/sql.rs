@@ -927,8 +927,9 @@ fn parser_text(sql: &str, tokens: &[Token]) -> String {
             continue;
         };
         let text = &sql[token.offset..token.end];
-        let is_unicode_identifier =
-            text.len() > 2 && text[..2].eq_ignore_ascii_case("u&") && text.as_bytes()[2] == b'"';
+        let is_unicode_identifier = text.len() > 2
+            && text.as_bytes()[..2].eq_ignore_ascii_case(b"u&")
+            && text.as_bytes()[2] == b'"';
         if !is_unicode_identifier {
             continue;
         }
@@ -2078,6 +2079,15 @@ mod tests {
             "SELECT (SELECT a FROM t LIMIT 1 FOR UPDATE)",
             "locking-clause",
         );
+    }
+
+    #[test]
+    fn a_word_opening_with_a_multibyte_character_is_no_panic() {
+        // Found by tests/fuzz_properties.rs: the `U&` check sliced the word's first two bytes,
+        // inside U+202E.
+        let _ = check("select lower('x'), cont(*)\u{202e} from t group by");
+        let _ = check("select \u{202e}x");
+        accepted("select 1 as \"\u{202e}x\"");
     }
 
     #[test]
