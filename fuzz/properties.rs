@@ -6,7 +6,7 @@
 #![allow(dead_code)] // each fuzz target uses one of them
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use verbd::policy::sql::{BUILTIN_DENIED_FUNCTIONS, SqlOptions, validate};
@@ -312,17 +312,18 @@ pub fn sql(data: &[u8]) {
     }
 }
 
-/// A journal written by the real writer, with its key, witness and checkpoint: the original
-/// bytes and the directory they live in.
-fn reference_journal() -> &'static (PathBuf, Vec<u8>) {
-    static JOURNAL: OnceLock<(PathBuf, Vec<u8>)> = OnceLock::new();
+/// A journal written by the real writer, with its key, witness and checkpoint: every file of
+/// its state directory (kept in memory; the directory is removed) and the journal's bytes.
+type StateFiles = (Vec<(std::ffi::OsString, Vec<u8>)>, Vec<u8>);
+
+fn reference_journal() -> &'static StateFiles {
+    static JOURNAL: OnceLock<StateFiles> = OnceLock::new();
     JOURNAL.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("verbd-fuzz-journal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let mut journal = verbd::journal::Journal::open(&dir).expect("open a journal");
+        let dir = tempfile::Builder::new()
+            .prefix("verbd-fuzz-journal-")
+            .tempdir()
+            .unwrap();
+        let mut journal = verbd::journal::Journal::open(dir.path()).expect("open a journal");
         for index in 0..6 {
             journal
                 .append(&serde_json::json!({
@@ -332,9 +333,39 @@ fn reference_journal() -> &'static (PathBuf, Vec<u8>) {
                 .unwrap();
         }
         drop(journal);
-        let bytes = std::fs::read(dir.join(verbd::journal::JOURNAL_FILE)).unwrap();
-        (dir, bytes)
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                files.push((entry.file_name(), std::fs::read(entry.path()).unwrap()));
+            }
+        }
+        let bytes = std::fs::read(dir.path().join(verbd::journal::JOURNAL_FILE)).unwrap();
+        // Control: the unchanged copy verifies intact, so a finding below is the damage's.
+        let copy = state_dir_with(&files, &bytes);
+        let report =
+            verbd::journal::verify(&verbd::journal::VerifyOptions::for_state_dir(copy.path()))
+                .expect("the copied journal verifies");
+        assert!(report.is_intact(), "the copied journal is not intact");
+        (files, bytes)
     })
+}
+
+/// A fresh state directory holding `files` (as the writer made them) with `journal` as the
+/// journal's bytes.
+fn state_dir_with(files: &[(std::ffi::OsString, Vec<u8>)], journal: &[u8]) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("verbd-fuzz-")
+        .tempdir()
+        .unwrap();
+    for (name, bytes) in files {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    std::fs::write(dir.path().join(verbd::journal::JOURNAL_FILE), journal).unwrap();
+    dir
 }
 
 /// The journal reader: `data` is a patch (2 bytes offset, 1 byte delete length, the rest
@@ -344,7 +375,7 @@ pub fn journal_reader(data: &[u8]) {
     if data.len() < 3 {
         return;
     }
-    let (template, original) = reference_journal();
+    let (files, original) = reference_journal();
     let offset = usize::from(u16::from_le_bytes([data[0], data[1]])) % (original.len() + 1);
     let delete = usize::from(data[2]).min(original.len() - offset);
     let mut damaged = original[..offset].to_vec();
@@ -353,17 +384,7 @@ pub fn journal_reader(data: &[u8]) {
     if damaged == *original {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("verbd-fuzz-")
-        .tempdir()
-        .unwrap();
-    for entry in std::fs::read_dir(template).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
-            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-        }
-    }
-    std::fs::write(dir.path().join(verbd::journal::JOURNAL_FILE), &damaged).unwrap();
+    let dir = state_dir_with(files, &damaged);
     let report = verbd::journal::verify(&verbd::journal::VerifyOptions::for_state_dir(dir.path()));
     if let Ok(report) = report {
         assert!(
