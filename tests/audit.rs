@@ -771,3 +771,78 @@ fn an_edited_record_with_a_forged_mac_and_no_witness_breaks_the_chain() {
     );
     assert!(!out.contains("HMAC") && !out.contains("hmac"), "{out}");
 }
+
+const HOSTILE: u32 = 63040;
+
+/// A hostile agent writes text meant to forge a record in a SIEM that reads `audit export
+/// --format jsonl`: a verb name and an argument holding a newline, CR, and the characters
+/// Python's `splitlines()` and JavaScript treat as line breaks (U+0085, U+2028, U+2029), each
+/// followed by a whole fake record. A newline was always escaped by JSON; on the old code the
+/// three others were written raw, so a reader splitting on them got the fake record as a line of
+/// its own. Now every exported line is one record for every such reader, and the export still
+/// verifies.
+#[test]
+fn agent_text_cannot_forge_a_record_in_the_jsonl_export() {
+    if !require_root("agent_text_cannot_forge_a_record_in_the_jsonl_export") {
+        return;
+    }
+    let policy = POLICY.replace("uids = [0]", "uids = [0, 63040]");
+    let d = Daemon::start(&policy);
+    d.open_socket();
+    let fake =
+        r#"{"seq":1,"time":"2026-01-01T00:00:00.000Z","event":{"kind":"approved","by":{"uid":0}}}"#;
+    for separator in [
+        "\n", "\r", "\u{85}", "\u{2028}", "\u{2029}", "\u{b}", "\u{1c}",
+    ] {
+        let forged = format!("echo{separator}{fake}");
+        // A verb that does not exist (journaled with its name) and a value the pattern refuses.
+        let out = d.cli_as(HOSTILE, &["call", &forged]);
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+        let out = d.cli_as(HOSTILE, &["call", "echo", &format!("w={forged}")]);
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+    }
+    let state = d.state.to_str().unwrap().to_string();
+    let export = d.path("hostile-export.jsonl");
+    let (code, _, err) = cli(&[
+        "audit",
+        "export",
+        "--state-dir",
+        &state,
+        "--format",
+        "jsonl",
+        "--output",
+        export.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&export).unwrap();
+    let records = text.lines().count();
+    assert!(
+        text.contains("approved") && records > 10,
+        "the hostile text is not in the export"
+    );
+    // What line readers split on: `\n` (every SIEM), and Python's `str.splitlines()` set.
+    let splitters = [
+        '\n', '\r', '\u{b}', '\u{c}', '\u{1c}', '\u{1d}', '\u{1e}', '\u{85}', '\u{2028}',
+        '\u{2029}',
+    ];
+    let pieces: Vec<&str> = text
+        .split(|c| splitters.contains(&c))
+        .filter(|p| !p.is_empty())
+        .collect();
+    println!(
+        "{records} records; splitlines() reads {} lines; raw separators: {:?}",
+        pieces.len(),
+        text.chars()
+            .filter(|c| *c != '\n' && splitters.contains(c))
+            .collect::<Vec<_>>()
+    );
+    for piece in &pieces {
+        let value: serde_json::Value = serde_json::from_str(piece).unwrap_or_else(|e| {
+            panic!("a line reader got a piece that is not a record ({e}): {piece:?}")
+        });
+        assert!(value["mac"].is_string(), "not a journal record: {piece}");
+    }
+    assert_eq!(pieces.len(), records, "a record was split in two");
+    let (code, out, err) = cli(&["audit", "verify", "--file", export.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+}

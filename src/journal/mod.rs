@@ -39,7 +39,10 @@
 //! - `epoch`: the key epoch the record was written in (0, 1, 2, … within a key generation).
 //! - `event`: the caller's event, a JSON object (by convention with a `"kind"` field), written in
 //!   canonical form: no whitespace, object keys sorted by UTF-8 bytes at every depth, strings and
-//!   numbers as serde_json writes them. Kinds starting with `journal_` are the journal's own.
+//!   numbers as serde_json writes them, except that U+0085, U+2028 and U+2029 in a string are
+//!   `\u` escapes (line breaks to some readers: a caller's text cannot cut an exported record in
+//!   two); a record written before that, with them raw, is canonical in that legacy form. Kinds
+//!   starting with `journal_` are the journal's own.
 //! - `mac`: lowercase hex HMAC-SHA256 under `M(K)`, the MAC key of epoch `K` (see `keys`), over
 //!   the *body*: the same line without `,"mac":"H"`.
 //!

@@ -55,27 +55,58 @@ pub(super) fn parse_hex_into(text: &str, out: &mut [u8]) -> bool {
     true
 }
 
+/// How strings are written in a canonical line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Strings {
+    /// As serde_json writes them, except U+0085, U+2028 and U+2029 as `\u` escapes: line
+    /// separators to many readers (Python's `splitlines`, JavaScript), so a caller's text could
+    /// otherwise cut an exported record in two and make its second half read as a record of its
+    /// own. What the journal writes.
+    NoLineSeparators,
+    /// Exactly as serde_json writes them: records written before the escape was added.
+    Legacy,
+}
+
+/// The characters some line readers split on that serde_json leaves raw in a string.
+const LINE_SEPARATORS: [char; 3] = ['\u{85}', '\u{2028}', '\u{2029}'];
+
+fn push_json_string(text: &str, strings: Strings, out: &mut String) {
+    let json = Value::String(text.to_owned()).to_string();
+    if strings == Strings::Legacy || !json.contains(LINE_SEPARATORS) {
+        out.push_str(&json);
+        return;
+    }
+    for c in json.chars() {
+        if LINE_SEPARATORS.contains(&c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
 /// Writes `value` as canonical JSON: no whitespace, object keys sorted by their UTF-8 bytes at
-/// every depth, strings and numbers exactly as serde_json writes them. Independent of serde_json's
-/// `preserve_order` feature.
-pub(super) fn write_canonical(value: &Value, out: &mut String) {
+/// every depth, numbers exactly as serde_json writes them, strings too except as [`Strings`]
+/// says. Independent of serde_json's `preserve_order` feature.
+pub(super) fn write_canonical(value: &Value, strings: Strings, out: &mut String) {
     match value {
-        Value::Object(map) => write_canonical_object(map, out),
+        Value::Object(map) => write_canonical_object(map, strings, out),
         Value::Array(items) => {
             out.push('[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out);
+                write_canonical(item, strings, out);
             }
             out.push(']');
         }
+        Value::String(text) => push_json_string(text, strings, out),
         scalar => out.push_str(&scalar.to_string()),
     }
 }
 
-fn write_canonical_object(map: &Map<String, Value>, out: &mut String) {
+fn write_canonical_object(map: &Map<String, Value>, strings: Strings, out: &mut String) {
     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     out.push('{');
@@ -83,9 +114,9 @@ fn write_canonical_object(map: &Map<String, Value>, out: &mut String) {
         if index > 0 {
             out.push(',');
         }
-        out.push_str(&Value::String(key.clone()).to_string());
+        push_json_string(key, strings, out);
         out.push(':');
-        write_canonical(item, out);
+        write_canonical(item, strings, out);
     }
     out.push('}');
 }
@@ -97,6 +128,7 @@ pub(super) fn record_body(
     prev: &str,
     epoch: Option<u64>,
     event: &Map<String, Value>,
+    strings: Strings,
 ) -> String {
     let mut body = String::with_capacity(160);
     body.push_str("{\"seq\":");
@@ -112,7 +144,7 @@ pub(super) fn record_body(
     } else {
         body.push_str("\",\"event\":");
     }
-    write_canonical_object(event, &mut body);
+    write_canonical_object(event, strings, &mut body);
     body.push('}');
     body
 }
@@ -237,8 +269,24 @@ pub(super) fn parse_line(bytes: &[u8], segment: u64, line: u64) -> Result<Parsed
             format!("\"{mac_field}\" is not 64 lowercase hex digits"),
         ));
     };
-    let body = record_body(seq, &time, &prev_text, epoch, &event);
-    let canonical = seal_line(&body, mac_field, &tag).as_bytes() == bytes;
+    // A line is canonical in the form the journal writes now, or (written before line
+    // separators were escaped) in the legacy form; the MAC input is the form that matched.
+    let mut body = record_body(
+        seq,
+        &time,
+        &prev_text,
+        epoch,
+        &event,
+        Strings::NoLineSeparators,
+    );
+    let mut canonical = seal_line(&body, mac_field, &tag).as_bytes() == bytes;
+    if !canonical {
+        let legacy = record_body(seq, &time, &prev_text, epoch, &event, Strings::Legacy);
+        if legacy != body && seal_line(&legacy, mac_field, &tag).as_bytes() == bytes {
+            body = legacy;
+            canonical = true;
+        }
+    }
     Ok(ParsedLine {
         record: Record {
             seq,
@@ -263,4 +311,55 @@ pub(super) fn peek_seq(bytes: &[u8]) -> Option<u64> {
     let rest = bytes.strip_prefix(b"{\"seq\":")?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> Map<String, Value> {
+        let value = serde_json::json!({
+            "kind": "refused",
+            "verb": "echo\u{2028}{\"seq\":1}\u{85}x\u{2029}",
+        });
+        value.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn line_separators_are_escaped_and_legacy_lines_stay_canonical() {
+        let prev = "ab".repeat(32);
+        let tag = [7u8; 32];
+        let body = record_body(
+            3,
+            "2026-01-01T00:00:00.000Z",
+            &prev,
+            Some(1),
+            &event(),
+            Strings::NoLineSeparators,
+        );
+        let line = seal_line(&body, "mac", &tag);
+        assert!(!line.contains(LINE_SEPARATORS), "{line}");
+        assert!(line.contains("\\u2028") && line.contains("\\u0085") && line.contains("\\u2029"));
+        let parsed = parse_line(line.as_bytes(), 1, 1).ok().unwrap();
+        assert!(parsed.canonical);
+        assert_eq!(parsed.body, body);
+        assert_eq!(parsed.record.event["verb"], event()["verb"]);
+        // A line written before the escape: still canonical, with its own bytes as MAC input.
+        let legacy = record_body(
+            3,
+            "2026-01-01T00:00:00.000Z",
+            &prev,
+            Some(1),
+            &event(),
+            Strings::Legacy,
+        );
+        assert_ne!(legacy, body);
+        let old_line = seal_line(&legacy, "mac", &tag);
+        let parsed = parse_line(old_line.as_bytes(), 1, 1).ok().unwrap();
+        assert!(parsed.canonical);
+        assert_eq!(parsed.body, legacy);
+        // Anything else is still not canonical.
+        let edited = old_line.replacen("\u{2028}", "\\u2028 ", 1);
+        assert!(!parse_line(edited.as_bytes(), 1, 1).ok().unwrap().canonical);
+    }
 }

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::keys::{Custody, EpochKey, EpochLimits, Slot};
 use super::read::{GapAck, Replay, read_gap_ack};
-use super::record::{MAX_LINE_BYTES, hex, parse_line, record_body, seal_line, sha256};
+use super::record::{MAX_LINE_BYTES, Strings, hex, parse_line, record_body, seal_line, sha256};
 use super::scan::{Checker, End, EpochState, KeyRing, Origin, SegmentReader, witness_lines};
 use super::storage::{self, Access, Hints, Mark, SealStateFile, SegmentFile};
 use super::witness::{Head, Journald, Witness, WitnessLine, WitnessProtection};
@@ -798,7 +798,14 @@ impl Journal {
         let seq = seq.unwrap_or(self.end.seq + 1);
         let time = format_rfc3339(SystemTime::now());
         let epoch = self.key.epoch();
-        let body = record_body(seq, &time, &hex(&self.end.hash), Some(epoch), event);
+        let body = record_body(
+            seq,
+            &time,
+            &hex(&self.end.hash),
+            Some(epoch),
+            event,
+            Strings::NoLineSeparators,
+        );
         let tag = self.key.tag(body.as_bytes());
         let line = seal_line(&body, "mac", &tag);
         if line.len() + 1 > MAX_LINE_BYTES {
