@@ -701,39 +701,56 @@ fn shared_literals(verb: &crate::policy::Verb, argv: &[String]) -> usize {
     argv.iter().skip(1).filter(|w| literals.contains(w)).count()
 }
 
+/// Credentials written in command text: `NAME=…` assignments whose name says password, token,
+/// secret…; `--password …`-like options; URL passwords. Compiled once per process.
+static CREDENTIAL_TEXT: std::sync::LazyLock<[(regex::Regex, &'static str); 3]> =
+    std::sync::LazyLock::new(|| {
+        let compile = |pattern: &str| regex::Regex::new(pattern).expect("static regex");
+        [
+            (
+                compile(
+                    r"(?i)\b([A-Z0-9_]*(?:PASS|PASSWD|PASSWORD|TOKEN|SECRET|APIKEY|API_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Z0-9_]*=)('[^']*'|\x22[^\x22]*\x22|\S+)",
+                ),
+                "${1}***",
+            ),
+            (
+                compile(
+                    r"(?i)(--(?:password|passwd|token|secret|client-secret|api-key|auth-token)(?:=|\s+))('[^']*'|\x22[^\x22]*\x22|\S+)",
+                ),
+                "${1}***",
+            ),
+            (compile(r"(://[^:/@\s]+:)([^@\s]+)@"), "${1}***@"),
+        ]
+    });
+
+/// `text` with the credentials written in it replaced by `***`, then through `scrubber` (token
+/// formats, the policy's patterns; the daemon's scrubber also knows its secrets' values).
+pub(crate) fn redact(scrubber: Option<&crate::scrub::Scrubber>, text: &str) -> String {
+    let mut text = text.to_string();
+    for (pattern, replacement) in CREDENTIAL_TEXT.iter() {
+        text = pattern.replace_all(&text, *replacement).into_owned();
+    }
+    match scrubber {
+        Some(s) => String::from_utf8_lossy(&s.scrub(text.as_bytes())).into_owned(),
+        None => text,
+    }
+}
+
 /// Redaction of credentials in recorded command text before it is shown.
-pub(crate) struct Redactor {
-    assignment: regex::Regex,
-    option: regex::Regex,
-    url: regex::Regex,
+struct Redactor {
     scrubber: Option<crate::scrub::Scrubber>,
 }
 
 impl Redactor {
-    pub(crate) fn new(policy: &Policy) -> Redactor {
+    fn new(policy: &Policy) -> Redactor {
         let store = crate::secrets::SecretStore::empty();
         Redactor {
-            assignment: regex::Regex::new(
-                r"(?i)\b([A-Z0-9_]*(?:PASS|PASSWD|PASSWORD|TOKEN|SECRET|APIKEY|API_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Z0-9_]*=)('[^']*'|\x22[^\x22]*\x22|\S+)",
-            )
-            .expect("static regex"),
-            option: regex::Regex::new(
-                r"(?i)(--(?:password|passwd|token|secret|client-secret|api-key|auth-token)(?:=|\s+))('[^']*'|\x22[^\x22]*\x22|\S+)",
-            )
-            .expect("static regex"),
-            url: regex::Regex::new(r"(://[^:/@\s]+:)([^@\s]+)@").expect("static regex"),
             scrubber: crate::scrub::Scrubber::new(&store, &policy.scrub_patterns, true).ok(),
         }
     }
 
-    pub(crate) fn redact(&self, text: &str) -> String {
-        let text = self.assignment.replace_all(text, "${1}***");
-        let text = self.option.replace_all(&text, "${1}***");
-        let text = self.url.replace_all(&text, "${1}***@");
-        match &self.scrubber {
-            Some(s) => String::from_utf8_lossy(&s.scrub(text.as_bytes())).into_owned(),
-            None => text.into_owned(),
-        }
+    fn redact(&self, text: &str) -> String {
+        redact(self.scrubber.as_ref(), text)
     }
 }
 

@@ -11,7 +11,7 @@
 use super::{Context, Daemon, journal_failure};
 use crate::events::{Bounded, CommandAction, Event, RefusalClass};
 use crate::policy::{CommandMode, Role};
-use crate::policy_tools::coverage::Redactor;
+use crate::policy_tools::coverage::redact;
 use crate::policy_tools::mapping::{self, Mapping};
 use crate::protocol::{CommandDecision, Response, VerbCall};
 
@@ -37,7 +37,7 @@ impl Daemon {
             };
         }
         let policy = &ctx.prepared.policy;
-        let (decision, action, verb, args, reason, redactor) =
+        let (decision, action, verb, args, reason) =
             match mapping::map_command(policy, &roles, &command, cwd.as_deref()) {
                 Mapping::Unprivileged { why } => {
                     return Response::Command {
@@ -45,12 +45,10 @@ impl Daemon {
                     };
                 }
                 Mapping::Verb(call) => {
-                    // Built only for answers that are journaled (compiling it costs time).
-                    let redactor = Redactor::new(policy);
                     let journaled = call
                         .args
                         .iter()
-                        .map(|(k, v)| (k.clone(), redactor.redact(v)))
+                        .map(|(k, v)| (k.clone(), redact(Some(&ctx.prepared.scrubber), v)))
                         .collect();
                     let verb = Some(call.verb.clone());
                     let call = VerbCall {
@@ -64,24 +62,22 @@ impl Daemon {
                     } else {
                         (CommandDecision::Advise(call), CommandAction::Advise)
                     };
-                    (decision, action, verb, journaled, None, redactor)
+                    (decision, action, verb, journaled, None)
                 }
                 Mapping::Refuse { reason } => {
-                    let redactor = Redactor::new(policy);
-                    let journaled = Bounded::new(&redactor.redact(&reason));
+                    let journaled = Bounded::new(&redact(Some(&ctx.prepared.scrubber), &reason));
                     (
                         CommandDecision::Refuse { reason },
                         CommandAction::Refuse,
                         None,
                         Default::default(),
                         Some(journaled),
-                        redactor,
                     )
                 }
             };
         let event = Event::CommandMapped {
             caller: ctx.record.clone(),
-            command: Bounded::new(&redactor.redact(&command)),
+            command: Bounded::new(&redact(Some(&ctx.prepared.scrubber), &command)),
             tool: tool.as_deref().map(Bounded::new),
             decision: action,
             verb,
