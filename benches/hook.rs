@@ -1,0 +1,191 @@
+//! What `verbd hook claude-code` adds to a Bash tool call: the wall time from spawning the hook
+//! (as Claude Code does, the tool call as JSON on stdin) to its exit, against a real daemon on a
+//! policy of 50+ verbs (the systemd, journald, files and git packs) whose agent role has
+//! `commands = "rewrite"`. Three answers, interleaved so machine load hits them alike: `pass`
+//! (the agent's own `cargo test`), `rewrite` (`sudo journalctl … | grep -i error`, journaled)
+//! and `refuse` (`sudo rm -rf …`, journaled). Beside each, the daemon's share: the same
+//! `command` request sent from this process (no process start). Prints a Markdown table of
+//! p50/p99/max in milliseconds.
+//!
+//! `cargo bench --bench hook`. Needs root (the daemon runs as root with `allow_root`; the
+//! journal lives in a temporary directory). Knob: `VERBD_BENCH_ITERATIONS` (default 300).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use verbd::protocol::{Request, Response};
+
+const BIN: &str = env!("CARGO_BIN_EXE_verbd");
+
+const POLICY: &str = r#"
+version = 1
+include = [
+  "@PACKS@/systemd.toml",
+  "@PACKS@/journald.toml",
+  "@PACKS@/files.toml",
+  { path = "@PACKS@/git.toml", values = { repo = ["/srv/app"] } },
+]
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [0]
+commands = "rewrite"
+[roles.sre]
+kind = "human"
+uids = [63399]
+[approvals]
+approvers = ["sre"]
+[commands]
+privileged_paths = ["/var/log", "/var/lib"]
+"#;
+
+const CASES: &[(&str, &str)] = &[
+    ("pass", "cargo test --lib 2>&1 | tail -n 20"),
+    (
+        "rewrite",
+        "sudo journalctl -u nginx.service -n 50 --no-pager | grep -i error",
+    ),
+    ("refuse", "sudo rm -rf /var/lib/app/cache"),
+];
+
+fn bash_call(command: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "session_id": "bench",
+        "transcript_path": "/tmp/bench.jsonl",
+        "cwd": "/srv/app",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": { "command": command, "description": "bench" },
+        "tool_use_id": "toolu_bench"
+    }))
+    .unwrap()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("hook bench: needs root; skipped");
+        return;
+    }
+    let iterations: usize = std::env::var("VERBD_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let dir = tempfile::Builder::new()
+        .prefix("verbd-hook-bench-")
+        .tempdir()
+        .unwrap();
+    let packs = Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/packs");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY.replace("@PACKS@", packs.to_str().unwrap())).unwrap();
+    let socket = dir.path().join("verbd.sock");
+    let mut daemon = Command::new(BIN)
+        .arg("serve")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the daemon did not start: {}",
+            std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let inputs: Vec<Vec<u8>> = CASES.iter().map(|(_, c)| bash_call(c)).collect();
+    let mut hook_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
+    let mut daemon_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
+    for round in 0..iterations + 10 {
+        for (index, (name, command)) in CASES.iter().enumerate() {
+            let begin = Instant::now();
+            let mut child = Command::new(BIN)
+                .args(["hook", "claude-code", "--socket"])
+                .arg(&socket)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(&inputs[index])
+                .unwrap();
+            let output = child.wait_with_output().unwrap();
+            let hook = begin.elapsed();
+            let expected = match *name {
+                "pass" => output.status.code() == Some(0) && output.stdout.is_empty(),
+                "rewrite" => output.status.code() == Some(0) && !output.stdout.is_empty(),
+                _ => output.status.code() == Some(2),
+            };
+            assert!(expected, "{name}: {output:?}");
+
+            let begin = Instant::now();
+            let answer = verbd::client::request(
+                &socket,
+                &Request::Command {
+                    command: command.to_string(),
+                    cwd: Some("/srv/app".into()),
+                    tool: Some("bench".into()),
+                },
+                Duration::from_secs(5),
+            )
+            .unwrap();
+            let in_daemon = begin.elapsed();
+            assert!(matches!(answer, Response::Command { .. }), "{answer:?}");
+            if round >= 10 {
+                hook_times[index].push(hook);
+                daemon_times[index].push(in_daemon);
+            }
+        }
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = daemon.wait();
+
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "verbd hook claude-code on Bash: {iterations} calls per answer, interleaved; load average {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!();
+    println!(
+        "| answer | hook process p50 | p99 | max | daemon's share (request from this process) p50 | p99 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (index, (name, _)) in CASES.iter().enumerate() {
+        hook_times[index].sort();
+        daemon_times[index].sort();
+        let (h, d) = (&hook_times[index], &daemon_times[index]);
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            percentile(h, 0.5),
+            percentile(h, 0.99),
+            percentile(h, 1.0),
+            percentile(d, 0.5),
+            percentile(d, 0.99),
+        );
+    }
+}
