@@ -110,7 +110,7 @@ pub const SERVE_EXIT_STATUS: &[ExitStatus] = &[
 pub const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "VERBD_SOCKET",
-        "the agent socket the client commands (call, list, pending, approve, mcp, hook, ...) connect to when --socket is not given",
+        "the socket the client commands (call, list, pending, approve, mcp, hook, ...) connect to when --socket is not given; without either, the socket serve binds by default for this user if it is there, else the packaged daemon's /run/verbd/verbd.sock (agents' commands) or /run/verbd/approve.sock (approvers')",
     ),
     (
         "VERBD_LOG",

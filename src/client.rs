@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(
-        "cannot connect to verbd at {path}: {source} (is the daemon running? start it with `verbd serve`, or pass --socket / set VERBD_SOCKET)"
+        "cannot connect to verbd at {path}: {source} (is the daemon running? start it with `verbd serve`, or `systemctl start verbd.socket verbd-approve.socket` on a packaged host, whose sockets /run/verbd/verbd.sock and /run/verbd/approve.sock only members of verbd-agents and verbd-approvers may reach; or pass --socket / set VERBD_SOCKET)"
     )]
     Connect {
         path: PathBuf,

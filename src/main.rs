@@ -8,6 +8,7 @@ mod cli;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verbd::paths::ClientSide;
 use verbd::protocol::{Request, State};
 
 #[derive(Parser)]
@@ -23,17 +24,26 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct SocketArg {
-    /// Daemon socket (default: $VERBD_SOCKET, else the path `verbd serve` uses by default)
+    /// Daemon socket (default: $VERBD_SOCKET, else the socket `verbd serve` binds by default
+    /// for you if it is there, else the packaged daemon's /run/verbd/verbd.sock for agents'
+    /// commands, /run/verbd/approve.sock for approvers')
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
 }
 
 impl SocketArg {
-    fn path(&self) -> PathBuf {
+    /// The socket a command on `side` connects to.
+    fn path(&self, side: ClientSide) -> PathBuf {
         self.socket
             .clone()
             .or_else(|| std::env::var_os("VERBD_SOCKET").map(PathBuf::from))
-            .unwrap_or_else(verbd::paths::default_socket_path)
+            .unwrap_or_else(|| verbd::paths::client_socket(side))
+    }
+
+    /// What the commands this one prints (`verbd approve …`) need to reach the same daemon:
+    /// the `--socket` given here, since the default or `VERBD_SOCKET` finds it again by itself.
+    fn for_next_command(&self) -> Option<&std::path::Path> {
+        self.socket.as_deref()
     }
 }
 
@@ -353,17 +363,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             idempotency_key,
             verb,
             args,
-        } => client::call(&socket.path(), verb, &args, reason, idempotency_key, json),
-        Command::List { socket, json } => client::list(&socket.path(), json),
-        Command::Pending { socket, json } => client::pending(&socket.path(), json),
+        } => client::call(
+            &socket.path(ClientSide::Agent),
+            verb,
+            &args,
+            reason,
+            idempotency_key,
+            json,
+        ),
+        Command::List { socket, json } => client::list(&socket.path(ClientSide::Agent), json),
+        Command::Pending { socket, json } => client::pending(
+            &socket.path(ClientSide::Approver),
+            socket.for_next_command(),
+            json,
+        ),
         Command::Approve {
             socket,
             id,
             hash,
             json,
-        } => client::send(&socket.path(), &Request::Approve { id, hash }, None, json),
+        } => client::send(
+            &socket.path(ClientSide::Approver),
+            &Request::Approve { id, hash },
+            None,
+            json,
+        ),
         Command::Deny { socket, id, reason } => client::send(
-            &socket.path(),
+            &socket.path(ClientSide::Approver),
             &Request::Deny { id, reason },
             Some(State::Denied),
             false,
@@ -375,18 +401,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let timeout_ms = timeout.min(600) * 1000;
-            client::proposal(&socket.path(), &Request::Wait { id, timeout_ms }, json)
+            client::proposal(
+                &socket.path(ClientSide::Agent),
+                socket.for_next_command(),
+                &Request::Wait { id, timeout_ms },
+                json,
+            )
         }
-        Command::Result { socket, id, json } => {
-            client::proposal(&socket.path(), &Request::Result { id }, json)
-        }
+        Command::Result { socket, id, json } => client::proposal(
+            &socket.path(ClientSide::Agent),
+            socket.for_next_command(),
+            &Request::Result { id },
+            json,
+        ),
         Command::Resolve {
             socket,
             id,
             outcome,
             note,
         } => client::send(
-            &socket.path(),
+            &socket.path(ClientSide::Approver),
             &Request::Resolve { id, outcome, note },
             Some(State::Resolved),
             false,
@@ -402,11 +436,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 (_, true) => cli::status::Format::Prometheus,
                 _ => cli::status::Format::Text,
             };
-            cli::status::run(&socket.path(), format, output.as_deref())
+            cli::status::run(&socket.path(ClientSide::Agent), format, output.as_deref())
         }
-        Command::Reload { socket } => {
-            client::send(&socket.path(), &Request::Reload {}, None, false)
-        }
+        Command::Reload { socket } => client::send(
+            &socket.path(ClientSide::Approver),
+            &Request::Reload {},
+            None,
+            false,
+        ),
         Command::Exec {
             policy,
             profile,
@@ -447,11 +484,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox { command } => cli::local::sandbox(command),
         Command::Audit { command } => cli::audit::run(command),
         Command::Hook { command } => cli::local::hook(command),
-        Command::Sh { socket, command } => cli::sh::run(&socket.path(), &command),
+        Command::Sh { socket, command } => cli::sh::run(&socket.path(ClientSide::Agent), &command),
         Command::Mcp {
             socket,
             print_config,
-        } => cli::mcp::run(&socket.path(), socket.socket.as_deref(), print_config),
+        } => cli::mcp::run(
+            &socket.path(ClientSide::Agent),
+            socket.socket.as_deref(),
+            print_config,
+        ),
         Command::Policy { command } => cli::policy_tools::run(command),
         Command::Notify { command } => cli::notify::run(command),
         Command::Completions { shell } => {

@@ -173,8 +173,10 @@ pub fn escaped_view(view: &ProposalView) -> ProposalView {
 
 /// A proposal as a person reads it (`verbd pending`, `verbd result`, `verbd wait`): every value
 /// that is not the daemon's own passes through [`escape`], so a hostile argument or reason cannot
-/// move the cursor, clear the screen, fake lines of this view or hide characters.
-pub fn proposal_text(view: &ProposalView) -> String {
+/// move the cursor, clear the screen, fake lines of this view or hide characters. `socket` is
+/// the `--socket` the `approve:` and `deny:` commands need to reach the same daemon (none when
+/// they find it by default).
+pub fn proposal_text(view: &ProposalView, socket: Option<&std::path::Path>) -> String {
     let p = &view.proposal;
     let mut out = String::new();
     let _ = writeln!(out, "─── proposal {} ({}) ───", p.id, p.state);
@@ -236,13 +238,25 @@ pub fn proposal_text(view: &ProposalView) -> String {
     let hash = &p.args_hash;
     let _ = writeln!(out, "  hash:        {hash}");
     if p.state == crate::proposal::State::Pending {
+        let socket = socket
+            .map(|s| {
+                format!(
+                    " --socket {}",
+                    escape(&shell_words::quote(&s.to_string_lossy()))
+                )
+            })
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  approve:     verbd approve {} --hash {}",
+            "  approve:     verbd approve {} --hash {}{socket}",
             p.id,
             &hash[..hash.len().min(16)]
         );
-        let _ = writeln!(out, "  deny:        verbd deny {} --reason '…'", p.id);
+        let _ = writeln!(
+            out,
+            "  deny:        verbd deny {} --reason '…'{socket}",
+            p.id
+        );
     }
     out
 }

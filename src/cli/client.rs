@@ -173,8 +173,8 @@ pub fn list(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `verbd pending`
-pub fn pending(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// `verbd pending`; `next_socket` is the `--socket` its `approve:` lines need.
+pub fn pending(socket: &Path, next_socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
     let response = match request(socket, &Request::Pending {}) {
         Ok(r) => r,
         Err(code) => return Ok(code),
@@ -190,14 +190,20 @@ pub fn pending(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
         println!("no pending proposals");
     }
     for p in proposals {
-        print!("{}", terminal::proposal_text(p));
+        print!("{}", terminal::proposal_text(p, next_socket));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `verbd result ID` and `verbd wait ID`: the proposal, its output, and an exit code from its
-/// state (the run's own for a finished run, 75 while open, 77 denied or expired).
-pub fn proposal(socket: &Path, req: &Request, json: bool) -> anyhow::Result<ExitCode> {
+/// state (the run's own for a finished run, 75 while open, 77 denied or expired). `next_socket`
+/// is the `--socket` its `approve:` line needs.
+pub fn proposal(
+    socket: &Path,
+    next_socket: Option<&Path>,
+    req: &Request,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let response = match request(socket, req) {
         Ok(r) => r,
         Err(code) => return Ok(code),
@@ -211,7 +217,7 @@ pub fn proposal(socket: &Path, req: &Request, json: bool) -> anyhow::Result<Exit
     if json {
         println!("{}", serde_json::to_string_pretty(view)?);
     } else {
-        print!("{}", terminal::proposal_text(view));
+        print!("{}", terminal::proposal_text(view, next_socket));
         print_output(view);
     }
     let p = &view.proposal;

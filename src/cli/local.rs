@@ -297,6 +297,10 @@ pub fn hook(command: HookCommand) -> anyhow::Result<ExitCode> {
         HookCommand::ClaudeCode {
             socket,
             print_settings,
-        } => claude_code_hook(&socket.path(), socket.socket.as_deref(), print_settings),
+        } => claude_code_hook(
+            &socket.path(crate::ClientSide::Agent),
+            socket.socket.as_deref(),
+            print_settings,
+        ),
     }
 }

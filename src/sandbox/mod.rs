@@ -930,7 +930,7 @@ pub fn exec_confined(
 
     let verbd_socket = std::env::var_os("VERBD_SOCKET")
         .map(PathBuf::from)
-        .unwrap_or_else(crate::paths::default_socket_path);
+        .unwrap_or_else(|| crate::paths::client_socket(crate::paths::ClientSide::Agent));
     let (env, dropped_env) =
         exec_env::filter(std::env::vars_os(), &prepared.spec.keep_env, &verbd_socket);
     let c_env = env
