@@ -68,6 +68,18 @@ pub enum PolicyCommand {
         #[arg(long, value_enum, default_value = "text")]
         format: verbd::policy_tools::cli::TestFormat,
     },
+    /// Print the polkit rule that lets the daemon's user start/stop/restart/reload exactly the
+    /// units the policy's systemctl verbs name (install it as
+    /// /etc/polkit-1/rules.d/50-verbd.rules); exit 1, naming the verb, when a verb does not
+    /// bound its units
+    Polkit {
+        /// The policy file
+        policy: PathBuf,
+        /// The daemon's user (default: the policy's daemon.user, else verbd, the packaged
+        /// unit's user)
+        #[arg(long)]
+        user: Option<String>,
+    },
     /// Print the JSON Schema of the policy format (--pack: of a pack file)
     Schema {
         /// The schema of a pack file instead of a policy
@@ -104,6 +116,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         } => Ok(ExitCode::from(verbd::policy_tools::cli::test(
             &policy, &tests, format,
         ))),
+        PolicyCommand::Polkit { policy, user } => polkit(&policy, user),
         PolicyCommand::Schema { pack } => {
             Ok(ExitCode::from(verbd::policy_tools::cli::schema(pack)))
         }
@@ -217,5 +230,29 @@ pub fn explain(file: &Path, verb: &str, args: &[String], json: bool) -> anyhow::
         println!("sandbox:  {}", limits.sandbox);
         println!("hash:     {}", call.args_hash);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `verbd policy polkit`: the rule on stdout, or why none can be given.
+fn polkit(file: &Path, user: Option<String>) -> anyhow::Result<ExitCode> {
+    use verbd::policy_tools::polkit;
+    let policy = match policy::load_file(file) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+        }
+    };
+    let grants = match polkit::grants(&policy) {
+        Ok(grants) => grants,
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            return Ok(ExitCode::from(EXIT_CHECK_FAILED));
+        }
+    };
+    let user = user
+        .or_else(|| policy.daemon.user.clone())
+        .unwrap_or_else(|| "verbd".to_string());
+    verbd::print_lossy!("{}", polkit::rule(&grants, &user, &policy.origin));
     Ok(ExitCode::SUCCESS)
 }

@@ -116,7 +116,8 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// Longest value accepted by the name types and by strings without `max_length`.
 pub const DEFAULT_MAX_LENGTH: usize = 256;
 
-const SYSTEMD_UNIT_SUFFIXES: &[&str] = &[
+/// The unit types systemd knows (the suffix of a unit's full name).
+pub const SYSTEMD_UNIT_SUFFIXES: &[&str] = &[
     "service",
     "socket",
     "timer",

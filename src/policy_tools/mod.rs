@@ -1,6 +1,7 @@
 //! Tools that help operators move agents onto verbs, offline: `verbd policy coverage` (replay
 //! recorded agent commands against a policy), `policy suggest` (draft verbs from what is not
-//! covered), `policy test` (expected verdicts for given calls) and `policy schema`.
+//! covered), `policy test` (expected verdicts for given calls), `policy schema`, and `policy
+//! polkit` (the polkit rule for the units the policy's verbs manage).
 //!
 //! Invariants: nothing here executes a recorded command or expands it; matching uses the
 //! policy's compiled templates and its real parameter validators (through
@@ -16,6 +17,7 @@ pub mod danger;
 pub mod filters;
 pub mod mapping;
 pub mod matcher;
+pub mod polkit;
 pub mod shell;
 pub mod sources;
 pub mod suggest;
