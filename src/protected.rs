@@ -8,6 +8,13 @@
 //! roots for verb children and `verbd exec` (see `crate::sandbox::fs_rules`). A policy can add
 //! names and absolute paths, never remove one.
 //!
+//! Under `verbd exec`, the create broker lets git write its own working data beneath `.git`
+//! although these rules match it — a new `.git` directory, template samples, `info/exclude`,
+//! rebase and sequencer state — and lets a repository's `config` be replaced only with data keys
+//! (`crate::sandbox::git_config`); hooks, `info/attributes`, `commondir`, `modules`,
+//! `worktrees` and gitlink files stay protected there too. The file verbs and the hook refuse
+//! all of them.
+//!
 //! Matching (invariants):
 //! - A rule is a sequence of path components matched against any run of consecutive components
 //!   of a path, at any depth (`.git/hooks` matches `sub/.git/hooks/pre-commit`). A component

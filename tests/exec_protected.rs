@@ -11,7 +11,9 @@
 //! - **Landlock-only split** (`VERBD_EXEC_LANDLOCK_ONLY`): the same protected entries hold; the
 //!   documented trade-off is that no new entry can be created at the top of the project;
 //! - in **all**, the create broker refuses every *new* protected name (`AGENTS.md` at the top,
-//!   `src/CLAUDE.md`, `.envrc` by rename, a protected symlink, a hard link, a nested `.git`, a
+//!   `src/CLAUDE.md`, `.envrc` by rename, a protected symlink, a hard link, a hook in a nested
+//!   `.git` (the `.git` directory itself may be made: git's working data is the agent's, its
+//!   config and hooks are not, `exec_git_plants`), a
 //!   create through a dangling symlink or an absolute symlink back into the project, a second
 //!   name through `/proc/self/fd/N`), while the ordinary calls it performs keep working.
 //!
@@ -106,7 +108,7 @@ attempt("new-memory-in-src", lambda: write("src/CLAUDE.md"))
 attempt("new-envrc-by-rename", lambda: replace(".envrc"))
 attempt("new-symlink-protected", lambda: os.symlink("src", "GEMINI.md"))
 attempt("new-hardlink-protected", lambda: both(lambda: write("src/plain.txt"), lambda: os.link("src/plain.txt", "src/.envrc")))
-attempt("new-nested-git", lambda: os.makedirs("src/vendored/.git"))
+attempt("new-nested-git-hook", lambda: both(lambda: os.makedirs("src/vendored/.git/hooks", exist_ok=True), lambda: write("src/vendored/.git/hooks/pre-commit")))
 attempt("new-through-dangling-symlink", lambda: both(lambda: os.symlink("AGENTS.md", "src/notes.md"), lambda: write("src/notes.md")))
 attempt("new-git-by-directory-rename", lambda: both(lambda: os.makedirs("src/stage/hooks"), lambda: os.rename("src/stage", "src/.git")))
 attempt("via-absolute-symlink-modify", lambda: both(lambda: os.symlink(os.getcwd(), "src/again"), lambda: write("src/again/CLAUDE.md")))
@@ -276,7 +278,7 @@ fn protected_entries_untouched(repo: &Path) {
         ".envrc",
         "GEMINI.md",
         "src/.envrc",
-        "src/vendored/.git",
+        "src/vendored/.git/hooks/pre-commit",
         "src/AGENTS.md",
         "src/.git",
         "src/copy.md",
@@ -317,7 +319,7 @@ const NEW_PROTECTED_NAMES: &[&str] = &[
     "new-envrc-by-rename",
     "new-symlink-protected",
     "new-hardlink-protected",
-    "new-nested-git",
+    "new-nested-git-hook",
     "new-through-dangling-symlink",
     "new-git-by-directory-rename",
     "via-absolute-symlink-create",

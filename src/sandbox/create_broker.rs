@@ -106,7 +106,8 @@ impl CreatePolicy {
     }
 
     /// The protected rule `path` (absolute, as the caller sees it) hits, relative to any write
-    /// root containing it, or as a protected absolute path.
+    /// root containing it, or as a protected absolute path. git's working data is not
+    /// protected ([`GitPlace::is_data`]).
     pub fn protected(&self, path: &Path) -> Option<String> {
         if let Some(hit) = self.protected.paths().iter().find(|p| path.starts_with(p)) {
             return Some(format!("protected path {}", hit.display()));
@@ -114,8 +115,49 @@ impl CreatePolicy {
         self.write_roots
             .iter()
             .filter_map(|root| path.strip_prefix(root).ok())
-            .find_map(|relative| self.protected.match_path(relative))
+            .find_map(|relative| {
+                let hit = self.protected.match_path(relative)?;
+                match self.git_place_in_root(relative) {
+                    Some(place) if place.is_data() => None,
+                    _ => Some(hit),
+                }
+            })
             .map(|hit| hit.to_string())
+    }
+
+    /// What `path` is to git, when it lies in a write root, in a `.git` directory that no other
+    /// rule protects.
+    fn git_place(&self, path: &Path) -> Option<GitPlace> {
+        self.write_roots
+            .iter()
+            .filter_map(|root| path.strip_prefix(root).ok())
+            .find_map(|relative| self.git_place_in_root(relative))
+    }
+
+    fn git_place_in_root(&self, relative: &Path) -> Option<GitPlace> {
+        let names: Vec<String> = relative
+            .components()
+            .map(|c| crate::protected::fold(&c.as_os_str().to_string_lossy()))
+            .collect();
+        let git = names.iter().rposition(|name| name == ".git")?;
+        let git_dir: PathBuf = relative.components().take(git + 1).collect();
+        // Inside `.claude/…/.git`, a policy's own name, or git's own state: not git's data.
+        if self.protected.match_subtree(&git_dir).is_some() {
+            return None;
+        }
+        let tail: Vec<&str> = names[git + 1..].iter().map(String::as_str).collect();
+        Some(match tail.as_slice() {
+            [] => GitPlace::Directory,
+            ["hooks"] => GitPlace::HooksDirectory,
+            ["hooks", sample] if sample.len() > ".sample".len() && sample.ends_with(".sample") => {
+                GitPlace::SampleHook
+            }
+            ["info"] => GitPlace::InfoDirectory,
+            ["info", "exclude"] => GitPlace::Exclude,
+            ["rebase-merge" | "rebase-apply" | "sequencer", ..] => GitPlace::State,
+            ["config" | "config.worktree"] => GitPlace::Config,
+            _ => return None,
+        })
     }
 
     /// Is `path` a proper prefix of a protected rule (`.git` for `.git/hooks`) in a write root?
@@ -132,6 +174,52 @@ impl CreatePolicy {
         "create broker: in every write root new protected names are refused and protected entries kept at any depth (creating, writing, removing, renaming and chmod calls performed outside the sandbox)".into()
     }
 }
+
+/// Where a protected name is git's own working data, which git must write for `init`, `clone`,
+/// `rebase`, `cherry-pick`: the create broker lets the program write it. Everything else in a
+/// `.git` directory that a rule protects (hooks, `info/attributes`, `commondir`, `modules`,
+/// `worktrees`, a gitlink file) stays protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitPlace {
+    /// A `.git` directory itself: may be made (`mkdir`), never be a file, link or rename target.
+    Directory,
+    /// `.git/hooks`: may be made empty (`git init` copies its templates); a hook never.
+    HooksDirectory,
+    /// `.git/hooks/NAME.sample`: git never runs a sample (it runs a hook by its exact name, and
+    /// renaming a sample to one is a new protected name).
+    SampleHook,
+    /// `.git/info`: may be made (`info/attributes` in it stays protected).
+    InfoDirectory,
+    /// `.git/info/exclude`: names of untracked files git leaves out; runs nothing.
+    Exclude,
+    /// `.git/rebase-merge`, `.git/rebase-apply`, `.git/sequencer`: a rebase's, `am`'s or
+    /// cherry-pick's state. Its todo list runs only when a human continues that operation.
+    State,
+    /// `.git/config`, `.git/config.worktree`: replaced only by a rename whose new content adds
+    /// data keys alone (module `git_config`).
+    Config,
+}
+
+impl GitPlace {
+    /// Written like any file.
+    fn is_data(self) -> bool {
+        matches!(
+            self,
+            GitPlace::SampleHook | GitPlace::Exclude | GitPlace::State
+        )
+    }
+
+    /// Made by `mkdir` only.
+    fn is_directory(self) -> bool {
+        matches!(
+            self,
+            GitPlace::Directory | GitPlace::HooksDirectory | GitPlace::InfoDirectory
+        )
+    }
+}
+
+/// The largest git config file the broker reads: larger is refused.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A path argument as the create thread resolves it.
 #[derive(Debug)]
@@ -824,6 +912,9 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
             ),
         );
     };
+    let explained = |path: &Path, why: &str| {
+        reporter.create_refused(request.tid, &format!("{}: {why}", path.display()));
+    };
     let root = &request.root;
     let result = match request.operation {
         Operation::Open { place, flags, mode } => {
@@ -837,7 +928,7 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
                 Err(errno) => Performed::Now(Outcome::Errno(errno)),
             };
         }
-        Operation::Mkdir { place, mode } => make(policy, root, place, &refused, |at| {
+        Operation::Mkdir { place, mode } => make(policy, root, place, true, &refused, |at| {
             // SAFETY: directory fd and NUL-terminated name, alive for the call.
             unsafe { libc::mkdirat(at.directory.as_raw_fd(), at.name.as_ptr(), mode) }
         }),
@@ -845,7 +936,7 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
             place,
             mode,
             device,
-        } => make(policy, root, place, &refused, |at| {
+        } => make(policy, root, place, false, &refused, |at| {
             // SAFETY: as above.
             unsafe {
                 libc::mknodat(
@@ -857,7 +948,7 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
             }
         }),
         Operation::Symlink { target, place } => c_string(&target).and_then(|target| {
-            make(policy, root, place, &refused, |at| {
+            make(policy, root, place, false, &refused, |at| {
                 // SAFETY: NUL-terminated target and name, a directory fd, alive for the call.
                 unsafe {
                     libc::symlinkat(target.as_ptr(), at.directory.as_raw_fd(), at.name.as_ptr())
@@ -865,10 +956,12 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
             })
         }),
         Operation::Link { old, new, flags } => link(policy, root, old, new, flags, &refused),
-        Operation::Rename { old, new, flags } => rename(policy, root, old, new, flags, &refused),
+        Operation::Rename { old, new, flags } => {
+            rename(policy, root, old, new, flags, &refused, &explained)
+        }
         Operation::Unlink { place, flags } => unlink(policy, root, place, flags, &refused),
         Operation::Truncate { place, length } => {
-            alter(policy, root, place, true, &refused, |target| {
+            alter(policy, root, place, true, None, &refused, |target| {
                 let file = open_path(libc::AT_FDCWD, &own_fd_path(target), libc::O_WRONLY)?;
                 // SAFETY: an open fd; plain syscall.
                 if unsafe { libc::ftruncate(file.as_raw_fd(), length) } == 0 {
@@ -883,7 +976,7 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
             uid,
             gid,
             follow,
-        } => alter(policy, root, place, follow, &refused, |target| {
+        } => alter(policy, root, place, follow, None, &refused, |target| {
             // SAFETY: an open fd and an empty NUL-terminated path: the call acts on the file
             // the descriptor names (a symlink itself when it was opened without following).
             let rc = unsafe {
@@ -899,21 +992,29 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
         }),
         Operation::Chmod { place, mode, flags } => {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-            alter(policy, root, place, follow, &refused, |target| {
-                if !follow && is_symlink(target) {
-                    // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW
-                    // says so).
-                    return Err(libc::EOPNOTSUPP);
-                }
-                let path = c_string(own_fd_path(target).as_bytes())?;
-                // SAFETY: a NUL-terminated path alive for the call; chmod follows the magic
-                // link to the file the O_PATH descriptor names.
-                if unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) } == 0 {
-                    Ok(())
-                } else {
-                    Err(last_errno())
-                }
-            })
+            alter(
+                policy,
+                root,
+                place,
+                follow,
+                Some(mode),
+                &refused,
+                |target| {
+                    if !follow && is_symlink(target) {
+                        // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW
+                        // says so).
+                        return Err(libc::EOPNOTSUPP);
+                    }
+                    let path = c_string(own_fd_path(target).as_bytes())?;
+                    // SAFETY: a NUL-terminated path alive for the call; chmod follows the magic
+                    // link to the file the O_PATH descriptor names.
+                    if unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) } == 0 {
+                        Ok(())
+                    } else {
+                        Err(last_errno())
+                    }
+                },
+            )
         }
     };
     Performed::Now(Outcome::Errno(match result {
@@ -1043,11 +1144,13 @@ fn open_at(at: &Resolved, flags: i32, mode: u32) -> Result<Opening, i32> {
     })))
 }
 
-/// `mkdir`, `mknod`, `symlink`: a protected name answers `EEXIST` if it exists, else `EACCES`.
+/// `mkdir`, `mknod`, `symlink`: a protected name answers `EEXIST` if it exists, else `EACCES`;
+/// a directory git makes for a new repository (`.git`, `.git/hooks`, `.git/info`) is made.
 fn make(
     policy: &CreatePolicy,
     root: &OwnedFd,
     place: Place,
+    directory: bool,
     refused: &dyn Fn(&Path, &str),
     create: impl FnOnce(&Resolved) -> libc::c_int,
 ) -> Result<(), i32> {
@@ -1056,8 +1159,14 @@ fn make(
         if at.stat().is_some() {
             return Err(libc::EEXIST);
         }
-        refused(&at.path, &rule);
-        return Err(libc::EACCES);
+        let git_directory = directory
+            && policy
+                .git_place(&at.path)
+                .is_some_and(GitPlace::is_directory);
+        if !git_directory {
+            refused(&at.path, &rule);
+            return Err(libc::EACCES);
+        }
     }
     if create(&at) == 0 {
         Ok(())
@@ -1143,8 +1252,21 @@ fn unlink(
     };
     let at = resolve(root, &path)?;
     if let Some(rule) = policy.protected(&at.path) {
-        refused_write(&at.path, &rule, refused);
-        return Err(libc::EACCES);
+        let removes_a_directory = flags & libc::AT_REMOVEDIR != 0 && at.is_dir();
+        if removes_a_directory && has_entries(&at) {
+            // What the kernel answers, and nothing would change: git removes the empty
+            // directories above a file it deleted, up to `.git`, and stops here.
+            return Err(libc::ENOTEMPTY);
+        }
+        // An empty directory git makes for a new repository holds nothing to keep.
+        let empty_git_directory = removes_a_directory
+            && policy
+                .git_place(&at.path)
+                .is_some_and(GitPlace::is_directory);
+        if !empty_git_directory {
+            refused_write(&at.path, &rule, refused);
+            return Err(libc::EACCES);
+        }
     }
     if at
         .stat()
@@ -1160,6 +1282,24 @@ fn unlink(
     }
 }
 
+/// Does the directory `at` names hold any entry? (Unreadable: taken as not empty.)
+fn has_entries(at: &Resolved) -> bool {
+    // SAFETY: directory fd and NUL-terminated name alive for the call.
+    let fd = unsafe {
+        libc::openat(
+            at.directory.as_raw_fd(),
+            at.name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return true;
+    }
+    // SAFETY: the kernel just created this fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    std::fs::read_dir(own_fd_path(&fd)).map_or(true, |mut entries| entries.next().is_some())
+}
+
 /// `truncate`, `chmod` and kin: the file they act on (following a final symlink when `follow`),
 /// opened `O_PATH` beneath the caller's root, must not be protected; then `change` acts on it.
 fn alter(
@@ -1167,6 +1307,7 @@ fn alter(
     root: &OwnedFd,
     place: Place,
     follow: bool,
+    config_chmod: Option<u32>,
     refused: &dyn Fn(&Path, &str),
     change: impl FnOnce(&OwnedFd) -> Result<(), i32>,
 ) -> Result<(), i32> {
@@ -1183,8 +1324,14 @@ fn alter(
     };
     let located = std::fs::read_link(own_fd_path(&target)).map_err(|_| libc::EACCES)?;
     if let Some(rule) = policy.protected(&located) {
-        refused_write(&located, &rule, refused);
-        return Err(libc::EACCES);
+        // git probes whether the file system keeps the executable bit by flipping it on its
+        // config (`git init`): a mode that lets no other uid write is harmless there.
+        let harmless_config_mode = config_chmod.is_some_and(|mode| mode & 0o7022 == 0)
+            && policy.git_place(&located) == Some(GitPlace::Config);
+        if !harmless_config_mode {
+            refused_write(&located, &rule, refused);
+            return Err(libc::EACCES);
+        }
     }
     change(&target)
 }
@@ -1208,14 +1355,20 @@ fn rename(
     new: Place,
     flags: u32,
     refused: &dyn Fn(&Path, &str),
+    explained: &dyn Fn(&Path, &str),
 ) -> Result<(), i32> {
     let old = resolve(root, &place_path(old)?)?;
     let new = resolve(root, &place_path(new)?)?;
-    for side in [&old, &new] {
-        if let Some(rule) = policy.protected(&side.path) {
-            refused(&side.path, &rule);
-            return Err(libc::EACCES);
+    if let Some(rule) = policy.protected(&old.path) {
+        refused(&old.path, &rule);
+        return Err(libc::EACCES);
+    }
+    if let Some(rule) = policy.protected(&new.path) {
+        if flags == 0 && policy.git_place(&new.path) == Some(GitPlace::Config) {
+            return replace_git_config(&old, &new, explained);
         }
+        refused(&new.path, &rule);
+        return Err(libc::EACCES);
     }
     for side in [&old, &new] {
         if side
@@ -1246,6 +1399,131 @@ fn rename(
         )
     };
     if rc == 0 { Ok(()) } else { Err(last_errno()) }
+}
+
+/// A rename onto a repository's `config` (`git config`, `git init`, `git clone` write the new
+/// file as `config.lock` and rename it): the new content is read once, checked (module
+/// `git_config`: only data keys added or changed), and written by this thread to a fresh file
+/// it renames into place; the program's file is then removed, as the rename would have. The
+/// program never holds a descriptor on what becomes the config, so it cannot change it after
+/// the check (this thread performs one request at a time: the fresh file cannot be opened by
+/// the program in between).
+fn replace_git_config(
+    old: &Resolved,
+    new: &Resolved,
+    refused: &dyn Fn(&Path, &str),
+) -> Result<(), i32> {
+    use std::io::{Read, Write};
+    let refuse = |reason: String| {
+        refused(&new.path, &reason);
+        Err(libc::EACCES)
+    };
+    let read_regular = |at: &Resolved| -> Result<(Vec<u8>, u32), i32> {
+        // SAFETY: directory fd and NUL-terminated name, alive for the call.
+        let fd = unsafe {
+            libc::openat(
+                at.directory.as_raw_fd(),
+                at.name.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(last_errno());
+        }
+        // SAFETY: the kernel just created this fd.
+        let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let meta = file.metadata().map_err(|_| libc::EIO)?;
+        if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
+            return Err(libc::EACCES);
+        }
+        let mut bytes = Vec::new();
+        Read::by_ref(&mut file)
+            .take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|_| libc::EIO)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(libc::EACCES);
+        }
+        use std::os::unix::fs::PermissionsExt;
+        Ok((bytes, meta.permissions().mode()))
+    };
+    let (content, mode) = match read_regular(old) {
+        Ok(read) => read,
+        Err(libc::ENOENT) => return Err(libc::ENOENT),
+        Err(_) => {
+            return refuse(
+                "refused: a git config replacement that is not a regular file of at most 1 MiB"
+                    .into(),
+            );
+        }
+    };
+    let existing = match new.stat() {
+        None => Vec::new(),
+        Some(_) => match read_regular(new) {
+            Ok((bytes, _)) => bytes,
+            Err(_) => return refuse("refused: a git config that is not a regular file".into()),
+        },
+    };
+    if let Err(refusal) = super::git_config::check_replacement(&existing, &content) {
+        return refuse(format!("refused: {refusal}; the config is kept unchanged"));
+    }
+    // A fresh name beside the config, made exclusively.
+    let fresh_name =
+        |n: u32| c_string(format!(".verbd-config-{}-{n}", std::process::id()).as_bytes());
+    let mut attempt = 0;
+    let (fresh, fresh_fd) = loop {
+        let name = fresh_name(attempt)?;
+        // SAFETY: directory fd and NUL-terminated name, alive for the call.
+        let fd = unsafe {
+            libc::openat(
+                new.directory.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel just created this fd.
+            break (name, unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let errno = last_errno();
+        if errno != libc::EEXIST || attempt > 16 {
+            return Err(errno);
+        }
+        attempt += 1;
+    };
+    let remove_fresh = || {
+        // SAFETY: directory fd and NUL-terminated name, alive for the call.
+        unsafe { libc::unlinkat(new.directory.as_raw_fd(), fresh.as_ptr(), 0) };
+    };
+    let mut file = std::fs::File::from(fresh_fd);
+    let written = file.write_all(&content).and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        // No group or other write: the mode git gave its lock file, never wider.
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o755))
+    });
+    drop(file);
+    if written.is_err() {
+        remove_fresh();
+        return Err(libc::EIO);
+    }
+    // SAFETY: directory fds and NUL-terminated names alive for the call.
+    let renamed = unsafe {
+        libc::renameat(
+            new.directory.as_raw_fd(),
+            fresh.as_ptr(),
+            new.directory.as_raw_fd(),
+            new.name.as_ptr(),
+        )
+    };
+    if renamed != 0 {
+        let errno = last_errno();
+        remove_fresh();
+        return Err(errno);
+    }
+    // SAFETY: directory fd and NUL-terminated name alive for the call.
+    unsafe { libc::unlinkat(old.directory.as_raw_fd(), old.name.as_ptr(), 0) };
+    Ok(())
 }
 
 /// Answers one notification: an errno, or a new descriptor installed in the caller.

@@ -37,6 +37,7 @@ mod child;
 mod create_broker;
 pub mod exec_env;
 pub mod fs_rules;
+pub mod git_config;
 pub mod identity;
 mod namespace;
 mod net_rules;
