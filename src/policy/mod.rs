@@ -321,7 +321,7 @@ pub struct ProposedCall {
     pub call: PreparedCall,
     pub description: String,
     pub category: &'static str,
-    /// [`Verb::fingerprint`] at proposal time: an approval is refused when it changed.
+    /// [`Policy::verb_fingerprint`] at proposal time: an approval is refused when it changed.
     pub verb_fingerprint: String,
 }
 
