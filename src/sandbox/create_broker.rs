@@ -66,7 +66,7 @@ use std::sync::{Arc, mpsc};
 
 use landlock::{RulesetCreated, RulesetStatus};
 
-use super::unix_broker::{self, Reporter, ThreadIdentity};
+use super::notify::{self, Reporter, ThreadIdentity};
 use crate::protected::ProtectedNames;
 
 /// `PATH_MAX`: longer paths are `ENAMETOOLONG`, as the kernel answers.
@@ -379,18 +379,18 @@ impl CreateBroker {
         notification: &libc::seccomp_notif,
     ) -> Option<i32> {
         let tid = notification.pid;
-        let pidfd = match unix_broker::pidfd_open(tid) {
+        let pidfd = match notify::pidfd_open(tid) {
             Ok(fd) => fd,
             Err(_) => return Some(libc::ESRCH),
         };
-        if !unix_broker::id_valid(listener, notification.id) {
+        if !notify::id_valid(listener, notification.id) {
             return None;
         }
         let caller = Caller { tid, pidfd: &pidfd };
         let prepared = caller
             .operation(&notification.data)
             .and_then(|operation| Ok((caller.root()?, caller.umask()?, operation)));
-        if !unix_broker::id_valid(listener, notification.id) {
+        if !notify::id_valid(listener, notification.id) {
             return None;
         }
         match prepared {
@@ -429,7 +429,7 @@ fn wait_on_a_thread(
         })
         .is_ok();
     if !taken {
-        unix_broker::reply(&listener, id, libc::EAGAIN);
+        notify::reply(&listener, id, libc::EAGAIN);
         return;
     }
     let count = Arc::clone(waiting);
@@ -446,7 +446,7 @@ fn wait_on_a_thread(
         });
     if spawned.is_err() {
         waiting.fetch_sub(1, Ordering::AcqRel);
-        unix_broker::reply(&listener, id, libc::EAGAIN);
+        notify::reply(&listener, id, libc::EAGAIN);
     }
 }
 
@@ -457,7 +457,7 @@ fn confine_this_thread(
     identity: Option<ThreadIdentity>,
 ) -> Result<(), String> {
     if let Some(identity) = identity {
-        unix_broker::take_identity(identity).map_err(|e| format!("run-as identity: {e}"))?;
+        notify::take_identity(identity).map_err(|e| format!("run-as identity: {e}"))?;
     }
     for set in [
         caps::CapSet::Ambient,
@@ -638,7 +638,7 @@ impl Caller<'_> {
         let mut at = address;
         while bytes.len() <= PATH_MAX {
             let chunk = (PAGE - at % PAGE) as usize;
-            let read = unix_broker::read_memory(self.tid, at, chunk).map_err(|_| libc::EFAULT)?;
+            let read = notify::read_memory(self.tid, at, chunk).map_err(|_| libc::EFAULT)?;
             if let Some(end) = read.iter().position(|&b| b == 0) {
                 bytes.extend_from_slice(&read[..end]);
                 return if bytes.len() >= PATH_MAX {
@@ -700,7 +700,7 @@ impl Caller<'_> {
     }
 
     fn descriptor(&self, fd: i32) -> Result<Place, i32> {
-        unix_broker::pidfd_getfd(self.pidfd, fd)
+        notify::pidfd_getfd(self.pidfd, fd)
             .map(Place::Descriptor)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EBADF))
     }
@@ -1529,7 +1529,7 @@ fn replace_git_config(
 /// Answers one notification: an errno, or a new descriptor installed in the caller.
 fn answer(listener: &OwnedFd, id: u64, tid: u32, outcome: Outcome, reporter: Reporter) {
     match outcome {
-        Outcome::Errno(errno) => unix_broker::reply(listener, id, errno),
+        Outcome::Errno(errno) => notify::reply(listener, id, errno),
         Outcome::Descriptor { fd, close_on_exec } => {
             let addfd = libc::seccomp_notif_addfd {
                 id,
@@ -1557,7 +1557,7 @@ fn answer(listener: &OwnedFd, id: u64, tid: u32, outcome: Outcome, reporter: Rep
                 if errno != libc::ENOENT {
                     reporter
                         .create_refused(tid, &format!("cannot hand over the descriptor: {errno}"));
-                    unix_broker::reply(listener, id, errno);
+                    notify::reply(listener, id, errno);
                 }
             }
         }

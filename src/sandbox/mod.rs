@@ -15,7 +15,8 @@
 //! [`unix_broker`], which decides every `connect` outside the sandbox: a confined program
 //! reaches only the Unix sockets its profile lists; under `verbd exec` it also hands every
 //! creating call to the create broker of module `create_broker`, which refuses new protected
-//! names), then the open-files limit (the listener is a new descriptor, and a busy daemon's
+//! names; both brokers stand on the seccomp user-notification primitives of module `notify`),
+//! then the open-files limit (the listener is a new descriptor, and a busy daemon's
 //! child inherits its descriptor table until exec, so the lowest free number can be above the
 //! verb's limit).
 //!
@@ -41,6 +42,7 @@ pub mod git_config;
 pub mod identity;
 mod namespace;
 mod net_rules;
+mod notify;
 mod seccomp;
 pub mod unix_broker;
 
@@ -641,7 +643,7 @@ impl PreparedSandbox {
     }
 
     pub fn install_canary(&self, cmd: &mut std::process::Command) -> Result<(), SandboxError> {
-        self.install_with(cmd, Vec::new(), None, unix_broker::Reporter::Expected)
+        self.install_with(cmd, Vec::new(), None, notify::Reporter::Expected)
     }
 
     /// Observes, in a real child confined by exactly this profile, whether each path can be
@@ -704,7 +706,7 @@ impl PreparedSandbox {
             cmd,
             Vec::new(),
             Some((observation, report_end)),
-            unix_broker::Reporter::Log,
+            notify::Reporter::Log,
         )
     }
 
@@ -713,7 +715,7 @@ impl PreparedSandbox {
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
     ) -> Result<(), SandboxError> {
-        self.install_with(cmd, keep_fds, None, unix_broker::Reporter::Log)
+        self.install_with(cmd, keep_fds, None, notify::Reporter::Log)
     }
 
     fn install_with(
@@ -721,7 +723,7 @@ impl PreparedSandbox {
         cmd: &mut std::process::Command,
         keep_fds: Vec<RawFd>,
         observe: Option<(child::Observation, std::io::PipeWriter)>,
-        reporter: unix_broker::Reporter,
+        reporter: notify::Reporter,
     ) -> Result<(), SandboxError> {
         use std::os::unix::process::CommandExt;
         let (broker_end, child_end) = unix_broker::channel_pair().map_err(SandboxError::Broker)?;
@@ -730,7 +732,7 @@ impl PreparedSandbox {
             plan.observe = Some(observation);
             report_end
         });
-        let identity = self.spec.run_as.map(|r| unix_broker::ThreadIdentity {
+        let identity = self.spec.run_as.map(|r| notify::ThreadIdentity {
             uid: r.uid,
             gid: r.gid,
         });
@@ -970,7 +972,7 @@ pub fn exec_confined(
     if pid > 0 {
         drop(child_end);
         drop(plan);
-        let identity = prepared.spec.run_as.map(|r| unix_broker::ThreadIdentity {
+        let identity = prepared.spec.run_as.map(|r| notify::ThreadIdentity {
             uid: r.uid,
             gid: r.gid,
         });

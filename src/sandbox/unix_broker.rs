@@ -39,6 +39,9 @@ use landlock::RulesetCreated;
 
 use super::Network;
 use super::create_broker::{CreateBroker, CreatePolicy};
+use super::notify::{
+    Reporter, ThreadIdentity, id_valid, pidfd_getfd, pidfd_open, read_memory, reply, take_identity,
+};
 
 /// `errno` of a refused connect: permission denied, distinct from "nobody listens"
 /// (`ECONNREFUSED`) and "no such file" (`ENOENT`).
@@ -48,9 +51,6 @@ pub const REFUSED_ERRNO: i32 = libc::EACCES;
 const MAX_ADDRESS_LEN: usize = 128;
 /// `sizeof(sun_path)`.
 const SUN_PATH_LEN: usize = 108;
-/// `PIDFD_THREAD` (= `O_EXCL`): a pidfd for a thread id, as seccomp reports the calling thread.
-const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
-
 /// What a sandboxed process may connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectPolicy {
@@ -352,69 +352,6 @@ pub(super) fn channel_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Where refusals are reported: `verbd exec` writes them to stderr (the user sees why a program
-/// failed), the daemon logs them as warnings, and the self-test's canary, whose connects are
-/// meant to be refused, only at debug level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reporter {
-    Stderr,
-    Log,
-    Expected,
-}
-
-/// The reasons `verbd exec` has printed: each refusal is reported once (the first caller's
-/// pid), not on every call — `ls -l` would repeat one line per file.
-static REPORTED: std::sync::Mutex<std::collections::BTreeSet<String>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// Is this the first time `reason` is reported? (A poisoned lock still answers.)
-fn first_report(reason: &str) -> bool {
-    let mut seen = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    seen.insert(reason.to_string())
-}
-
-impl Reporter {
-    fn refused(self, pid: u32, reason: &str) {
-        match self {
-            Reporter::Stderr => {
-                if first_report(reason) {
-                    crate::eprintln_lossy!("verbd exec: connect refused for pid {pid}: {reason}");
-                }
-            }
-            Reporter::Log => tracing::warn!(pid, reason, "sandboxed connect refused"),
-            Reporter::Expected => {
-                tracing::debug!(
-                    pid,
-                    reason,
-                    "self-test canary: connect refused, as expected"
-                );
-            }
-        }
-    }
-
-    /// A create, link or rename the create broker refused (module `create_broker`).
-    pub(super) fn create_refused(self, pid: u32, reason: &str) {
-        match self {
-            Reporter::Stderr => {
-                if first_report(reason) {
-                    crate::eprintln_lossy!("verbd exec: create refused for pid {pid}: {reason}");
-                }
-            }
-            Reporter::Log => tracing::warn!(pid, reason, "sandboxed create refused"),
-            Reporter::Expected => {
-                tracing::debug!(pid, reason, "self-test canary: create refused, as expected");
-            }
-        }
-    }
-}
-
-/// The credentials a serving thread takes before brokering (verbs with `run_as`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThreadIdentity {
-    pub uid: u32,
-    pub gid: u32,
-}
-
 /// Daemon side: a thread that receives each listener sent on `channel` and serves it on its own
 /// thread until every process under that filter has exited. Returns at once. With `creates`
 /// (`verbd exec`, one child), that listener's creates go to the create broker.
@@ -439,7 +376,7 @@ pub(super) fn spawn_receiver(
                             && let Err(e) = take_identity(identity)
                         {
                             // Dropping the listener fails every connect with ENOSYS: closed.
-                            reporter.refused(
+                            reporter.connect_refused(
                                 0,
                                 &format!("broker cannot take the run-as identity: {e}"),
                             );
@@ -448,39 +385,11 @@ pub(super) fn spawn_receiver(
                         serve(&Arc::new(listener), &policy, reporter, creates.as_ref());
                     });
                 if let Err(e) = spawned {
-                    reporter.refused(0, &format!("cannot start a broker thread: {e}"));
+                    reporter.connect_refused(0, &format!("cannot start a broker thread: {e}"));
                 }
             }
         })?;
     Ok(())
-}
-
-/// Switches the calling thread (only this thread: raw syscalls, not libc's process-wide
-/// wrappers) to `identity`, with no supplementary groups.
-pub(super) fn take_identity(identity: ThreadIdentity) -> io::Result<()> {
-    // SAFETY: raw syscalls without pointers (setgroups with a null list of length 0).
-    let results = unsafe {
-        [
-            libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()),
-            libc::syscall(
-                libc::SYS_setresgid,
-                identity.gid,
-                identity.gid,
-                identity.gid,
-            ),
-            libc::syscall(
-                libc::SYS_setresuid,
-                identity.uid,
-                identity.uid,
-                identity.uid,
-            ),
-        ]
-    };
-    if results.iter().all(|&rc| rc == 0) {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// `verbd exec` side: receives the listener from `channel` and serves it on a thread; returns
@@ -653,7 +562,7 @@ fn serve(
                 // caller's other connects are not held behind it — up to the limit.
                 let id = notification.id;
                 let Some(slot) = tcp_slots.try_take() else {
-                    reporter.refused(
+                    reporter.connect_refused(
                         notification.pid,
                         &format!(
                             "more than {MAX_CONCURRENT_TCP_CONNECTS} TCP connects at once: EAGAIN"
@@ -733,7 +642,7 @@ fn handle(
     let address = match read_memory(tid, data.args[1], address_len) {
         Ok(bytes) => bytes,
         Err(e) => {
-            reporter.refused(tid, &format!("cannot read the address: {e}"));
+            reporter.connect_refused(tid, &format!("cannot read the address: {e}"));
             return now_or_gone(libc::EFAULT);
         }
     };
@@ -744,7 +653,7 @@ fn handle(
     match policy.decide(&address, &cwd) {
         Decision::Refuse { errno, reason } => {
             if errno == REFUSED_ERRNO {
-                reporter.refused(tid, &reason);
+                reporter.connect_refused(tid, &reason);
             }
             Answer::Now(errno)
         }
@@ -753,62 +662,6 @@ fn handle(
             Err(e) => Answer::Now(e.raw_os_error().unwrap_or(libc::EBADF)),
         },
     }
-}
-
-pub(super) fn pidfd_open(tid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: raw syscall without pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just created this fd.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-pub(super) fn pidfd_getfd(pidfd: &OwnedFd, target_fd: i32) -> io::Result<OwnedFd> {
-    // SAFETY: raw syscall without pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0u32) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just installed this fd (close-on-exec) for us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-pub(super) fn id_valid(listener: &OwnedFd, id: u64) -> bool {
-    // SAFETY: the listener fd and a readable u64.
-    unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
-            &id as *const u64,
-        ) == 0
-    }
-}
-
-pub(super) fn read_memory(tid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buffer = vec![0u8; len];
-    if len == 0 {
-        return Ok(buffer);
-    }
-    let local = libc::iovec {
-        iov_base: buffer.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let remote = libc::iovec {
-        iov_base: address as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: `local` describes our own writable buffer of `len` bytes; the remote range is only
-    // read by the kernel, which checks it against the target's address space.
-    let read = unsafe { libc::process_vm_readv(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if read < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if read as usize != len {
-        return Err(io::Error::from_raw_os_error(libc::EFAULT));
-    }
-    Ok(buffer)
 }
 
 /// Connects `socket` to `address`; the errno (0 on success), as the caller's `connect` would
@@ -829,24 +682,6 @@ fn connect(socket: &OwnedFd, address: &[u8]) -> i32 {
             .raw_os_error()
             .unwrap_or(libc::EIO)
     }
-}
-
-pub(super) fn reply(listener: &OwnedFd, id: u64, errno: i32) {
-    let response = libc::seccomp_notif_resp {
-        id,
-        val: 0,
-        error: -errno,
-        flags: 0,
-    };
-    // SAFETY: the listener fd and a readable response. A failure (ENOENT: the caller died or was
-    // interrupted) needs no handling.
-    unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_SEND,
-            &response,
-        )
-    };
 }
 
 #[cfg(test)]
