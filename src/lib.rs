@@ -44,6 +44,7 @@ pub mod sandbox;
 pub mod scrub;
 pub mod sd;
 pub mod secrets;
+pub mod slots;
 
 // Shared by the daemon and its clients.
 pub mod adapters;

@@ -24,7 +24,7 @@ use crate::sandbox::{PreparedSandbox, SandboxError, SandboxSpec};
 use crate::scrub::{ScrubError, Scrubber};
 use crate::secrets::{CREDENTIALS_DIRECTORY_VAR, SecretError, SecretSource, SecretStore};
 use crate::selftest::{self, Report};
-use crate::server::slots::FairSlots;
+use crate::slots::FairSlots;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

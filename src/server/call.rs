@@ -11,7 +11,6 @@
 //! journaled as ended, whether or not its client is still there.
 #![forbid(unsafe_code)]
 
-use super::slots::{FairSlots, Lane, Slot};
 use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, end_not_journaled, journal_failure,
 };
@@ -25,6 +24,7 @@ use crate::loader::Prepared;
 use crate::policy::{FileCall, PreparedAction, PreparedCall, Refusal, Verdict};
 use crate::proposal::State;
 use crate::protocol::{ExitInfo, Response, RunResult};
+use crate::slots::{FairSlots, Lane, Slot};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

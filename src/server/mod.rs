@@ -21,7 +21,7 @@
 //! and a call whose record cannot be written is denied (fail closed, invariant 6); the agent and
 //! approver sockets have separate pools, and inside each every uid its own budget of connections
 //! and parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its
-//! own budget; a call over an execution limit waits in a fair queue ([`slots::FairSlots`], round
+//! own budget; a call over an execution limit waits in a fair queue ([`crate::slots::FairSlots`], round
 //! robin per uid) for at most `daemon.queue_timeout`, then gets `busy`; an *approved* proposal
 //! waits for its slot longer (bounded, journaled) instead of being lost.
 #![forbid(unsafe_code)]
@@ -36,7 +36,6 @@ mod metrics;
 pub mod pacing;
 pub mod peer;
 mod refusals;
-pub mod slots;
 pub mod socket;
 
 use crate::approvals::{Book, Interrupted};
@@ -47,6 +46,7 @@ use crate::policy::PreparedCall;
 use crate::policy::{ApprovalScope, Caller, Role};
 use crate::proposal::Proposal;
 use crate::protocol::{self, ParamInfo, Request, Response, VerbInfo};
+use crate::slots::FairSlots;
 use admission::{Admission, Pool, PoolLimits, SocketKind};
 use ledger::Ledger;
 use nix::sys::socket::{
@@ -54,7 +54,6 @@ use nix::sys::socket::{
 };
 use pacing::{Pace, Pacer};
 pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
-use slots::FairSlots;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
