@@ -10,10 +10,11 @@
 //!
 //! Under `verbd exec`, the create broker lets git write its own working data beneath `.git`
 //! although these rules match it — a new `.git` directory, template samples, `info/exclude`,
-//! rebase and sequencer state — and lets a repository's `config` be replaced only with data keys
-//! (`crate::sandbox::git_config`); hooks, `info/attributes`, `commondir`, `modules`,
-//! `worktrees` and gitlink files stay protected there too. The file verbs and the hook refuse
-//! all of them.
+//! rebase and sequencer state, a linked worktree's git directory (`.git/worktrees/NAME`) — and
+//! lets a repository's `config` be replaced only with data keys (`crate::sandbox::git_config`),
+//! a worktree's `commondir` be only `../..` and a gitlink file name only a worktree's or
+//! submodule's git directory; hooks, `info/attributes`, `modules` stay protected there too.
+//! The file verbs and the hook refuse all of them.
 //!
 //! Matching (invariants):
 //! - A rule is a sequence of path components matched against any run of consecutive components

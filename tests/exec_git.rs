@@ -1,7 +1,8 @@
 //! A coding agent commits under `verbd exec` (default mode): as an unprivileged uid whose
 //! profile reads `/usr /lib /lib64 /bin /etc` and its home and writes only its project, real git
 //! can `init` a repository, `clone` one from a local path, `add`, `commit`, `branch`, `merge`,
-//! `rebase`, `stash`, `remote add`, `branch --set-upstream-to` and `config user.name` — one test
+//! `rebase`, `stash`, `remote add`, `branch --set-upstream-to`, `config user.name` and use a
+//! linked worktree (`worktree add`, commit in it, `worktree remove`) — one test
 //! per operation, each checking git's own view of the result afterwards. What git obeys stays
 //! the human's: `tests/exec_git_plants.rs`.
 mod common;
@@ -291,4 +292,35 @@ fn remote_upstream_and_user_config() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), before);
+}
+
+#[test]
+fn linked_worktree_add_commit_and_remove() {
+    if !require_root("linked_worktree_add_commit_and_remove") {
+        return;
+    }
+    let p = project();
+    let repo = p.repo();
+    p.git(&repo, &["worktree", "add", "-q", "-b", "side", "../side"]);
+    let side = p.work.join("side");
+    assert_eq!(
+        std::fs::read_to_string(side.join(".git")).unwrap(),
+        format!("gitdir: {}\n", repo.join(".git/worktrees/side").display())
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".git/worktrees/side/commondir")).unwrap(),
+        "../..\n"
+    );
+    p.write(&side.join("s.txt"), "side\n");
+    p.git(&side, &["add", "s.txt"]);
+    p.git(&side, &["commit", "-qm", "side"]);
+    assert_eq!(
+        p.human(&repo, &["log", "--format=%s", "side"]),
+        "side\none\n"
+    );
+    assert_eq!(p.human(&side, &["status", "--porcelain"]), "");
+    assert_eq!(p.human(&repo, &["worktree", "list"]).lines().count(), 2);
+    p.git(&repo, &["worktree", "remove", "../side"]);
+    assert!(!side.exists() && !repo.join(".git/worktrees/side").exists());
+    assert_eq!(p.human(&repo, &["worktree", "list"]).lines().count(), 1);
 }

@@ -75,6 +75,67 @@ step sh -c "printf 'exec %s rebase\n' '$E/run.sh' > .git/rebase-merge/git-rebase
 echo planted
 "#;
 
+/// `worktree-plants.sh EVIL`, run in the repository: a linked worktree whose git directory
+/// is made to take its config and hooks from elsewhere. `../fake` is a common directory of the
+/// agent's own (its config runs an fsmonitor, its hook runs); every step may fail.
+const WORKTREE_PLANTS: &str = r#"
+E="$1"
+R="$PWD"
+step() { "$@" 2>/dev/null || true; }
+step mkdir -p ../fake/hooks ../fake/objects ../fake/refs
+step sh -c "printf '[core]
+	fsmonitor = %s
+' '$E/fsmonitor-commondir' > ../fake/config"
+step cp "$E/hook-commondir" ../fake/hooks/pre-commit
+step chmod +x ../fake/hooks/pre-commit
+# A worktree git made, its commondir then replaced (removed, rewritten; written over).
+step git worktree add -q ../wt
+step sh -c "printf '%s
+' '$R/../fake' > .git/worktrees/wt/commondir"
+step rm -f .git/worktrees/wt/commondir
+step sh -c "printf '%s
+' '$R/../fake' > .git/worktrees/wt/commondir"
+# A worktree git directory made by hand, naming the fake common directory.
+step mkdir -p .git/worktrees/hand
+step sh -c "printf 'ref: refs/heads/main
+' > .git/worktrees/hand/HEAD"
+step sh -c "printf '%s
+' '$R/../fake' > .git/worktrees/hand/commondir"
+step mkdir ../wt2
+step sh -c "printf 'gitdir: %s
+' '$R/.git/worktrees/hand' > ../wt2/.git"
+# A gitlink straight to the fake directory, and a relative one.
+step mkdir ../wt3 ../wt5
+step sh -c "printf 'gitdir: %s
+' '$R/../fake' > ../wt3/.git"
+step sh -c "printf 'gitdir: ../fake
+' > ../wt5/.git"
+# The worktree's git directory as a git directory of its own: its config and hooks.
+step sh -c "printf '[core]
+	fsmonitor = %s
+' '$E/fsmonitor-wtconfig' > .git/worktrees/wt/config"
+step mkdir -p .git/worktrees/wt/hooks
+step cp "$E/hook-wt" .git/worktrees/wt/hooks/pre-commit
+step chmod +x .git/worktrees/wt/hooks/pre-commit
+# config.worktree with the extension that makes git read it.
+step git config extensions.worktreeConfig true
+step git -C ../wt config --worktree core.fsmonitor "$E/fsmonitor-configworktree"
+step sh -c "printf '[core]
+	fsmonitor = %s
+' '$E/fsmonitor-configworktree' > .git/worktrees/wt/config.worktree"
+# A worktree git directory prepared under another name and renamed into place.
+step mkdir -p stage
+step sh -c "printf 'ref: refs/heads/main
+' > stage/HEAD"
+step sh -c "printf '%s
+' '$R/../fake' > stage/commondir"
+step mv stage .git/worktrees/staged
+step mkdir ../wt4
+step sh -c "printf 'gitdir: %s
+' '$R/.git/worktrees/staged' > ../wt4/.git"
+echo planted
+"#;
+
 struct Setup {
     _dir: tempfile::TempDir,
     repo: PathBuf,
@@ -141,6 +202,11 @@ fn setup() -> Setup {
         "fsmonitor-module",
         "fsmonitor-sub",
         "fsmonitor-stage",
+        "fsmonitor-commondir",
+        "fsmonitor-wtconfig",
+        "fsmonitor-configworktree",
+        "hook-commondir",
+        "hook-wt",
     ];
     for name in scripts {
         let marker = name.replace('/', "-");
@@ -151,6 +217,7 @@ fn setup() -> Setup {
         .unwrap();
     }
     std::fs::write(dir.path().join("plants.sh"), PLANTS).unwrap();
+    std::fs::write(dir.path().join("worktree-plants.sh"), WORKTREE_PLANTS).unwrap();
     Command::new("chmod")
         .args(["-R", "a+rx"])
         .arg(&evil)
@@ -201,9 +268,10 @@ fn setup() -> Setup {
     std::fs::write(
         &policy,
         format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}]\nwrite = [{:?}]\n",
+            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}, {:?}]\nwrite = [{:?}]\n",
             evil.to_str().unwrap(),
             dir.path().join("plants.sh").to_str().unwrap(),
+            dir.path().join("worktree-plants.sh").to_str().unwrap(),
             work.to_str().unwrap()
         ),
     )
@@ -219,7 +287,11 @@ fn setup() -> Setup {
 
 impl Setup {
     fn plant(&self, confined: bool) {
-        let script = self.policy.with_file_name("plants.sh");
+        self.run_plants("plants.sh", confined);
+    }
+
+    fn run_plants(&self, script: &str, confined: bool) {
+        let script = self.policy.with_file_name(script);
         let mut cmd = if confined {
             let mut cmd = Command::new(BIN);
             cmd.args(["exec", "--policy"]).arg(&self.policy).args([
@@ -258,6 +330,21 @@ impl Setup {
                 git(&dir, &["status"]);
                 git(&dir, &["commit", "-q", "--allow-empty", "-m", "human"]);
                 git(&dir, &["log", "-p"]);
+            }
+        }
+    }
+
+    /// The human's routine in the repository and in every linked worktree the plants made.
+    fn human_works_in_worktrees(&self) {
+        git(&self.repo, &["status"]);
+        git(&self.repo, &["worktree", "list"]);
+        let work = self.repo.parent().unwrap();
+        for name in ["wt", "wt2", "wt3", "wt4", "wt5"] {
+            let dir = work.join(name);
+            if dir.join(".git").exists() {
+                git(&dir, &["status"]);
+                git(&dir, &["commit", "-q", "--allow-empty", "-m", "human"]);
+                git(&dir, &["log", "-p", "-1"]);
             }
         }
     }
@@ -330,6 +417,72 @@ fn after_every_plant_under_verbd_exec_the_humans_git_runs_nothing_the_agent_chos
         "{sub_hooks:?}"
     );
     setup.human_works();
+    assert_eq!(
+        setup.marks(),
+        Vec::<String>::new(),
+        "the human's git ran these"
+    );
+}
+
+#[test]
+fn worktree_plants_without_verbd_exec_make_the_humans_git_run_the_agents_programs() {
+    if !require_root(
+        "worktree_plants_without_verbd_exec_make_the_humans_git_run_the_agents_programs",
+    ) {
+        return;
+    }
+    let setup = setup();
+    setup.run_plants("worktree-plants.sh", false);
+    setup.human_works_in_worktrees();
+    let marks = setup.marks();
+    println!("ran: {marks:?}");
+    // The commondir made the human's commit run the fake common directory's hook; the
+    // worktree's own config ran its fsmonitor.
+    for expected in ["hook-commondir", "fsmonitor-configworktree"] {
+        assert!(marks.iter().any(|m| m == expected), "{expected}: {marks:?}");
+    }
+}
+
+#[test]
+fn after_worktree_plants_under_verbd_exec_the_humans_git_runs_nothing_the_agent_chose() {
+    if !require_root(
+        "after_worktree_plants_under_verbd_exec_the_humans_git_runs_nothing_the_agent_chose",
+    ) {
+        return;
+    }
+    let setup = setup();
+    let config_before = std::fs::read(setup.repo.join(".git/config")).unwrap();
+    setup.run_plants("worktree-plants.sh", true);
+    let work = setup.repo.parent().unwrap();
+    let admin = setup.repo.join(".git/worktrees");
+    // The linked worktree git made works, and its git directory names the repository.
+    assert_eq!(
+        std::fs::read_to_string(admin.join("wt/commondir")).unwrap(),
+        "../..\n"
+    );
+    assert!(
+        work.join("wt/a.txt").exists(),
+        "git worktree add checked out"
+    );
+    assert_eq!(
+        std::fs::read_to_string(admin.join("hand/commondir")).unwrap(),
+        "../..\n"
+    );
+    // No gitlink to anything but a worktree's git directory; nothing renamed into place.
+    assert!(!work.join("wt3/.git").exists());
+    assert!(!work.join("wt5/.git").exists());
+    assert!(!admin.join("staged").exists());
+    for planted in ["wt/config", "wt/hooks", "wt/config.worktree"] {
+        assert!(!admin.join(planted).exists(), "{planted}");
+    }
+    // Only the data key `extensions.worktreeConfig` was added to the human's config.
+    let config = std::fs::read_to_string(setup.repo.join(".git/config")).unwrap();
+    assert!(
+        config.starts_with(std::str::from_utf8(&config_before).unwrap())
+            && !config.contains(setup.evil.to_str().unwrap()),
+        "{config}"
+    );
+    setup.human_works_in_worktrees();
     assert_eq!(
         setup.marks(),
         Vec::<String>::new(),

@@ -42,6 +42,13 @@
 //!   onto an existing one answer `EEXIST`; an existing one opened only for reading opens;
 //! - the kernel checks mount points only in their own namespace: the create thread refuses to
 //!   rename or remove one of the caller's (`EBUSY`), as the kernel would there;
+//! - git's files that redirect it are created only with content this thread checked: a linked
+//!   worktree's `commondir` (only `../..`, written by this thread before the program writes),
+//!   its `gitdir` (one absolute path of a `.git`) and a gitlink `.git` file (only `gitdir:` a
+//!   worktree's or submodule's git directory in a write root). The program writes into a pipe;
+//!   a drain thread, confined as this one, reads it to the end, checks it and creates the file;
+//!   the create thread joins every drain whose writer closed before it performs the next call,
+//!   and the launcher before it exits, so a call after the close finds the file in place;
 //! - fail closed: a path that cannot be read, a working directory that cannot be named, a
 //!   directory whose name does not lead back to the same inode, a create through a dangling
 //!   symlink — refused. When the broker is gone, the kernel answers `ENOSYS`.
@@ -156,8 +163,50 @@ impl CreatePolicy {
             ["info", "exclude"] => GitPlace::Exclude,
             ["rebase-merge" | "rebase-apply" | "sequencer", ..] => GitPlace::State,
             ["config" | "config.worktree"] => GitPlace::Config,
+            ["worktrees"] => GitPlace::WorktreesDirectory,
+            ["worktrees", _] => GitPlace::WorktreeDirectory,
+            ["worktrees", _, "commondir"] => GitPlace::CommonDir,
+            ["worktrees", _, "gitdir"] => GitPlace::WorktreeLocation,
+            ["worktrees", _, "config.worktree"] => GitPlace::Config,
+            // What git would obey if the directory were a git directory of its own (a
+            // `commondir` removed): never written.
+            [
+                "worktrees",
+                _,
+                "config" | "hooks" | "info" | "modules" | "worktrees",
+                ..,
+            ] => {
+                return None;
+            }
+            ["worktrees", _, ..] => GitPlace::WorktreeData,
             _ => return None,
         })
+    }
+
+    /// Is `path` (canonical, as the caller sees it) a directory a gitlink file may name: a
+    /// linked worktree's git directory (`.git/worktrees/NAME`) or a submodule's
+    /// (`.git/modules/NAME…`), in a write root, where this broker keeps what git obeys in it?
+    fn is_gitlink_target(&self, path: &Path) -> bool {
+        if self.git_place(path) == Some(GitPlace::WorktreeDirectory) {
+            return true;
+        }
+        self.write_roots
+            .iter()
+            .filter_map(|root| path.strip_prefix(root).ok())
+            .any(|relative| {
+                let names: Vec<String> = relative
+                    .components()
+                    .map(|c| crate::protected::fold(&c.as_os_str().to_string_lossy()))
+                    .collect();
+                names
+                    .iter()
+                    .position(|name| name == ".git")
+                    .is_some_and(|git| {
+                        names.get(git + 1).is_some_and(|next| next == "modules")
+                            && names.len() > git + 2
+                            && !names[git + 1..].iter().any(|name| name == ".git")
+                    })
+            })
     }
 
     /// Is `path` a proper prefix of a protected rule (`.git` for `.git/hooks`) in a write root?
@@ -176,9 +225,9 @@ impl CreatePolicy {
 }
 
 /// Where a protected name is git's own working data, which git must write for `init`, `clone`,
-/// `rebase`, `cherry-pick`: the create broker lets the program write it. Everything else in a
-/// `.git` directory that a rule protects (hooks, `info/attributes`, `commondir`, `modules`,
-/// `worktrees`, a gitlink file) stays protected.
+/// `rebase`, `cherry-pick`, `worktree add`: the create broker lets the program write it, or
+/// create it with checked content ([`CheckedFile`]). Everything else in a `.git` directory that
+/// a rule protects (hooks, `info/attributes`, `commondir`, `modules`) stays protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GitPlace {
     /// A `.git` directory itself: may be made (`mkdir`), never be a file, link or rename target.
@@ -195,9 +244,39 @@ enum GitPlace {
     /// `.git/rebase-merge`, `.git/rebase-apply`, `.git/sequencer`: a rebase's, `am`'s or
     /// cherry-pick's state. Its todo list runs only when a human continues that operation.
     State,
-    /// `.git/config`, `.git/config.worktree`: replaced only by a rename whose new content adds
-    /// data keys alone (module `git_config`).
+    /// `.git/config`, `.git/config.worktree`, `.git/worktrees/NAME/config.worktree`: replaced
+    /// only by a rename whose new content adds data keys alone (module `git_config`).
     Config,
+    /// `.git/worktrees`: may be made (`git worktree add`).
+    WorktreesDirectory,
+    /// `.git/worktrees/NAME`: a linked worktree's git directory; may be made.
+    WorktreeDirectory,
+    /// In `.git/worktrees/NAME`: the linked worktree's `HEAD`, index, logs, refs, `locked`,
+    /// rebase state — its working data (not `config`, `hooks`, `info`, `modules`, `worktrees`,
+    /// which git would obey were the directory a git directory of its own).
+    WorktreeData,
+    /// `.git/worktrees/NAME/commondir`: where git takes the config, hooks and objects from.
+    /// Only `../..` (what git writes) is ever written: the repository itself.
+    CommonDir,
+    /// `.git/worktrees/NAME/gitdir`: where the linked worktree lies (`git worktree list`,
+    /// `prune`, `repair`); git takes no config or hooks through it. Written only as one
+    /// absolute path of a `.git`.
+    WorktreeLocation,
+}
+
+/// A protected file that comes into being only with content the broker checked: the program's
+/// `open(O_CREAT | O_WRONLY)` of the absent name gets the write end of a pipe, a drain thread
+/// reads it to the end and creates the file itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckedFile {
+    /// `.git/worktrees/NAME/commondir`: made at once with `../..`, before the program writes
+    /// (git reads it right after); what the program writes is compared and never used.
+    CommonDir,
+    /// `.git/worktrees/NAME/gitdir`: one absolute path ending in `/.git`.
+    WorktreeLocation,
+    /// A gitlink `.git` file: `gitdir: PATH`, where PATH is a linked worktree's or a
+    /// submodule's git directory in a write root ([`CreatePolicy::is_gitlink_target`]).
+    Gitlink,
 }
 
 impl GitPlace {
@@ -205,7 +284,7 @@ impl GitPlace {
     fn is_data(self) -> bool {
         matches!(
             self,
-            GitPlace::SampleHook | GitPlace::Exclude | GitPlace::State
+            GitPlace::SampleHook | GitPlace::Exclude | GitPlace::State | GitPlace::WorktreeData
         )
     }
 
@@ -213,8 +292,23 @@ impl GitPlace {
     fn is_directory(self) -> bool {
         matches!(
             self,
-            GitPlace::Directory | GitPlace::HooksDirectory | GitPlace::InfoDirectory
+            GitPlace::Directory
+                | GitPlace::HooksDirectory
+                | GitPlace::InfoDirectory
+                | GitPlace::WorktreesDirectory
+                | GitPlace::WorktreeDirectory
         )
+    }
+
+    /// Created only with checked content, when the program creates it for writing (a `.git`
+    /// there is a gitlink file).
+    fn checked_file(self) -> Option<CheckedFile> {
+        match self {
+            GitPlace::CommonDir => Some(CheckedFile::CommonDir),
+            GitPlace::WorktreeLocation => Some(CheckedFile::WorktreeLocation),
+            GitPlace::Directory => Some(CheckedFile::Gitlink),
+            _ => None,
+        }
     }
 }
 
@@ -309,6 +403,13 @@ enum Performed {
         open: Box<dyn FnOnce() -> Result<OwnedFd, i32> + Send>,
         close_on_exec: bool,
     },
+    /// A checked file: the program gets a pipe, a drain thread creates the file.
+    Checked {
+        write: CheckedWrite,
+        root: OwnedFd,
+        umask: u32,
+        close_on_exec: bool,
+    },
 }
 
 /// How many waiting opens (FIFOs) of one program the broker holds at once, each on a thread;
@@ -342,10 +443,26 @@ impl CreateBroker {
                     return;
                 }
                 let waiting = Arc::new(AtomicUsize::new(0));
+                let policy = Arc::new(policy);
                 for request in incoming {
+                    settle_checked_writes();
                     let (listener, id, tid) =
                         (Arc::clone(&request.listener), request.id, request.tid);
                     match perform(&policy, request, reporter) {
+                        Performed::Checked {
+                            write,
+                            root,
+                            umask,
+                            close_on_exec,
+                        } => {
+                            let outcome = match start_checked(
+                                &waiting, &policy, write, root, umask, tid, reporter,
+                            ) {
+                                Ok(fd) => Outcome::Descriptor { fd, close_on_exec },
+                                Err(errno) => Outcome::Errno(errno),
+                            };
+                            answer(&listener, id, tid, outcome, reporter);
+                        }
                         Performed::Waits {
                             open,
                             close_on_exec,
@@ -925,6 +1042,15 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
                     open,
                     close_on_exec,
                 },
+                Ok(Opening::Checked(write)) => match root.try_clone() {
+                    Ok(root) => Performed::Checked {
+                        write,
+                        root,
+                        umask: request.umask,
+                        close_on_exec,
+                    },
+                    Err(_) => Performed::Now(Outcome::Errno(libc::EMFILE)),
+                },
                 Err(errno) => Performed::Now(Outcome::Errno(errno)),
             };
         }
@@ -1081,6 +1207,13 @@ fn open(
             // Exists and is only read: opens as the mounts and Landlock allow.
             return open_at(&at, flags & !CREATING, 0);
         }
+        let creates_to_write =
+            flags & libc::O_CREAT != 0 && flags & libc::O_ACCMODE == libc::O_WRONLY;
+        if creates_to_write
+            && let Some(kind) = policy.git_place(&at.path).and_then(GitPlace::checked_file)
+        {
+            return Ok(Opening::Checked(CheckedWrite { kind, at, mode }));
+        }
         refused(&at.path, &rule);
         return Err(libc::EACCES);
     }
@@ -1106,10 +1239,258 @@ fn open(
 }
 
 /// An open that is done, or that must wait on a thread of its own: opening a FIFO waits for
-/// the other end, which may come through this broker too.
+/// the other end, which may come through this broker too; or the creation of a file whose
+/// content is checked ([`CheckedFile`]).
 enum Opening {
     Ready(OwnedFd),
     Waits(Box<dyn FnOnce() -> Result<OwnedFd, i32> + Send>),
+    Checked(CheckedWrite),
+}
+
+/// A checked file the program creates: where, and the mode it asked for.
+struct CheckedWrite {
+    kind: CheckedFile,
+    at: Resolved,
+    mode: u32,
+}
+
+/// The largest content of a checked file the broker reads; more is refused (and drained, so
+/// the writer never blocks).
+const MAX_CHECKED_BYTES: usize = 4096;
+
+/// A drain thread of a checked file, with a descriptor of its pipe's read end to see when the
+/// program has closed its end.
+struct Drain {
+    hangup: OwnedFd,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Drains not yet joined: the create thread joins those whose writer has closed before it
+/// performs the next request, so a brokered call made after the program closed a checked file
+/// finds it in place (git reads `gitdir` and the gitlink right after writing them); the
+/// launcher joins them before it exits.
+static DRAINS: std::sync::Mutex<Vec<Drain>> = std::sync::Mutex::new(Vec::new());
+
+/// Joins every drain whose pipe has no writer left (their file is then in place or refused).
+pub(super) fn settle_checked_writes() {
+    let mut drains = DRAINS.lock().unwrap_or_else(|e| e.into_inner());
+    let (closed, open): (Vec<Drain>, Vec<Drain>) = drains.drain(..).partition(|drain| {
+        let mut poll = libc::pollfd {
+            fd: drain.hangup.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, timeout 0.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready != 0 && poll.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    });
+    *drains = open;
+    drop(drains);
+    for drain in closed {
+        let _ = drain.thread.join();
+    }
+}
+
+/// Starts a checked file: a pipe whose write end the program gets; a drain thread (confined as
+/// this one, whose domain it inherits) reads the content to the end, checks it and creates the
+/// file itself. A `commondir` is created at once with `../..`.
+fn start_checked(
+    waiting: &Arc<AtomicUsize>,
+    policy: &Arc<CreatePolicy>,
+    write: CheckedWrite,
+    root: OwnedFd,
+    umask: u32,
+    tid: u32,
+    reporter: Reporter,
+) -> Result<OwnedFd, i32> {
+    let mode = write.mode & !umask & 0o644;
+    if waiting
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_WAITING_OPENS).then_some(n + 1)
+        })
+        .is_err()
+    {
+        return Err(libc::EAGAIN);
+    }
+    let release = || {
+        waiting.fetch_sub(1, Ordering::AcqRel);
+    };
+    let mut ends = [0 as libc::c_int; 2];
+    // SAFETY: a writable array of two ints.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        release();
+        return Err(last_errno());
+    }
+    // SAFETY: the kernel just created both fds.
+    let (read, sink) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let hangup = match read.try_clone() {
+        Ok(fd) => fd,
+        Err(_) => {
+            release();
+            return Err(libc::EMFILE);
+        }
+    };
+    if write.kind == CheckedFile::CommonDir
+        && let Err(errno) = create_checked(&write.at, COMMON_DIR, mode)
+    {
+        release();
+        return Err(errno);
+    }
+    let count = Arc::clone(waiting);
+    let policy = Arc::clone(policy);
+    let spawned = std::thread::Builder::new()
+        .name("verbd-create-check".into())
+        .spawn(move || {
+            drain_checked(&policy, write, read, &root, mode, |why| {
+                reporter.create_refused(tid, why);
+            });
+            count.fetch_sub(1, Ordering::AcqRel);
+        });
+    match spawned {
+        Ok(thread) => {
+            DRAINS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Drain { hangup, thread });
+            Ok(sink)
+        }
+        Err(_) => {
+            release();
+            Err(libc::EAGAIN)
+        }
+    }
+}
+
+/// What git writes in a linked worktree's `commondir`: the repository it belongs to.
+const COMMON_DIR: &[u8] = b"../..\n";
+
+/// Reads what the program writes to a checked file, checks it, and creates the file (a
+/// `commondir` only compares: it was made at the start).
+fn drain_checked(
+    policy: &CreatePolicy,
+    write: CheckedWrite,
+    read: OwnedFd,
+    root: &OwnedFd,
+    mode: u32,
+    report: impl Fn(&str),
+) {
+    use std::io::Read;
+    let mut content = Vec::new();
+    let mut file = std::fs::File::from(read);
+    let mut chunk = [0u8; 4096];
+    let mut too_long = false;
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) if content.len() + n <= MAX_CHECKED_BYTES => {
+                content.extend_from_slice(&chunk[..n]);
+            }
+            Ok(_) => too_long = true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                too_long = true;
+                break;
+            }
+        }
+    }
+    let at = &write.at;
+    let refuse = |why: &str| report(&format!("{}: refused: {why}", at.path.display()));
+    let verdict = if too_long {
+        Err(format!("more than {MAX_CHECKED_BYTES} bytes"))
+    } else {
+        check_content(policy, write.kind, at, root, &content)
+    };
+    match (write.kind, verdict) {
+        (CheckedFile::CommonDir, Ok(())) => {}
+        (CheckedFile::CommonDir, Err(why)) => {
+            refuse(&format!("{why}; it holds `../..`, the repository itself"));
+        }
+        (_, Err(why)) => refuse(&format!("{why}; the file was not created")),
+        (_, Ok(())) => {
+            if let Err(errno) = create_checked(at, &content, mode) {
+                refuse(&format!(
+                    "cannot create it: {}",
+                    io::Error::from_raw_os_error(errno)
+                ));
+            }
+        }
+    }
+}
+
+/// Is `content` what a checked file of `kind` may hold?
+fn check_content(
+    policy: &CreatePolicy,
+    kind: CheckedFile,
+    at: &Resolved,
+    root: &OwnedFd,
+    content: &[u8],
+) -> Result<(), String> {
+    // git strips the line's end when it reads these files.
+    let line = content.strip_suffix(b"\n").unwrap_or(content);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() || line.iter().any(|&b| b == b'\n' || b == b'\r' || b == 0) {
+        return Err("not one line".into());
+    }
+    match kind {
+        CheckedFile::CommonDir => {
+            if line == b"../.." {
+                Ok(())
+            } else {
+                Err("a commondir other than `../..`".into())
+            }
+        }
+        CheckedFile::WorktreeLocation => {
+            if line.starts_with(b"/") && line.ends_with(b"/.git") {
+                Ok(())
+            } else {
+                Err("a worktree location other than the absolute path of a `.git`".into())
+            }
+        }
+        CheckedFile::Gitlink => {
+            let Some(target) = line.strip_prefix(b"gitdir: ") else {
+                return Err("a gitlink other than `gitdir: PATH`".into());
+            };
+            let target = Path::new(OsStr::from_bytes(target));
+            let target = match at.path.parent() {
+                Some(directory) if target.is_relative() => directory.join(target),
+                _ => target.to_path_buf(),
+            };
+            let located = open_in_root(root, &target, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .ok()
+                .and_then(|fd| std::fs::read_link(own_fd_path(&fd)).ok());
+            match located {
+                Some(located) if policy.is_gitlink_target(&located) => Ok(()),
+                _ => Err(
+                    "a gitlink to anything but a linked worktree's (`.git/worktrees/NAME`) or a submodule's (`.git/modules/NAME`) git directory in a write root"
+                        .into(),
+                ),
+            }
+        }
+    }
+}
+
+/// Creates the checked file `at` names with `content` and `mode` (exclusively, not through a
+/// symlink).
+fn create_checked(at: &Resolved, content: &[u8], mode: u32) -> Result<(), i32> {
+    use std::io::Write;
+    // SAFETY: directory fd and NUL-terminated name, alive for the call.
+    let fd = unsafe {
+        libc::openat(
+            at.directory.as_raw_fd(),
+            at.name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the kernel just created this fd.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    use std::os::unix::fs::PermissionsExt;
+    file.write_all(content)
+        .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode)))
+        .map_err(|_| libc::EIO)
 }
 
 /// `openat` of the resolved name (a FIFO's open is left to a thread, see [`Opening`]).
@@ -1258,12 +1639,16 @@ fn unlink(
             // directories above a file it deleted, up to `.git`, and stops here.
             return Err(libc::ENOTEMPTY);
         }
+        let place = policy.git_place(&at.path);
         // An empty directory git makes for a new repository holds nothing to keep.
-        let empty_git_directory = removes_a_directory
-            && policy
-                .git_place(&at.path)
-                .is_some_and(GitPlace::is_directory);
-        if !empty_git_directory {
+        let empty_git_directory = removes_a_directory && place.is_some_and(GitPlace::is_directory);
+        // A linked worktree's `commondir` and `gitdir`, a gitlink file (`git worktree remove`,
+        // `prune`): without them git obeys nothing the agent wrote — the name comes back only
+        // with checked content.
+        let checked_file = flags & libc::AT_REMOVEDIR == 0
+            && !at.is_dir()
+            && place.and_then(GitPlace::checked_file).is_some();
+        if !empty_git_directory && !checked_file {
             refused_write(&at.path, &rule, refused);
             return Err(libc::EACCES);
         }
@@ -1614,5 +1999,68 @@ mod tests {
         }
         assert!(policy.leads_to_protected(Path::new("/work/project/sub/.git")));
         assert!(!policy.leads_to_protected(Path::new("/work/project/src")));
+    }
+
+    #[test]
+    fn a_linked_worktrees_git_directory_is_data_but_what_git_obeys() {
+        let policy = CreatePolicy {
+            write_roots: vec![PathBuf::from("/w")],
+            protected: ProtectedNames::builtin(),
+            mount_points: Vec::new(),
+        };
+        let place = |p: &str| policy.git_place(Path::new(p));
+        assert_eq!(
+            place("/w/r/.git/worktrees"),
+            Some(GitPlace::WorktreesDirectory)
+        );
+        assert_eq!(
+            place("/w/r/.git/worktrees/x"),
+            Some(GitPlace::WorktreeDirectory)
+        );
+        assert_eq!(
+            place("/w/r/.git/worktrees/x/commondir"),
+            Some(GitPlace::CommonDir)
+        );
+        assert_eq!(
+            place("/w/r/.git/worktrees/x/gitdir"),
+            Some(GitPlace::WorktreeLocation)
+        );
+        assert_eq!(
+            place("/w/r/.git/worktrees/x/config.worktree"),
+            Some(GitPlace::Config)
+        );
+        for data in [
+            "/w/r/.git/worktrees/x/HEAD",
+            "/w/r/.git/worktrees/x/index.lock",
+            "/w/r/.git/worktrees/x/logs/HEAD",
+            "/w/r/.git/worktrees/x/refs/bisect/bad",
+            "/w/r/.git/worktrees/x/rebase-merge/done",
+        ] {
+            assert!(policy.protected(Path::new(data)).is_none(), "{data}");
+        }
+        for kept in [
+            "/w/r/.git/worktrees/x/commondir",
+            "/w/r/.git/worktrees/x/gitdir",
+            "/w/r/.git/worktrees/x/config",
+            "/w/r/.git/worktrees/x/config.worktree",
+            "/w/r/.git/worktrees/x/hooks/pre-commit",
+            "/w/r/.git/worktrees/x/info/attributes",
+            "/w/r/.git/worktrees/x/modules/m/config",
+            "/w/r/.git/modules/m/hooks/post-checkout",
+        ] {
+            assert!(policy.protected(Path::new(kept)).is_some(), "{kept}");
+        }
+        for target in ["/w/r/.git/worktrees/x", "/w/r/.git/modules/lib/deep"] {
+            assert!(policy.is_gitlink_target(Path::new(target)), "{target}");
+        }
+        for other in [
+            "/w/fake",
+            "/w/r/.git",
+            "/w/r/.git/worktrees",
+            "/w/r/.git/modules",
+            "/elsewhere/r/.git/worktrees/x",
+        ] {
+            assert!(!policy.is_gitlink_target(Path::new(other)), "{other}");
+        }
     }
 }

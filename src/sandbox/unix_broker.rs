@@ -445,6 +445,8 @@ pub(super) fn run_launcher(
             std::process::exit(126);
         }
     }
+    // Files the program wrote last and closed are created before `verbd exec` returns.
+    super::create_broker::settle_checked_writes();
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
