@@ -602,3 +602,92 @@ fn the_daemon_raises_its_descriptor_limit_and_sizes_the_paced_budget_from_it() {
     let budget = approver_status(&d)["metrics"]["max_busy_paced"].as_u64();
     assert_eq!(budget, Some(held_budget(hard) as u64));
 }
+
+/// Two hostile agents of the uids of this file's range for the paced budget.
+const BUDGET_FLOODER: u32 = 63001;
+/// The second agent: it loops too, and must still be paced while the first one floods.
+const BUDGET_SECOND: u32 = 63002;
+
+/// One uid keeps more refused sockets than the daemon's whole budget of held connections (an
+/// eighth of its descriptor limit: 64 for the 512 it is started with here). The budget must not
+/// be the flooder's alone: a second uid looping on refusals must still be paced, or one agent
+/// switches pacing off for every other (before the per-uid share, the budget was global: the
+/// second agent's 16 sockets were answered at once, thousands of `busy` in 3 s).
+#[test]
+fn one_uid_cannot_take_the_whole_paced_budget() {
+    use verbd::server::pacing::{ANSWERED_AT_ONCE, HOLD, held_budget};
+    if !require_root("fair limits") {
+        return;
+    }
+    let _alone = one_at_a_time();
+    // The daemon raises its soft limit to the hard one: it starts with both at 512.
+    let d = Daemon::start_with_open_files(&policy(""), 512, |dir| {
+        std::fs::create_dir_all(dir.join("root/notes")).unwrap();
+    });
+    d.open_socket();
+    std::fs::set_permissions(
+        d.path("approver.sock"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let budget = approver_status(&d)["metrics"]["max_busy_paced"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(budget, held_budget(512) as u64);
+    let opening = b"{\"v\":1,";
+    let settle = Duration::from_millis(300);
+    // Both agents fill their connection places (slow senders): every further connection is
+    // refused at accept.
+    let first_places =
+        hostile::hold_connections_as(BUDGET_FLOODER, &d.socket, 32, opening, true, settle);
+    let second_places =
+        hostile::hold_connections_as(BUDGET_SECOND, &d.socket, 32, opening, true, settle);
+    assert_eq!(
+        (first_places.unanswered(), second_places.unanswered()),
+        (32, 32),
+        "each agent holds its 32 places"
+    );
+    // The flooder: twice the whole budget in sockets, reconnecting the moment each is answered.
+    let flood_sockets = 2 * budget as usize;
+    let socket = d.socket.clone();
+    let flood = std::thread::spawn(move || {
+        hostile::reconnect_loop_as(
+            BUDGET_FLOODER,
+            &socket,
+            flood_sockets,
+            opening,
+            Duration::from_secs(5),
+        )
+    });
+    // Once the flooder's sockets are held, the second agent loops too, on 16 sockets.
+    std::thread::sleep(Duration::from_millis(1500));
+    let held_by_flood = approver_status(&d)["metrics"]["busy_paced"]
+        .as_u64()
+        .unwrap();
+    let (sockets, seconds) = (16u64, 3u64);
+    let (busy, other, silent) = hostile::reconnect_loop_as(
+        BUDGET_SECOND,
+        &d.socket,
+        sockets as usize,
+        opening,
+        Duration::from_secs(seconds),
+    );
+    let (flood_busy, _, _) = flood.join().unwrap();
+    println!(
+        "budget {budget}: flooder's {flood_sockets} sockets held {held_by_flood} at 1.5 s and \
+         got {flood_busy} busy in 5 s; second agent's {sockets} sockets got {busy} busy, \
+         {other} other, {silent} silent in {seconds} s"
+    );
+    assert_eq!((other, silent), (0, 0), "every refusal is answered `busy`");
+    assert!(
+        held_by_flood < budget,
+        "the flooder alone held {held_by_flood} of the {budget} places"
+    );
+    let bound = (seconds + 1) * u64::from(ANSWERED_AT_ONCE) + sockets * (seconds / HOLD.as_secs());
+    assert!(
+        busy <= bound,
+        "the second agent's {sockets} sockets got {busy} busy answers in {seconds} s while the \
+         flooder held the budget: not paced (at most {bound})"
+    );
+    drop((first_places, second_places));
+}

@@ -12,14 +12,25 @@
 //! Rules: per uid, the first [`ANSWERED_AT_ONCE`] refusals in a [`WINDOW`] are answered at once
 //! (a burst of parallel calls over the budget hears `busy` without delay); past them, each
 //! refused connection is held — unread, registered with nothing, answered `busy` after
-//! [`HOLD`] — while the daemon holds fewer than its budget of such connections (a share of its
-//! descriptor limit, [`held_budget`]); beyond that budget a refusal is answered at once, as
-//! before pacing. A held connection is never admitted: its answer is the same `busy`, later.
+//! [`HOLD`] — while its uid holds less than its share of the daemon's budget of such
+//! connections (a part of its descriptor limit, [`held_budget`]); beyond its share a refusal is
+//! answered at once, as before pacing. A held connection is never admitted: its answer is the
+//! same `busy`, later.
+//!
+//! The share: a uid may hold at most half of the places the other uids leave free. Alone, it
+//! holds at most half of the budget; each further uid finds at least half of what the others
+//! left. So no uid, however many sockets it keeps, fills the budget and so switches pacing off
+//! for the others (when the budget was global, one uid with more sockets than the budget made
+//! every other uid's refusals unpaced again). What a uid keeps beyond its share is answered at
+//! once: that churn costs the daemon CPU bounded by the sockets that uid keeps open (its own
+//! descriptor limit) and by the CPU quota of its slice, and no other uid's pacing.
 //!
 //! Invariants: a held connection holds exactly one [`HeldBusy`] until its answer is sent, whose
-//! `Drop` is the only decrement; the count never exceeds the budget; per-uid windows exist only
-//! for uids refused within the last window (older ones are pruned), so the map is bounded by the
-//! uids the kernel vouched for.
+//! `Drop` is the only decrement (of the total and of its uid's count, removed at zero); the
+//! total never exceeds the budget, a uid's count never exceeds its share at the time it was
+//! held; per-uid windows exist only for uids refused within the last window (older ones are
+//! pruned), so the map is bounded by the uids the kernel vouched for, and the per-uid counts by
+//! the budget.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -59,12 +70,19 @@ pub enum Pace {
 #[derive(Debug)]
 pub struct HeldBusy {
     pacer: Arc<Pacer>,
+    uid: u32,
 }
 
 impl Drop for HeldBusy {
     fn drop(&mut self) {
         if let Ok(mut state) = self.pacer.state.lock() {
             state.held -= 1;
+            if let Some(mine) = state.held_per_uid.get_mut(&self.uid) {
+                *mine -= 1;
+                if *mine == 0 {
+                    state.held_per_uid.remove(&self.uid);
+                }
+            }
         }
     }
 }
@@ -78,7 +96,19 @@ struct Window {
 #[derive(Debug, Default)]
 struct State {
     held: usize,
+    /// Only uids holding a place (an entry is removed when it reaches zero).
+    held_per_uid: HashMap<u32, usize>,
     windows: HashMap<u32, Window>,
+}
+
+impl State {
+    /// Whether `uid` may hold one more place of `budget`: after it, the uid holds at most half
+    /// of the places the other uids leave free.
+    fn within_share(&self, uid: u32, budget: usize) -> bool {
+        let mine = self.held_per_uid.get(&uid).copied().unwrap_or(0);
+        let others = self.held - mine;
+        2 * (mine + 1) <= budget.saturating_sub(others)
+    }
 }
 
 /// The daemon's pacing of `busy` answers, shared by its sockets.
@@ -105,7 +135,7 @@ impl Pacer {
                 .windows
                 .retain(|_, window| now.duration_since(window.started) < WINDOW);
         }
-        let budget_full = state.held >= self.budget;
+        let over_share = !state.within_share(uid, self.budget);
         let window = state.windows.entry(uid).or_insert(Window {
             started: now,
             answered_at_once: 0,
@@ -116,13 +146,15 @@ impl Pacer {
                 answered_at_once: 0,
             };
         }
-        if window.answered_at_once < ANSWERED_AT_ONCE || budget_full {
+        if window.answered_at_once < ANSWERED_AT_ONCE || over_share {
             window.answered_at_once = window.answered_at_once.saturating_add(1);
             return Pace::AtOnce;
         }
         state.held += 1;
+        *state.held_per_uid.entry(uid).or_default() += 1;
         Pace::Held(HeldBusy {
             pacer: self.clone(),
+            uid,
         })
     }
 
@@ -166,18 +198,45 @@ mod tests {
     }
 
     #[test]
-    fn past_the_budget_refusals_are_answered_at_once() {
-        let pacer = Pacer::new(3);
+    fn a_uid_holds_at_most_half_of_what_the_others_leave_free() {
+        let pacer = Pacer::new(8);
         let start = Instant::now();
-        for _ in 0..ANSWERED_AT_ONCE {
-            pacer.pace(7, start);
-        }
-        let held: Vec<Pace> = (0..3).map(|_| pacer.pace(7, start)).collect();
-        assert!(held.iter().all(is_held));
+        let past_the_burst = |uid: u32| {
+            for _ in 0..ANSWERED_AT_ONCE {
+                pacer.pace(uid, start);
+            }
+        };
+        let hold_all = |uid: u32| -> Vec<Pace> {
+            let mut held = Vec::new();
+            loop {
+                match pacer.pace(uid, start) {
+                    Pace::Held(place) => held.push(Pace::Held(place)),
+                    Pace::AtOnce => return held,
+                }
+            }
+        };
+        past_the_burst(7);
+        // Alone, a uid holds half of the budget; past its share it is answered at once.
+        let first = hold_all(7);
+        assert_eq!(first.len(), 4);
+        // Each further uid finds half of what the others left: the budget is never full.
+        let others: Vec<Vec<Pace>> = [8, 9, 10]
+            .into_iter()
+            .map(|uid| {
+                past_the_burst(uid);
+                hold_all(uid)
+            })
+            .collect();
+        let shares: Vec<usize> = others.iter().map(Vec::len).collect();
+        assert_eq!(shares, [2, 1, 0]);
+        assert_eq!(pacer.held(), 7);
+        // The flooder still holds no more than its share of what is free.
         assert!(!is_held(&pacer.pace(7, start)));
+        // Answering gives its places back, to it and to the others.
+        drop(first);
         assert_eq!(pacer.held(), 3);
-        drop(held);
-        assert!(is_held(&pacer.pace(7, start)));
+        assert!(is_held(&pacer.pace(10, start)));
+        assert!(!pacer.state.lock().unwrap().held_per_uid.contains_key(&7));
     }
 
     #[test]

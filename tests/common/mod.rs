@@ -57,6 +57,44 @@ impl Daemon {
 
     /// Spawn without waiting (for tests of start-up failures).
     pub fn spawn_in(dir: tempfile::TempDir, policy: &str, env: &[(&str, &str)]) -> Daemon {
+        Self::spawn_configured(dir, policy, |cmd| {
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+        })
+    }
+
+    /// Start a daemon whose descriptor limit (soft and hard) is `open_files` from its start.
+    pub fn start_with_open_files(
+        policy: &str,
+        open_files: u64,
+        setup: impl FnOnce(&Path),
+    ) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        let dir = open_tempdir();
+        setup(dir.path());
+        let d = Self::spawn_configured(dir, policy, |cmd| {
+            // SAFETY: only setrlimit (async-signal-safe) runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        open_files,
+                        open_files,
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
+        });
+        d.wait_ready();
+        d
+    }
+
+    fn spawn_configured(
+        dir: tempfile::TempDir,
+        policy: &str,
+        configure: impl FnOnce(&mut Command),
+    ) -> Daemon {
         let policy_text = policy.replace("@DIR@", dir.path().to_str().unwrap());
         let policy_path = dir.path().join("policy.toml");
         std::fs::write(&policy_path, policy_text).unwrap();
@@ -74,9 +112,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        configure(&mut cmd);
         let child = cmd.spawn().expect("spawn verbd serve");
         Daemon {
             child: Some(child),
