@@ -94,8 +94,12 @@ pub struct CreatePolicy {
 }
 
 impl CreatePolicy {
-    /// The policy for `spec`: its write roots made canonical, the inodes of `mounts`.
-    pub fn of(spec: &super::SandboxSpec, mounts: &[super::ProtectedMount]) -> CreatePolicy {
+    /// The policy for `spec`: its write roots made canonical, the inodes of the mount points
+    /// `mounts` (the paths of the program's protected mounts).
+    pub fn of<'a>(
+        spec: &super::SandboxSpec,
+        mounts: impl IntoIterator<Item = &'a Path>,
+    ) -> CreatePolicy {
         use std::os::unix::fs::MetadataExt;
         CreatePolicy {
             write_roots: spec
@@ -105,8 +109,8 @@ impl CreatePolicy {
                 .collect(),
             protected: spec.protected.clone(),
             mount_points: mounts
-                .iter()
-                .filter_map(|mount| std::fs::symlink_metadata(&mount.path).ok())
+                .into_iter()
+                .filter_map(|path| std::fs::symlink_metadata(path).ok())
                 .map(|meta| (meta.dev(), meta.ino()))
                 .collect(),
         }

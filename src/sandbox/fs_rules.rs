@@ -864,7 +864,8 @@ fn explain_with(
     };
     // What `verbd exec`'s create broker refuses on a protected name at any depth.
     let protected_here = if creates_brokered {
-        super::create_broker::CreatePolicy::of(spec, mounts).protected(&resolved)
+        super::create_broker::CreatePolicy::of(spec, mounts.iter().map(|m| m.path.as_path()))
+            .protected(&resolved)
     } else {
         None
     };

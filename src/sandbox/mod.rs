@@ -553,7 +553,7 @@ impl PreparedSandbox {
     /// Where `verbd exec`'s create broker refuses protected names: the canonical write roots.
     fn create_policy(&self) -> create_broker::CreatePolicy {
         let mounts = self.exec.as_ref().map_or(&[][..], |setup| &setup.mounts);
-        create_broker::CreatePolicy::of(&self.spec, mounts)
+        create_broker::CreatePolicy::of(&self.spec, mounts.iter().map(|m| m.path.as_path()))
     }
 
     /// What the broker lets this profile's children connect to.
