@@ -531,6 +531,187 @@ fn suggest_then_paste_then_check_passes_and_covers() {
 }
 
 #[test]
+fn coverage_names_the_pack_and_suggest_includes_it_before_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let packs = std::fs::canonicalize("policy/packs").unwrap();
+    let systemd = packs.join("systemd.toml");
+    let policy_text = format!(
+        "version = 1\ninclude = [{{ path = {:?}, verbs = [\"unit-status\"], values = {{ unit = [\"nginx.service\"] }} }}]\n[roles.agent]\nuids = [63201]\n[roles.sre]\nkind = \"human\"\nuids = [63299]\n[approvals]\napprovers = [\"sre\"]\n",
+        systemd.to_str().unwrap()
+    );
+    let policy = write(dir.path(), "p.toml", &policy_text);
+    let history = write(
+        dir.path(),
+        "h.txt",
+        concat!(
+            "systemctl status nginx.service\n",
+            "systemctl status postgresql.service\n",
+            "redis-cli -h cache.internal INFO memory\n",
+            "redis-cli -h cache.internal info\n",
+            "psql -h db.internal -U stats_ro -d app -At -c 'SELECT count(*) FROM pg_stat_activity'\n",
+            "frobnicate --all\n",
+            "frobnicate --none\n",
+        ),
+    );
+    let from = history.to_str().unwrap();
+    let (code, report) = coverage_json(policy.to_str().unwrap(), &[from]);
+    assert_eq!(code, Some(0), "{report}");
+    let pack_of = |line: &str| command(&report, line)["pack"].clone();
+    assert_eq!(
+        command(&report, "systemctl status nginx.service")["status"],
+        "covered"
+    );
+    assert!(pack_of("systemctl status nginx.service").is_null());
+    // Included, but narrowed out: the pack is named as the one to widen.
+    let narrowed = pack_of("systemctl status postgresql.service");
+    assert_eq!(narrowed["pack"], "systemd", "{narrowed}");
+    assert_eq!(narrowed["verb"], "unit-status", "{narrowed}");
+    assert_eq!(narrowed["included"], true, "{narrowed}");
+    // Not included: the pack beside the ones the policy includes that covers it.
+    let redis = pack_of("redis-cli -h cache.internal INFO memory");
+    assert_eq!(redis["pack"], "redis", "{redis}");
+    assert_eq!(redis["verb"], "redis-info", "{redis}");
+    assert_eq!(redis["included"], false, "{redis}");
+    assert_eq!(redis["args"]["redis_host"], "cache.internal", "{redis}");
+    let psql = pack_of(
+        "psql -h db.internal -U stats_ro -d app -At -c 'SELECT count(*) FROM pg_stat_activity'",
+    );
+    assert_eq!(psql["pack"], "postgresql", "{psql}");
+    assert!(pack_of("frobnicate --all").is_null());
+    assert_eq!(report["summary"]["uncovered_in_packs"], 4, "{report}");
+
+    let out = verbd(&[
+        "policy",
+        "coverage",
+        policy.to_str().unwrap(),
+        "--from",
+        from,
+    ]);
+    let shown = text(&out);
+    assert!(
+        shown.contains("4 of the uncovered commands are covered by packs: postgresql (1), redis (2), systemd (1)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "pack `redis` covers it (verb `redis-info`): include {}",
+            packs.join("redis.toml").display()
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "pack `systemd` covers it (verb `unit-status`), but this policy narrows it out"
+        ),
+        "{shown}"
+    );
+    // An empty pack directory: nothing named.
+    let empty = tempfile::tempdir().unwrap();
+    let out = verbd(&[
+        "policy",
+        "coverage",
+        policy.to_str().unwrap(),
+        "--format",
+        "json",
+        "--packs",
+        empty.path().to_str().unwrap(),
+        "--from",
+        from,
+    ]);
+    let none: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(none["summary"]["uncovered_in_packs"], 0, "{none}");
+
+    // Suggest proposes the packs' include entries and drafts verbs only for the rest.
+    let out = verbd(&[
+        "policy",
+        "suggest",
+        policy.to_str().unwrap(),
+        "--from",
+        from,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let suggested = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        suggested.contains(&format!(
+            "# pack `redis` covers 2 recorded command(s), e.g. `redis-cli -h cache.internal INFO memory` ({from}:3):\n#   {{ path = \"{}\", verbs = [\"redis-info\"] }},\n#   values seen for redis_host: [\"cache.internal\"] (narrow with values = {{ redis_host = [...] }})\n# pack",
+            packs.join("redis.toml").display()
+        )),
+        "{suggested}"
+    );
+    // Flags, enums and SQL are not site values.
+    assert!(!suggested.contains("values seen for info"), "{suggested}");
+    assert!(!suggested.contains("values seen for sql"), "{suggested}");
+    assert!(
+        suggested.contains("#   values seen for host: [\"db.internal\"]"),
+        "{suggested}"
+    );
+    assert!(
+        suggested.contains("#   the policy includes it, narrowed so these fall outside"),
+        "{suggested}"
+    );
+    for drafted in ["[verb.redis-cli", "[verb.psql", "[verb.systemctl"] {
+        assert!(!suggested.contains(drafted), "{drafted}: {suggested}");
+    }
+    assert!(suggested.contains("[verb.frobnicate]"), "{suggested}");
+}
+
+#[test]
+fn psql_drafts_run_as_the_pack_does_and_names_say_what_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_text = "version = 1\n[roles.agent]\nuids = [63202]\n";
+    let policy = write(dir.path(), "p.toml", policy_text);
+    let history = write(
+        dir.path(),
+        "h.txt",
+        concat!(
+            "psql -h db.internal -U stats_ro -c 'SELECT 1'\n",
+            "psql -h db.internal -U stats_ro -c 'SELECT 2'\n",
+            "journalctl -u nginx.service -n 50\n",
+            "journalctl -u api.service -n 100\n",
+            "journalctl -u nginx.service --since 1h\n",
+            "journalctl -u api.service --since 2h\n",
+        ),
+    );
+    let out = verbd(&[
+        "policy",
+        "suggest",
+        policy.to_str().unwrap(),
+        "--from",
+        history.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let suggested = String::from_utf8(out.stdout).unwrap();
+    let psql = suggested
+        .lines()
+        .find(|l| l.starts_with("command = [") && l.contains("psql"))
+        .unwrap_or_else(|| panic!("no psql draft: {suggested}"));
+    assert!(
+        psql.contains("/psql\", \"-X\", \"--no-password\", \"-h\""),
+        "{psql}"
+    );
+    assert!(
+        suggested.contains(
+            "env = { PGOPTIONS = \"-c default_transaction_read_only=on -c statement_timeout=30s\" }"
+        ),
+        "{suggested}"
+    );
+    // Two journalctl shapes: the second is named for what sets it apart.
+    assert!(suggested.contains("[verb.journalctl]"), "{suggested}");
+    assert!(suggested.contains("[verb.journalctl-lines]"), "{suggested}");
+    assert!(!suggested.contains("[verb.journalctl-2]"), "{suggested}");
+    // Pasted, it checks and covers what it came from.
+    let pasted = write(
+        dir.path(),
+        "pasted.toml",
+        &format!("{policy_text}\n{suggested}"),
+    );
+    let check = verbd(&["policy", "check", pasted.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+    let (_, report) = coverage_json(pasted.to_str().unwrap(), &[history.to_str().unwrap()]);
+    assert_eq!(report["summary"]["uncovered"], 0, "{report}");
+}
+
+#[test]
 fn packs_load_and_their_tests_pass() {
     let check = verbd(&["policy", "check", ALL_PACKS]);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));

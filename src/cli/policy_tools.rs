@@ -45,6 +45,11 @@ pub enum PolicyCommand {
         /// Replay as these roles (default: every agent role)
         #[arg(long)]
         role: Vec<String>,
+        /// Directories of packs to name for uncovered commands (default: those of the packs
+        /// the policy includes; the package installs its packs in
+        /// /usr/share/doc/verbd/examples/packs)
+        #[arg(long)]
+        packs: Vec<PathBuf>,
     },
     /// Draft verbs (TOML to review and paste) for the commands coverage finds uncovered
     Suggest {
@@ -56,6 +61,9 @@ pub enum PolicyCommand {
         /// Replay as these roles (default: every agent role)
         #[arg(long)]
         role: Vec<String>,
+        /// Directories of packs to propose before drafting verbs (default: as for coverage)
+        #[arg(long)]
+        packs: Vec<PathBuf>,
     },
     /// Check expected verdicts (run, propose, refuse with its rule) for calls and recorded
     /// commands; exit 1 on any mismatch
@@ -103,12 +111,18 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             from,
             format,
             role,
+            packs,
         } => Ok(ExitCode::from(verbd::policy_tools::cli::coverage(
-            &policy, &from, format, &role,
+            &policy, &from, format, &role, &packs,
         ))),
-        PolicyCommand::Suggest { policy, from, role } => Ok(ExitCode::from(
-            verbd::policy_tools::cli::suggest(&policy, &from, &role),
-        )),
+        PolicyCommand::Suggest {
+            policy,
+            from,
+            role,
+            packs,
+        } => Ok(ExitCode::from(verbd::policy_tools::cli::suggest(
+            &policy, &from, &role, &packs,
+        ))),
         PolicyCommand::Test {
             policy,
             tests,

@@ -9,7 +9,7 @@
 //! approval); 65 unusable input (unreadable `--from`, a malformed tests file, an unknown role).
 #![forbid(unsafe_code)]
 
-use super::{cases, coverage, sources, suggest};
+use super::{cases, coverage, packs, sources, suggest};
 use crate::policy::{self, Policy, Role, RoleKind};
 use crate::terminal::{escape, json_visible};
 use std::path::{Path, PathBuf};
@@ -87,18 +87,30 @@ fn collect(from: &[PathBuf]) -> Result<sources::Collected, u8> {
     Ok(collected)
 }
 
-/// `verbd policy coverage POLICY --from … [--format text|json] [--role R…]`
+/// The packs to look in: `dirs` when given, else [`packs::default_dirs`].
+fn pack_catalog(policy: &Policy, dirs: &[PathBuf]) -> packs::Catalog {
+    let dirs = if dirs.is_empty() {
+        packs::default_dirs(policy)
+    } else {
+        dirs.to_vec()
+    };
+    packs::Catalog::load(&dirs, policy)
+}
+
+/// `verbd policy coverage POLICY --from … [--format text|json] [--role R…] [--packs DIR…]`
 pub fn coverage(
     policy_path: &Path,
     from: &[PathBuf],
     format: ReportFormat,
     role_names: &[String],
+    pack_dirs: &[PathBuf],
 ) -> u8 {
     let run = || -> Result<u8, u8> {
         let policy = load(policy_path)?;
         let roles = roles(&policy, role_names)?;
         let collected = collect(from)?;
-        let report = coverage::run(&policy, &roles, &collected);
+        let mut report = coverage::run(&policy, &roles, &collected);
+        pack_catalog(&policy, pack_dirs).annotate(&mut report);
         match format {
             ReportFormat::Json => println!(
                 "{}",
@@ -115,13 +127,20 @@ pub fn coverage(
     run().unwrap_or_else(|code| code)
 }
 
-/// `verbd policy suggest POLICY --from … [--role R…]`: TOML to review and paste.
-pub fn suggest(policy_path: &Path, from: &[PathBuf], role_names: &[String]) -> u8 {
+/// `verbd policy suggest POLICY --from … [--role R…] [--packs DIR…]`: TOML to review and
+/// paste; commands a pack covers are proposed as that pack's include, not as drafted verbs.
+pub fn suggest(
+    policy_path: &Path,
+    from: &[PathBuf],
+    role_names: &[String],
+    pack_dirs: &[PathBuf],
+) -> u8 {
     let run = || -> Result<u8, u8> {
         let policy = load(policy_path)?;
         let roles = roles(&policy, role_names)?;
         let collected = collect(from)?;
-        let report = coverage::run(&policy, &roles, &collected);
+        let mut report = coverage::run(&policy, &roles, &collected);
+        pack_catalog(&policy, pack_dirs).annotate(&mut report);
         let role_list: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
         let text = std::fs::read_to_string(policy_path).map_err(|e| {
             eprintln!("{}: {e}", policy_path.display());

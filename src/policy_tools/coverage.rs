@@ -19,6 +19,7 @@
 use super::danger::{self, Effect};
 use super::filters;
 use super::matcher::{self, Candidate};
+use super::packs::PackHint;
 use super::shell::{self, Construct, Pipeline, Stage};
 use super::sources::{Collected, Entry, Recorded};
 use crate::policy::{OfflineVerdict, Policy, Refusal, Role, VerbAction, text_args};
@@ -45,6 +46,8 @@ pub struct Summary {
     pub ignored: usize,
     /// Covered commands that look destructive or credential-reading and would run at once.
     pub dangerous_without_approval: usize,
+    /// Uncovered commands a pack covers (set when packs were looked up: `policy coverage`).
+    pub uncovered_in_packs: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -76,6 +79,8 @@ pub struct CommandReport {
     /// The peeled argv, when the command was clean enough to be matched against verbs.
     #[serde(skip)]
     pub matched_argv: Option<Vec<String>>,
+    /// For an uncovered command: the pack that covers it ([`super::packs`]), when one does.
+    pub pack: Option<PackHint>,
 }
 
 impl CommandReport {
@@ -143,6 +148,7 @@ fn uncovered(entry: &Entry, text: &str, reason: String) -> CommandReport {
         effect: Effect::Unknown,
         notes: Vec::new(),
         matched_argv: None,
+        pack: None,
     }
 }
 
@@ -754,8 +760,29 @@ impl Redactor {
     }
 }
 
-/// The text report: the percentage, uncovered commands grouped by program with counts, and
-/// every destructive or credential-reading command a verb would run without approval.
+/// What to do about an uncovered command a pack covers.
+fn pack_line(hint: &PackHint) -> String {
+    let approval = if hint.needs_approval {
+        ", with approval"
+    } else {
+        ""
+    };
+    if hint.included {
+        format!(
+            "pack `{}` covers it (verb `{}`{approval}), but this policy narrows it out: widen the include's `verbs`/`values` for {}",
+            hint.pack, hint.verb, hint.path
+        )
+    } else {
+        format!(
+            "pack `{}` covers it (verb `{}`{approval}): include {}",
+            hint.pack, hint.verb, hint.path
+        )
+    }
+}
+
+/// The text report: the percentage, uncovered commands grouped by program with counts (and
+/// the pack that covers each, when one does), and every destructive or credential-reading
+/// command a verb would run without approval.
 ///
 /// Recorded commands come from transcripts an agent wrote: every one passes through
 /// [`escape_for_terminal`], so a hostile line cannot move the cursor or fake lines of the report.
@@ -796,6 +823,22 @@ pub fn render_text(report: &Report) -> String {
             );
         }
     }
+    if s.uncovered_in_packs > 0 {
+        let mut by_pack: BTreeMap<&str, usize> = BTreeMap::new();
+        for hint in report.commands.iter().filter_map(|c| c.pack.as_ref()) {
+            *by_pack.entry(hint.pack.as_str()).or_default() += 1;
+        }
+        let list: Vec<String> = by_pack
+            .iter()
+            .map(|(pack, n)| format!("{} ({n})", esc(pack)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n{} of the uncovered commands are covered by packs: {}",
+            s.uncovered_in_packs,
+            list.join(", ")
+        );
+    }
     let mut by_program: BTreeMap<String, Vec<&CommandReport>> = BTreeMap::new();
     for c in report
         .commands
@@ -822,6 +865,9 @@ pub fn render_text(report: &Report) -> String {
                     esc(&c.command),
                     esc(c.reason.as_deref().unwrap_or_default())
                 );
+                if let Some(hint) = &c.pack {
+                    let _ = writeln!(out, "      {}", esc(&pack_line(hint)));
+                }
             }
             if commands.len() > 5 {
                 let _ = writeln!(out, "    … and {} more", commands.len() - 5);

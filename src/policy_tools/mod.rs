@@ -17,6 +17,7 @@ pub mod danger;
 pub mod filters;
 pub mod mapping;
 pub mod matcher;
+pub mod packs;
 pub mod polkit;
 pub mod shell;
 pub mod sources;

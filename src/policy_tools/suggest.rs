@@ -1,12 +1,18 @@
 //! `verbd policy suggest`: draft verbs, to review and paste, from the commands a coverage run
 //! found uncovered.
 //!
+//! Packs first: a command a pack covers ([`super::packs`]) is proposed as that pack's include
+//! entry (its verbs, and the values seen to narrow it to), never drafted as a verb of its own.
+//!
 //! Commands are grouped by program, subcommand and shape (which options, where the operands
 //! are). Within a group, a position whose value never changed becomes a literal element and a
 //! varying one a typed parameter inferred from the values seen: `sql` after `psql -c`, `int`
 //! with the range seen, `duration`, an `enum` of at most five values, `systemd-unit`,
 //! `k8s-name`, `hostname`, a `path` with the directories seen as roots, or an anchored string
-//! pattern built only from the character classes seen (letters, digits and `._:@/+=,-`).
+//! pattern built only from the character classes seen (letters, digits and `._:@/+=,-`). A psql
+//! draft runs as the postgresql pack does: `-X` (no psqlrc), `--no-password`, and when read-only
+//! a read-only session (`PGOPTIONS`). A name taken already gets what tells the shape apart, its
+//! last parameter or option (`journalctl-lines`), a number only when nothing does.
 //!
 //! Invariants: never a shell, an interpreter or an exec wrapper, nor a command one of whose
 //! options runs a command (`danger::runs_code`: `tar --checkpoint-action=exec=`, `zip -TT`,
@@ -25,13 +31,67 @@ use crate::policy::units::parse_duration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The draft: verbs as TOML, and what was left out with why.
+/// The draft: packs to include, verbs as TOML, and what was left out with why.
 #[derive(Debug, Clone, Default)]
 pub struct Suggestions {
+    /// Packs that cover uncovered commands, proposed before any drafted verb.
+    pub packs: Vec<SuggestedPack>,
     pub verbs: Vec<SuggestedVerb>,
     pub skipped: Vec<String>,
     /// What the reading of the history skipped or could not read (links, FIFOs, caps, bad lines).
     pub warnings: Vec<String>,
+}
+
+/// A pack that covers some of the uncovered commands: include it (or widen its include).
+#[derive(Debug, Clone)]
+pub struct SuggestedPack {
+    pub name: String,
+    pub path: String,
+    /// The policy includes it already, narrowed so these commands fall outside.
+    pub included: bool,
+    /// The pack's verbs the commands map to.
+    pub verbs: BTreeSet<String>,
+    /// Per site parameter (host, name, unit, string), the values the commands gave it: what
+    /// to narrow the include's `values` to.
+    pub values: BTreeMap<String, BTreeSet<String>>,
+    /// The recorded commands (`file:line`) and one of them.
+    pub sources: Vec<String>,
+    pub example: String,
+}
+
+impl SuggestedPack {
+    /// Comment lines: what the pack covers, and the include entry to add (or widen).
+    fn render(&self) -> String {
+        let verbs: Vec<String> = self.verbs.iter().map(|v| quote(v)).collect();
+        let mut out = format!(
+            "# pack `{}` covers {} recorded command(s), e.g. `{}` ({}):\n",
+            comment(&self.name),
+            self.sources.len(),
+            comment(&self.example),
+            comment(&self.sources[0])
+        );
+        if self.included {
+            out.push_str(
+                "#   the policy includes it, narrowed so these fall outside: widen its include to\n",
+            );
+        }
+        out.push_str(&format!(
+            "#   {{ path = {}, verbs = [{}] }},\n",
+            comment(&quote(&self.path)),
+            comment(&verbs.join(", "))
+        ));
+        for (param, values) in &self.values {
+            let list: Vec<String> = values.iter().take(8).map(|v| quote(v)).collect();
+            let more = if values.len() > 8 { ", …" } else { "" };
+            out.push_str(&format!(
+                "#   values seen for {}: [{}{more}] (narrow with values = {{ {} = [...] }})\n",
+                comment(param),
+                comment(&list.join(", ")),
+                comment(param)
+            ));
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +113,14 @@ impl Suggestions {
         let mut out = String::from(
             "# Suggested by `verbd policy suggest`. Review every verb before pasting it into the\n# policy: the program path, the category, the parameter types and ranges, the roles and the\n# sandbox (none is set: the default profile has no network and no writes).\n",
         );
+        if !self.packs.is_empty() {
+            out.push_str(
+                "\n# Packs first: these commands are covered by packs. Add each entry to the policy's\n# `include = [...]` (before any table) instead of drafting verbs for them.\n",
+            );
+            for pack in &self.packs {
+                out.push_str(&pack.render());
+            }
+        }
         for verb in &self.verbs {
             out.push('\n');
             out.push_str(&verb.toml);
@@ -108,11 +176,38 @@ pub fn suggest(
         ..Suggestions::default()
     };
     let mut groups: BTreeMap<(String, Vec<String>, Vec<Shape>), Vec<Sample<'_>>> = BTreeMap::new();
+    let mut packs: BTreeMap<String, SuggestedPack> = BTreeMap::new();
     for c in report
         .commands
         .iter()
         .filter(|c| c.status == Status::Uncovered)
     {
+        if let Some(hint) = &c.pack {
+            let pack = packs
+                .entry(hint.path.clone())
+                .or_insert_with(|| SuggestedPack {
+                    name: hint.pack.clone(),
+                    path: hint.path.clone(),
+                    included: hint.included,
+                    verbs: BTreeSet::new(),
+                    values: BTreeMap::new(),
+                    sources: Vec::new(),
+                    example: c.command.clone(),
+                });
+            pack.verbs.insert(hint.verb.clone());
+            for (param, value) in hint
+                .args
+                .iter()
+                .filter(|(param, _)| hint.site_params.contains(param))
+            {
+                pack.values
+                    .entry(param.clone())
+                    .or_default()
+                    .insert(value.clone());
+            }
+            pack.sources.push(c.source.clone());
+            continue;
+        }
         let Some(argv) = &c.matched_argv else {
             out.skipped.push(format!(
                 "`{}`: {}",
@@ -168,6 +263,7 @@ pub fn suggest(
                 argv: argv.clone(),
             });
     }
+    out.packs = packs.into_values().collect();
     let mut names: BTreeSet<String> = policy.verbs.keys().cloned().collect();
     for ((program, subcommands, shape), samples) in groups {
         match draft(&program, &subcommands, &shape, &samples, roles, &mut names) {
@@ -493,6 +589,63 @@ fn infer(
     ))
 }
 
+/// What a read-only psql draft's session is set to, as the postgresql pack does.
+const PSQL_READ_ONLY: &str = "-c default_transaction_read_only=on -c statement_timeout=30s";
+
+/// A verb name not in `names`: the program and subcommands (`kubectl-get`), then, when that is
+/// taken, what this shape has last: a parameter (`journalctl-lines` for `-n {lines}`) or a
+/// literal option (`frobnicate-none` for `--none`); a numbered suffix only when nothing else
+/// tells it apart.
+fn verb_name(
+    program: &str,
+    subcommands: &[String],
+    shape: &[Shape],
+    params: &[(String, String)],
+    names: &BTreeSet<String>,
+) -> String {
+    let clean = |s: &str| {
+        s.to_ascii_lowercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-")
+            .trim_matches('-')
+            .to_string()
+    };
+    let mut stem = clean(
+        &std::iter::once(program.to_string())
+            .chain(subcommands.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("-"),
+    );
+    if stem.is_empty() {
+        stem = "verb".into();
+    }
+    if !names.contains(&stem) {
+        return stem;
+    }
+    let options = shape.iter().rev().filter_map(|s| match s {
+        Shape::Literal(word) if word.starts_with('-') => Some(clean(word)),
+        _ => None,
+    });
+    let words = params
+        .iter()
+        .rev()
+        .map(|(name, _)| clean(name))
+        .chain(options);
+    for option in words.filter(|o| !o.is_empty()) {
+        let name = format!("{stem}-{option}");
+        if !names.contains(&name) {
+            return name;
+        }
+    }
+    let mut n = 2;
+    loop {
+        let name = format!("{stem}-{n}");
+        if !names.contains(&name) {
+            return name;
+        }
+        n += 1;
+    }
+}
+
 fn draft(
     program: &str,
     subcommands: &[String],
@@ -546,6 +699,15 @@ fn draft(
     }
     let (path, found) = resolve_program(program);
     let mut argv = vec![path.display().to_string()];
+    if program == "psql" {
+        // As the postgresql pack runs it: no ~/.psqlrc (it can run commands), never a password
+        // prompt (it would hang the call).
+        for (flag, alias) in [("-X", "--no-psqlrc"), ("--no-password", "-w")] {
+            if !elements.iter().any(|e| e == flag || e == alias) {
+                argv.push(flag.to_string());
+            }
+        }
+    }
     argv.extend(subcommands.iter().map(|s| literal(s)));
     argv.extend(elements);
     let effects: Vec<Effect> = samples.iter().map(|s| s.report.effect).collect();
@@ -556,21 +718,7 @@ fn draft(
     } else {
         "mutating"
     };
-    let mut stem = std::iter::once(program.to_string())
-        .chain(subcommands.iter().cloned())
-        .collect::<Vec<_>>()
-        .join("-")
-        .to_ascii_lowercase()
-        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-");
-    if stem.is_empty() {
-        stem = "verb".into();
-    }
-    let mut name = stem.clone();
-    let mut n = 2;
-    while names.contains(&name) {
-        name = format!("{stem}-{n}");
-        n += 1;
-    }
+    let name = verb_name(program, subcommands, shape, &params, names);
     names.insert(name.clone());
     let argv_toml: Vec<String> = argv.iter().map(|a| quote(a)).collect();
     let mut toml = String::new();
@@ -604,6 +752,12 @@ fn draft(
     let role_list: Vec<String> = roles.iter().map(|r| quote(r)).collect();
     toml.push_str(&format!("roles = [{}]\n", role_list.join(", ")));
     toml.push_str(&format!("command = [{}]\n", argv_toml.join(", ")));
+    if program == "psql" && category == "read-only" {
+        toml.push_str(&format!(
+            "env = {{ PGOPTIONS = {} }}\n",
+            quote(PSQL_READ_ONLY)
+        ));
+    }
     if category == "destructive" {
         let mut dry = vec![quote("/bin/echo"), quote("would run:")];
         dry.extend(argv_toml.iter().cloned());
