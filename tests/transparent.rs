@@ -404,6 +404,105 @@ fn bash_calls_fail_closed() {
     }
 }
 
+/// A BeforeTool call for the shell tool as Gemini CLI sends it.
+fn gemini_shell_call(command: &str, cwd: &Path) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "session_id": "e3b1f0c2-55aa-4c1e-9d0f-2b7a8c9d1e3f",
+        "transcript_path": "/home/agent/.gemini/tmp/chats/session-e3b1f0c2.json",
+        "cwd": cwd,
+        "hook_event_name": "BeforeTool",
+        "timestamp": "2026-12-06T05:40:00.000Z",
+        "tool_name": "run_shell_command",
+        "tool_input": {
+            "command": command,
+            "description": "Look at the application log"
+        }
+    }))
+    .unwrap()
+}
+
+/// Run the real `verbd hook gemini-cli` with `input` on stdin.
+fn gemini_hook(socket: &Path, input: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(["hook", "gemini-cli", "--socket"])
+        .arg(socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn gemini_cli_shell_calls_are_rewritten_denied_or_left_alone_in_its_terms() {
+    if !require_root("gemini_cli_shell_calls_are_rewritten_denied_or_left_alone_in_its_terms") {
+        return;
+    }
+    let daemon = start();
+    let log = daemon.path("logs/app.log");
+    let original = format!("sudo tail -n 50 {} | grep -i error", log.display());
+    let output = gemini_hook(
+        &daemon.socket,
+        &gemini_shell_call(&original, Path::new("/tmp")),
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "BeforeTool");
+    let input = &answer["hookSpecificOutput"]["tool_input"];
+    assert_eq!(input["description"], "Look at the application log");
+    let command = input["command"].as_str().unwrap();
+    assert!(command.contains(" -- log-tail "), "{command}");
+    let ran = run_in_bash(command);
+    let expected: String = (11..=60)
+        .filter(|i| i % 7 == 0)
+        .map(|i| format!("{i} ERROR upstream timed out\n"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), expected, "{ran:?}");
+    let mapped = daemon
+        .journal_events()
+        .into_iter()
+        .find(|e| e["kind"] == "command_mapped")
+        .expect("a command_mapped record");
+    assert_eq!(mapped["tool"], "gemini-cli Bash", "{mapped}");
+
+    // A privileged command with no verb: Gemini's deny, exit 2, the reason on stderr too.
+    let victim = daemon.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let output = gemini_hook(
+        &daemon.socket,
+        &gemini_shell_call(&format!("sudo rm -rf {}", victim.display()), Path::new("/")),
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny", "{answer}");
+    let reason = answer["reason"].as_str().unwrap();
+    assert!(reason.contains("closest verb `cache-clear`"), "{reason}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("closest verb `cache-clear`"));
+
+    // The agent's own work: `{}`, exit 0.
+    let output = gemini_hook(
+        &daemon.socket,
+        &gemini_shell_call("ls -la", Path::new("/tmp")),
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "{}\n");
+
+    // A daemon that is down, or input that is not a BeforeTool call: deny, exit 2.
+    let missing = daemon.path("no-daemon.sock");
+    for input in [
+        gemini_shell_call("ls -la", Path::new("/tmp")),
+        br#"{"hook_event_name":"AfterTool","tool_name":"run_shell_command","tool_input":{"command":"ls"}}"#.to_vec(),
+        b"{\"tool_name\":".to_vec(),
+    ] {
+        let output = gemini_hook(&missing, &input);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(answer["decision"], "deny", "{answer}");
+    }
+}
+
 /// `verbd sh -c COMMAND` against the daemon.
 fn sh(daemon: &Daemon, command: &str) -> Output {
     Command::new(BIN)

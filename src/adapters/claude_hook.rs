@@ -198,11 +198,22 @@ pub struct Daemon<'a> {
 /// would write and ask the daemon about each, for Bash ask what the command stands for; all
 /// within `deadline`. Never panics on any input.
 pub fn decide(stdin: &[u8], daemon: Daemon<'_>, deadline: Duration) -> HookOutcome {
+    decide_as(stdin, daemon, deadline, Runtime::ClaudeCode)
+}
+
+/// [`decide`], journaling the runtime the call came from (`gemini-cli Bash`); the answer is
+/// still in Claude Code's terms.
+pub fn decide_as(
+    stdin: &[u8],
+    daemon: Daemon<'_>,
+    deadline: Duration,
+    runtime: Runtime,
+) -> HookOutcome {
     let started = Instant::now();
     let (tool, verdict) = match parse_call(stdin) {
         Ok(call) => {
             let verdict = match &call.command {
-                Some(command) => map_command(&call, command, daemon, deadline, started),
+                Some(command) => map_command(&call, command, daemon, deadline, started, runtime),
                 None => check_paths(&call, daemon.socket, deadline, started).map(|()| None),
             };
             (Some(call.tool), verdict)
@@ -233,6 +244,7 @@ fn map_command(
     daemon: Daemon<'_>,
     deadline: Duration,
     started: Instant,
+    runtime: Runtime,
 ) -> Result<Option<Rewrite>, Refusal> {
     let remaining = deadline
         .checked_sub(started.elapsed())
@@ -241,7 +253,7 @@ fn map_command(
     let request = Request::Command {
         command: command.to_string(),
         cwd: call.cwd.clone(),
-        tool: Some(format!("claude-code {}", call.tool)),
+        tool: Some(format!("{} {}", runtime.name(), call.tool)),
     };
     let subject = || "the command".to_string();
     let response = client::request(daemon.socket, &request, remaining).map_err(|e| match e {
@@ -519,19 +531,51 @@ fn print_outcome(outcome: &HookOutcome) {
     let _ = stderr.flush();
 }
 
+/// The agent runtime whose hook protocol the process answers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    ClaudeCode,
+    /// Gemini CLI's BeforeTool protocol ([`super::gemini_hook`]).
+    GeminiCli,
+}
+
+impl Runtime {
+    /// The name of its `verbd hook` subcommand.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::ClaudeCode => "claude-code",
+            Runtime::GeminiCli => "gemini-cli",
+        }
+    }
+}
+
+/// Set by [`run`] before the watchdog and the panic hook exist, so they deny in its terms.
+static ANSWERS_GEMINI: AtomicBool = AtomicBool::new(false);
+
+/// `outcome` in the protocol of the runtime [`run`] serves.
+fn in_runtime_terms(outcome: HookOutcome) -> HookOutcome {
+    if ANSWERS_GEMINI.load(Ordering::SeqCst) {
+        super::gemini_hook::translate(outcome)
+    } else {
+        outcome
+    }
+}
+
 /// Print the deny answer (unless someone already printed) and exit 2.
 fn deny_and_exit(reason: &str) -> ! {
     if claim_output() {
-        print_outcome(&HookOutcome::deny(reason));
+        print_outcome(&in_runtime_terms(HookOutcome::deny(reason)));
     }
     std::process::exit(2)
 }
 
-/// Entry point for `verbd hook claude-code`: installs a panic hook and a watchdog that both
-/// answer deny and exit 2, reads stdin with a cap, decides, prints and returns the exit code.
-/// A rewritten command runs this same `verbd` binary.
-pub fn run(socket: &Path, deadline: Duration) -> i32 {
+/// Entry point for `verbd hook claude-code` (and `gemini-cli`, in that runtime's terms):
+/// installs a panic hook and a watchdog that both answer deny and exit 2, reads stdin with a
+/// cap, decides, prints and returns the exit code. A rewritten command runs this same `verbd`
+/// binary.
+pub fn run(socket: &Path, deadline: Duration, runtime: Runtime) -> i32 {
     let started = Instant::now();
+    ANSWERS_GEMINI.store(runtime == Runtime::GeminiCli, Ordering::SeqCst);
     std::panic::set_hook(Box::new(|info| {
         deny_and_exit(&format!(
             "verbd blocked this tool call: the verbd hook failed internally ({info}); report this to the user"
@@ -561,15 +605,18 @@ pub fn run(socket: &Path, deadline: Duration) -> i32 {
                 socket,
                 verbd: &verbd,
             };
-            decide(&input, daemon, budget)
+            match runtime {
+                Runtime::ClaudeCode => decide(&input, daemon, budget),
+                Runtime::GeminiCli => super::gemini_hook::decide(&input, daemon, budget),
+            }
         }
-        (Ok(_), Err(e)) => HookOutcome::deny(&format!(
+        (Ok(_), Err(e)) => in_runtime_terms(HookOutcome::deny(&format!(
             "verbd blocked this tool call: the hook cannot locate its own binary ({e}); report this to the user"
-        )),
-        (Err(e), _) => HookOutcome::deny(&format!(
+        ))),
+        (Err(e), _) => in_runtime_terms(HookOutcome::deny(&format!(
             "verbd blocked this tool call: {}",
             Refusal::Unreadable(e)
-        )),
+        ))),
     };
     if !claim_output() {
         // The watchdog or the panic hook has printed the deny answer and is exiting with 2.

@@ -213,7 +213,34 @@ pub fn claude_code_hook(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let code = claude_hook::run(socket, claude_hook::DEFAULT_DEADLINE);
+    let code = claude_hook::run(
+        socket,
+        claude_hook::DEFAULT_DEADLINE,
+        claude_hook::Runtime::ClaudeCode,
+    );
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// `verbd hook gemini-cli`: the Claude Code hook's decisions in Gemini CLI's BeforeTool terms.
+pub fn gemini_cli_hook(
+    socket: &Path,
+    socket_flag: Option<&Path>,
+    print_settings: bool,
+) -> anyhow::Result<ExitCode> {
+    use verbd::adapters::{claude_hook, gemini_hook};
+    if print_settings {
+        let exe = std::env::current_exe().context("locating the verbd binary")?;
+        verbd::println_lossy!(
+            "{}",
+            gemini_hook::settings_snippet(&exe, socket_flag, claude_hook::DEFAULT_DEADLINE)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let code = claude_hook::run(
+        socket,
+        claude_hook::DEFAULT_DEADLINE,
+        claude_hook::Runtime::GeminiCli,
+    );
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
@@ -222,6 +249,15 @@ pub enum HookCommand {
     /// Claude Code PreToolUse hook: reads the hook JSON on stdin; exit 0 allows, exit 2 denies
     /// (and every failure denies)
     ClaudeCode {
+        #[command(flatten)]
+        socket: crate::SocketArg,
+        /// Print the settings.json snippet instead
+        #[arg(long)]
+        print_settings: bool,
+    },
+    /// Gemini CLI BeforeTool hook (run_shell_command, write_file, replace): the same decisions
+    /// in Gemini's terms; exit 0 allows or rewrites, exit 2 denies (and every failure denies)
+    GeminiCli {
         #[command(flatten)]
         socket: crate::SocketArg,
         /// Print the settings.json snippet instead
@@ -298,6 +334,14 @@ pub fn hook(command: HookCommand) -> anyhow::Result<ExitCode> {
             socket,
             print_settings,
         } => claude_code_hook(
+            &socket.path(crate::ClientSide::Agent),
+            socket.socket.as_deref(),
+            print_settings,
+        ),
+        HookCommand::GeminiCli {
+            socket,
+            print_settings,
+        } => gemini_cli_hook(
             &socket.path(crate::ClientSide::Agent),
             socket.socket.as_deref(),
             print_settings,
