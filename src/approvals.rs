@@ -179,6 +179,10 @@ pub struct Book {
     ended: BTreeMap<u64, u64>,
     /// Record time (Unix ms) from which the next event prunes.
     next_prune: u64,
+    /// Per-call database roles journaled as minted and not yet as dropped: role → source. The
+    /// next start drops each (`Daemon::drop_owed_credentials`).
+    #[serde(default)]
+    credentials_owed: BTreeMap<String, String>,
 }
 
 /// The book as a state snapshot journals it.
@@ -442,7 +446,19 @@ impl Book {
                     }
                 }
             }
+            Event::CredentialMinted { source, role, .. } => {
+                self.credentials_owed.insert(role.clone(), source.clone());
+                Ok(())
+            }
+            Event::CredentialDropped { role, .. }
+            | Event::CredentialFailed {
+                role, owed: false, ..
+            } => {
+                self.credentials_owed.remove(role);
+                Ok(())
+            }
             Event::Stop { .. }
+            | Event::CredentialFailed { owed: true, .. }
             | Event::ConnectRefused { .. }
             | Event::Refused { .. }
             | Event::Check { .. }
@@ -575,6 +591,13 @@ impl Book {
     }
 
     /// The lowest id no journaled proposal has.
+    /// Per-call database roles minted and not dropped: (role, source).
+    pub fn credentials_owed(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.credentials_owed
+            .iter()
+            .map(|(role, source)| (role.as_str(), source.as_str()))
+    }
+
     pub fn next_id(&self) -> u64 {
         self.next_id
     }

@@ -262,6 +262,14 @@ pub enum CommandAction {
     Refuse,
 }
 
+/// What was being done to a per-call database role when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialAction {
+    Mint,
+    Drop,
+}
+
 /// Why a run was cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -439,6 +447,33 @@ pub enum Event {
         last: String,
         window_seconds: u64,
     },
+    /// A per-call database role is about to be created for the run `exec_seq` (journaled
+    /// before `CREATE ROLE`, so a crash after it leaves a name the next start drops). Names the
+    /// role, never its password.
+    CredentialMinted {
+        source: String,
+        role: String,
+        verb: String,
+        exec_seq: u64,
+        valid_seconds: u64,
+    },
+    /// The role is gone: dropped when its call ended, or by the next start (`at_start`).
+    CredentialDropped {
+        source: String,
+        role: String,
+        at_start: bool,
+    },
+    /// Minting or dropping a role failed. A failed mint fails its call (nothing ran); a role that
+    /// may exist stays owed (`owed`), and the next start drops it.
+    CredentialFailed {
+        source: String,
+        role: String,
+        action: CredentialAction,
+        error: Bounded,
+        /// The role may exist and is owed a drop (`false`: a mint that certainly created
+        /// nothing).
+        owed: bool,
+    },
     /// A reload attempt and its outcome.
     Reload {
         ok: bool,
@@ -518,6 +553,16 @@ mod tests {
         ("ProposalNotStarted.reason", "written by the daemon"),
         ("RefusalsCoalesced.first", "a time the daemon writes"),
         ("RefusalsCoalesced.last", "a time the daemon writes"),
+        ("CredentialMinted.source", "a source the policy declares"),
+        ("CredentialMinted.role", "a role name the daemon generates (26 bytes)"),
+        ("CredentialMinted.verb", "a verb the policy declares"),
+        ("CredentialDropped.source", "a source the policy declares"),
+        ("CredentialDropped.role", "a role name the daemon generates (26 bytes)"),
+        (
+            "CredentialFailed.source",
+            "a source the policy declares (or declared when the role was minted)",
+        ),
+        ("CredentialFailed.role", "a role name the daemon generates (26 bytes)"),
         ("Reload.policy_hash", "a hash"),
         (
             "Reload.message",

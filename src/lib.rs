@@ -34,6 +34,7 @@ pub mod selftest;
 pub mod exec;
 pub mod files;
 pub mod journal;
+pub mod pg_ephemeral;
 pub mod pinned;
 pub mod policy;
 pub mod policy_tools;

@@ -524,6 +524,10 @@ async fn serve_async(
         .record_start(interrupted)
         .await
         .map_err(StartError::JournalWrite)?;
+    // Roles a killed daemon minted and never dropped: dropped now, beside serving (a database
+    // that does not answer must not keep the daemon from starting; each failure is journaled).
+    let sweeper = daemon.clone();
+    tokio::spawn(async move { sweeper.drop_owed_credentials().await });
     // Listen only now: a daemon that cannot write its start record never accepts anyone.
     let listeners = sockets.listen()?;
     owned_paths.clone_from(&listeners.owned_paths);

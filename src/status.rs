@@ -76,6 +76,11 @@ pub struct Metrics {
     pub approval_latency_seconds: Histogram,
     /// `busy` answers since the start, by the limit reached (`connections`, `executions`).
     pub busy: BTreeMap<String, u64>,
+    /// Per-call database roles since the start (`minting`, `minted`, `mint_failed`, `dropped`,
+    /// `drop_failed`), and `owed`: minted and not dropped now (in use, or left for the next
+    /// start to drop).
+    #[serde(default)]
+    pub credentials: BTreeMap<String, u64>,
     /// Connections being read or answered now, on both sockets.
     pub connections_in_flight: usize,
     /// `wait`s parked now (they hold no connection place), on both sockets.
@@ -348,6 +353,13 @@ pub fn render_prometheus(status: &Status) -> String {
         "limit",
         &m.busy,
     );
+    e.labelled(
+        "credentials",
+        "gauge",
+        "Per-call database roles: events since the start, and owed (minted, not dropped) now.",
+        "event",
+        &m.credentials,
+    );
     e.gauge(
         "connections_in_flight",
         "Connections being served now.",
@@ -494,6 +506,9 @@ pub fn render_text(status: &Status) -> String {
         m.executions_in_flight,
         m.max_executions
     );
+    if !m.credentials.is_empty() {
+        let _ = writeln!(out, "per-call database roles: {}", pairs(&m.credentials));
+    }
     let j = &m.journal;
     let _ = writeln!(
         out,

@@ -23,7 +23,7 @@ use crate::policy::template::{ArgPart, PathArg, RenderedArg, RenderedArgv};
 use crate::protocol::ExitInfo;
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::{ScrubStream, Scrubber};
-use crate::secrets::{SecretCopy, SecretStore};
+use crate::secrets::{SecretCopy, SecretStore, SecretValue};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -48,8 +48,30 @@ pub struct ExecRequest<'a> {
     pub sandbox: &'a PreparedSandbox,
     pub secrets: &'a SecretStore,
     pub scrubber: &'a Scrubber,
+    /// Variables the daemon sets for this call alone, after the verb's env (a per-call database
+    /// role's `PGUSER`/`PGPASSWORD`); a secret one is also cut out of the output.
+    pub credentials: &'a [CallCredential<'a>],
     /// Bytes for the child's stdin (the approval notifier gets the proposal); /dev/null if `None`.
     pub stdin: Option<Vec<u8>>,
+}
+
+/// One variable of a call's own credential (see [`ExecRequest::credentials`]).
+pub struct CallCredential<'a> {
+    pub key: &'static str,
+    pub value: &'a [u8],
+    /// Cut out of the output as `[REDACTED:KEY]` (the policy's scrubber does not know it).
+    pub secret: bool,
+}
+
+impl<'a> CallCredential<'a> {
+    /// A secret variable.
+    pub fn secret(key: &'static str, value: &'a SecretValue) -> CallCredential<'a> {
+        CallCredential {
+            key,
+            value: value.expose(),
+            secret: true,
+        }
+    }
 }
 
 /// What happened to the child.
@@ -388,6 +410,9 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         let value = resolve(value, req.secrets, &mut handed)?;
         cmd.env(key, value);
     }
+    for credential in req.credentials {
+        cmd.env(credential.key, OsStr::from_bytes(credential.value));
+    }
     req.sandbox.install_keeping(&mut cmd, handed.raw_fds())?;
 
     let started = Instant::now();
@@ -465,6 +490,12 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
                 (abandoned.clone(), abandoned, (status, true))
             }
         };
+    let (mut stdout, mut stderr) = (stdout, stderr);
+    for credential in req.credentials.iter().filter(|c| c.secret) {
+        let label = format!("[REDACTED:{}]", credential.key);
+        cut_out(&mut stdout.bytes, credential.value, label.as_bytes());
+        cut_out(&mut stderr.bytes, credential.value, label.as_bytes());
+    }
     let pinned = handed
         .paths
         .iter()
@@ -487,9 +518,39 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     })
 }
 
+/// Replaces every occurrence of `value` in `bytes` with `label` (a per-call credential, which the
+/// policy's scrubber does not know).
+fn cut_out(bytes: &mut Vec<u8>, value: &[u8], label: &[u8]) {
+    if value.is_empty() || bytes.len() < value.len() {
+        return;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at..].starts_with(value) {
+            out.extend_from_slice(label);
+            at += value.len();
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    *bytes = out;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_call_credential_is_cut_out_of_output() {
+        let mut bytes = b"PGPASSWORD=abcABC123 and abcABC123abcABC123.".to_vec();
+        cut_out(&mut bytes, b"abcABC123", b"[REDACTED:PGPASSWORD]");
+        assert_eq!(
+            bytes,
+            b"PGPASSWORD=[REDACTED:PGPASSWORD] and [REDACTED:PGPASSWORD][REDACTED:PGPASSWORD]."
+        );
+    }
 
     #[test]
     fn descriptors_of_path_parameters_are_shown_as_their_paths_and_nothing_else() {

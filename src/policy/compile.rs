@@ -20,6 +20,7 @@ use super::template::{ElementTemplate, Template};
 use super::units::{parse_duration, parse_mode, parse_rate, parse_size};
 use super::*;
 use crate::files::{FileOp, FileVerbSpec};
+use crate::pg_ephemeral::PgEphemeralSource;
 use crate::protected::ProtectedNames;
 use crate::sandbox::SandboxSpec;
 use regex::Regex;
@@ -337,6 +338,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     let roles = build_roles(&raw.roles);
     let approvals = build_approvals(ctx, &raw.approvals, &roles);
     let secrets = build_secrets(ctx, &raw.secrets);
+    let postgres_ephemeral = build_postgres_ephemeral(ctx, &raw.postgres_ephemeral, &secrets);
     let protected = match ProtectedNames::with_additions(&raw.protected.names, &raw.protected.paths)
     {
         Ok(p) => p,
@@ -365,7 +367,14 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     let mut verbs = BTreeMap::new();
     for (name, raw_verb) in &raw.verb {
         if let Some(verb) = build_verb(
-            ctx, name, raw_verb, &roles, &sandboxes, &secrets, &protected,
+            ctx,
+            name,
+            raw_verb,
+            &roles,
+            &sandboxes,
+            &secrets,
+            &protected,
+            &postgres_ephemeral,
         ) {
             verbs.insert(name.clone(), verb);
         }
@@ -377,6 +386,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
         roles,
         approvals,
         secrets,
+        postgres_ephemeral,
         sandboxes,
         protected,
         scrub_builtin: raw.scrub.builtin,
@@ -681,6 +691,78 @@ fn build_secrets(
     out
 }
 
+/// `[postgres_ephemeral.NAME]`: absolute psql, plain role names, an admin secret that exists.
+fn build_postgres_ephemeral(
+    ctx: &mut Ctx,
+    raw: &BTreeMap<String, toml::Spanned<RawPostgresEphemeral>>,
+    secrets: &BTreeMap<String, SecretSource>,
+) -> BTreeMap<String, PgEphemeralSource> {
+    let mut out = BTreeMap::new();
+    for (name, spanned) in raw {
+        let span = spanned.span();
+        let s = spanned.get_ref();
+        let errors_before = ctx.diagnostics.len();
+        let refuse = |ctx: &mut Ctx, what: String| {
+            ctx.at(span.clone(), format!("postgres_ephemeral `{name}`: {what}"));
+        };
+        if !s.psql.is_absolute() {
+            refuse(ctx, "psql must be an absolute path".into());
+        }
+        if s.host.is_empty() || s.host.contains(['\0', '\n']) {
+            refuse(ctx, "host must be a socket directory or a host name".into());
+        }
+        for (key, value) in [
+            ("admin_user", &s.admin_user),
+            ("template", &s.template),
+            ("database", &s.database),
+        ] {
+            if !crate::pg_ephemeral::valid_identifier(value) {
+                refuse(
+                    ctx,
+                    format!("{key} `{value}` must be a plain lowercase name ([a-z_][a-z0-9_]*)"),
+                );
+            }
+        }
+        if s.template.starts_with(crate::pg_ephemeral::ROLE_PREFIX) {
+            refuse(ctx, "the template must not look like a minted role".into());
+        }
+        if !secrets.contains_key(&s.admin_secret) {
+            refuse(
+                ctx,
+                format!(
+                    "admin_secret `{}` is not defined in [secrets]",
+                    s.admin_secret
+                ),
+            );
+        }
+        let slack = match &s.slack {
+            None => Duration::from_secs(60),
+            Some(text) => parse_duration(text).unwrap_or_else(|e| {
+                refuse(ctx, format!("slack: {e}"));
+                Duration::from_secs(60)
+            }),
+        };
+        if ctx.diagnostics.len() > errors_before {
+            continue;
+        }
+        out.insert(
+            name.clone(),
+            PgEphemeralSource {
+                name: name.clone(),
+                psql: s.psql.clone(),
+                host: s.host.clone(),
+                port: s.port.unwrap_or(5432),
+                database: s.database.clone(),
+                admin_user: s.admin_user.clone(),
+                admin_secret: s.admin_secret.clone(),
+                template: s.template.clone(),
+                slack,
+            },
+        );
+    }
+    out
+}
+
 fn example_maps(
     ctx: &mut Ctx,
     span: Range<usize>,
@@ -720,6 +802,7 @@ fn build_verb(
     sandboxes: &BTreeMap<String, SandboxSpec>,
     secrets: &BTreeMap<String, SecretSource>,
     protected: &ProtectedNames,
+    postgres_ephemeral: &BTreeMap<String, PgEphemeralSource>,
 ) -> Option<Verb> {
     let span = spanned.span();
     let raw = spanned.get_ref();
@@ -996,6 +1079,9 @@ fn build_verb(
     if !cwd.is_absolute() {
         ctx.at(span.clone(), format!("verb `{name}`: cwd must be absolute"));
     }
+    if let Some(source) = &raw.postgres_ephemeral {
+        check_postgres_ephemeral_verb(ctx, &span, name, source, raw, &action, postgres_ephemeral);
+    }
     let examples_accept = example_maps(ctx, span.clone(), name, &raw.examples.accept);
     let examples_reject = example_maps(ctx, span.clone(), name, &raw.examples.reject);
 
@@ -1020,9 +1106,46 @@ fn build_verb(
         rate_global,
         sha256: raw.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
         max_concurrent: raw.max_concurrent,
+        postgres_ephemeral: raw.postgres_ephemeral.clone(),
         examples_accept,
         examples_reject,
     })
+}
+
+/// A verb with `postgres_ephemeral` names a source that exists, runs a command without a dry
+/// run (a dry run runs before approval and gets no role), and leaves `PGUSER`/`PGPASSWORD` to
+/// the daemon.
+fn check_postgres_ephemeral_verb(
+    ctx: &mut Ctx,
+    span: &Range<usize>,
+    name: &str,
+    source: &str,
+    raw: &RawVerb,
+    action: &VerbAction,
+    sources: &BTreeMap<String, PgEphemeralSource>,
+) {
+    let mut refuse = |what: String| ctx.at(span.clone(), format!("verb `{name}`: {what}"));
+    if !sources.contains_key(source) {
+        refuse(format!(
+            "postgres_ephemeral `{source}` is not defined in [postgres_ephemeral]"
+        ));
+    }
+    match action {
+        VerbAction::Command { dry_run: None, .. } => {}
+        VerbAction::Command { dry_run: Some(_), .. } => refuse(
+            "postgres_ephemeral and dry_run cannot be combined (the dry run would need a role before approval)".into(),
+        ),
+        VerbAction::File(_) => {
+            refuse("postgres_ephemeral is for command verbs, not built-in file verbs".into())
+        }
+    }
+    for key in ["PGUSER", "PGPASSWORD"] {
+        if raw.env.contains_key(key) {
+            refuse(format!(
+                "env {key} is set by the daemon for postgres_ephemeral; remove it from env"
+            ));
+        }
+    }
 }
 
 /// A path parameter with `create = true` makes the daemon create a file before the run, outside

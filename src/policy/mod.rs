@@ -46,6 +46,8 @@ pub struct Policy {
     pub roles: BTreeMap<String, Role>,
     pub approvals: ApprovalsConfig,
     pub secrets: BTreeMap<String, SecretSource>,
+    /// `[postgres_ephemeral.NAME]`: sources of per-call database roles.
+    pub postgres_ephemeral: BTreeMap<String, crate::pg_ephemeral::PgEphemeralSource>,
     pub sandboxes: BTreeMap<String, SandboxSpec>,
     pub protected: crate::protected::ProtectedNames,
     pub scrub_builtin: bool,
@@ -213,6 +215,8 @@ pub struct Verb {
     pub rate_global: Option<Rate>,
     pub sha256: Option<String>,
     pub max_concurrent: Option<usize>,
+    /// The `[postgres_ephemeral.NAME]` each call of this verb gets a role from.
+    pub postgres_ephemeral: Option<String>,
     pub examples_accept: Vec<BTreeMap<String, String>>,
     pub examples_reject: Vec<BTreeMap<String, String>>,
 }
@@ -249,13 +253,14 @@ impl Verb {
             })
             .collect();
         format!(
-            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}",
+            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}|postgres_ephemeral:{:?}",
             self.env,
             self.category_label(),
             self.timeout,
             self.max_output,
             self.cwd,
-            self.sandbox
+            self.sandbox,
+            self.postgres_ephemeral
         )
     }
 }
@@ -336,6 +341,8 @@ pub struct CallLimits {
     pub rate: Option<Rate>,
     pub rate_global: Option<Rate>,
     pub max_concurrent: Option<usize>,
+    /// The `[postgres_ephemeral.NAME]` the run gets its own database role from.
+    pub postgres_ephemeral: Option<String>,
 }
 
 /// What a prepared call does: run a rendered argv, or one built-in file operation.
@@ -595,6 +602,7 @@ impl Policy {
                 rate: verb.rate,
                 rate_global: verb.rate_global,
                 max_concurrent: verb.max_concurrent,
+                postgres_ephemeral: verb.postgres_ephemeral.clone(),
             },
         };
         if !verb.needs_approval {

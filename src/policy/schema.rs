@@ -30,6 +30,10 @@ pub struct RawPolicy {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawSecret>")]
     pub secrets: BTreeMap<String, Spanned<RawSecret>>,
+    /// Per-call PostgreSQL roles (docs/policy.md, "Per-call database credentials").
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawPostgresEphemeral>")]
+    pub postgres_ephemeral: BTreeMap<String, Spanned<RawPostgresEphemeral>>,
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawSandbox>")]
     pub sandbox: BTreeMap<String, Spanned<RawSandbox>>,
@@ -208,6 +212,27 @@ pub struct RawSecret {
     /// Present only so an inline secret gets a clear refusal instead of "unknown field".
     #[schemars(with = "Option<serde_json::Value>")]
     pub value: Option<toml::Value>,
+}
+
+/// `[postgres_ephemeral.NAME]`: a login role minted for each call of a verb that names this
+/// source, member of `template`, dropped when the call ends.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPostgresEphemeral {
+    /// The psql binary the daemon runs to mint and drop roles (absolute path).
+    pub psql: PathBuf,
+    /// A socket directory (absolute) or a host name.
+    pub host: String,
+    pub port: Option<u16>,
+    pub database: String,
+    /// The admin role the daemon connects as.
+    pub admin_user: String,
+    /// The `[secrets.NAME]` holding the admin role's password.
+    pub admin_secret: String,
+    /// The role every minted role is a member of.
+    pub template: String,
+    /// Added to the verb's timeout in `VALID UNTIL` (default `60s`).
+    pub slack: Option<String>,
 }
 
 /// `network = "none" | "full"`, or `network = { connect_tcp = [PORT, …] }`.
@@ -394,6 +419,8 @@ pub struct RawVerb {
     pub rate_global: Option<Spanned<String>>,
     pub sha256: Option<String>,
     pub max_concurrent: Option<usize>,
+    /// A `[postgres_ephemeral.NAME]`: each call gets its own role as `PGUSER`/`PGPASSWORD`.
+    pub postgres_ephemeral: Option<String>,
     #[serde(default)]
     pub examples: RawExamples,
 }

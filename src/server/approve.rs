@@ -117,6 +117,7 @@ impl Daemon {
                             sandbox,
                             secrets: &prepared.secrets,
                             scrubber: &prepared.scrubber,
+                            credentials: &[],
                             stdin: None,
                         })
                         .await;
@@ -242,6 +243,7 @@ impl Daemon {
                     sandbox,
                     secrets: &prepared.secrets,
                     scrubber: &prepared.scrubber,
+                    credentials: &[],
                     stdin: Some(serde_json::to_vec(&payload).unwrap_or_default()),
                 })
                 .await;

@@ -49,6 +49,45 @@ enum Ended {
         response: Response,
     },
     Cancelled(CancelCause),
+    /// Cancelled, and answered otherwise than the usual way (a drop that failed after it).
+    CancelledAnswered(CancelCause, Response),
+}
+
+impl Ended {
+    /// The same end, with `response` as the caller's answer (the journal records stay).
+    fn answered_with(self, response: Response) -> Ended {
+        match self {
+            Ended::Finished { result, .. } => Ended::Finished { result, response },
+            Ended::Cancelled(cause) | Ended::CancelledAnswered(cause, _) => {
+                Ended::CancelledAnswered(cause, response)
+            }
+        }
+    }
+}
+
+/// The end of a journaled run whose child never started (`message` says why).
+fn not_started(
+    call: &PreparedCall,
+    exec_seq: u64,
+    proposal: Option<u64>,
+    message: String,
+) -> Ended {
+    let empty = Captured::default();
+    Ended::Finished {
+        result: Box::new(Event::Result {
+            verb: call.verb.clone(),
+            exec_seq,
+            proposal,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            duration_ms: 0,
+            stdout: OutputRecord::of(&empty),
+            stderr: OutputRecord::of(&empty),
+            error: Some(message.clone()),
+        }),
+        response: Response::Error { message },
+    }
 }
 
 impl Daemon {
@@ -307,11 +346,34 @@ impl Daemon {
         };
         let started = Instant::now();
         let ended = match &call.action {
-            PreparedAction::Exec { .. } => tokio::select! {
-                ended = self.execute(prepared, &call, exec_seq, proposal) => ended,
-                // Dropping the execution kills the child's process group.
-                cause = cancel.cancelled() => Ended::Cancelled(cause),
-            },
+            PreparedAction::Exec { .. } => {
+                match self.mint_credential(prepared, &call, exec_seq).await {
+                    Err(message) => not_started(&call, exec_seq, proposal, message),
+                    Ok(lease) => {
+                        let credentials = lease.as_ref().map(|l| l.env());
+                        let ended = tokio::select! {
+                            ended = self.execute(
+                                prepared,
+                                &call,
+                                exec_seq,
+                                proposal,
+                                credentials.as_ref().map_or(&[][..], |c| &c[..]),
+                            ) => ended,
+                            // Dropping the execution kills the child's process group.
+                            cause = cancel.cancelled() => Ended::Cancelled(cause),
+                        };
+                        match lease {
+                            Some(lease) => match self.drop_credential(lease).await {
+                                Ok(()) => ended,
+                                Err(message) => ended.answered_with(Response::Error {
+                                    message: format!("the verb ran, but {message}"),
+                                }),
+                            },
+                            None => ended,
+                        }
+                    }
+                }
+            }
             // A file operation cannot be interrupted halfway: it completes and is journaled.
             PreparedAction::File(file) => {
                 match self
@@ -332,6 +394,19 @@ impl Daemon {
                     && (proposal.is_some() || keyed)
                 {
                     self.ledger.keep_output(exec_seq, result.clone());
+                }
+                response
+            }
+            Ended::CancelledAnswered(cause, response) => {
+                let event = Event::Cancelled {
+                    verb: call.verb.clone(),
+                    exec_seq,
+                    proposal,
+                    cause,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                };
+                if let Err(e) = self.record(event).await {
+                    return end_not_journaled(&e);
                 }
                 response
             }
@@ -485,6 +560,7 @@ impl Daemon {
         call: &PreparedCall,
         exec_seq: u64,
         proposal: Option<u64>,
+        credentials: &[crate::exec::CallCredential<'_>],
     ) -> Ended {
         let PreparedAction::Exec { argv, env, .. } = &call.action else {
             unreachable!("execute is only called for argv actions");
@@ -499,13 +575,13 @@ impl Daemon {
                 sandbox,
                 secrets: &prepared.secrets,
                 scrubber: &prepared.scrubber,
+                credentials,
                 stdin: None,
             })
             .await
             .map_err(|e| e.to_string()),
             None => Err(format!("sandbox `{}` is not prepared", call.limits.sandbox)),
         };
-        let empty = Captured::default();
         match outcome {
             Ok(outcome) => {
                 let result = RunResult {
@@ -534,21 +610,7 @@ impl Daemon {
                     response: Response::Ok { result, proposal },
                 }
             }
-            Err(message) => Ended::Finished {
-                result: Box::new(Event::Result {
-                    verb: call.verb.clone(),
-                    exec_seq,
-                    proposal,
-                    exit_code: None,
-                    signal: None,
-                    timed_out: false,
-                    duration_ms: 0,
-                    stdout: OutputRecord::of(&empty),
-                    stderr: OutputRecord::of(&empty),
-                    error: Some(message.clone()),
-                }),
-                response: Response::Error { message },
-            },
+            Err(message) => not_started(call, exec_seq, proposal, message),
         }
     }
 

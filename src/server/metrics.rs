@@ -30,6 +30,7 @@ struct Counters {
     decisions: BTreeMap<&'static str, u64>,
     approval_latency: Histogram,
     busy: BTreeMap<&'static str, u64>,
+    credentials: BTreeMap<&'static str, u64>,
 }
 
 /// Counters since the start.
@@ -51,6 +52,7 @@ impl Default for Counted {
                 decisions: BTreeMap::new(),
                 approval_latency: Histogram::new(APPROVAL_LATENCY_BUCKETS),
                 busy: BTreeMap::new(),
+                credentials: BTreeMap::new(),
             }),
         }
     }
@@ -105,6 +107,12 @@ impl Counted {
         if let Response::Busy { .. } = response {
             *counters.busy.entry("executions").or_default() += 1;
         }
+    }
+
+    /// A per-call database role event: `minting`, `minted`, `mint_failed`, `dropped`,
+    /// `drop_failed`.
+    pub(super) fn credential(&self, event: &'static str) {
+        *self.counters().credentials.entry(event).or_default() += 1;
     }
 
     /// One refusal of `rule` (journaled in full or coalesced).
@@ -202,6 +210,9 @@ impl Daemon {
             }
             (states, book.sizes())
         });
+        let owed = self
+            .ledger
+            .read(|book| book.credentials_owed().count() as u64);
         let counted = &self.counted;
         let counters = counted.counters();
         Metrics {
@@ -223,6 +234,11 @@ impl Daemon {
             decisions: owned(&counters.decisions),
             approval_latency_seconds: counters.approval_latency.clone(),
             busy: owned(&counters.busy),
+            credentials: {
+                let mut credentials = owned(&counters.credentials);
+                credentials.insert("owed".to_string(), owed);
+                credentials
+            },
             connections_in_flight: self.agent_pool.in_use().0 + self.approver_pool.in_use().0,
             waits_parked: self.agent_pool.in_use().1 + self.approver_pool.in_use().1,
             busy_paced: self.pacer.held(),

@@ -30,6 +30,7 @@ pub mod admission;
 mod approve;
 mod call;
 mod commands;
+mod credentials;
 pub mod identity;
 pub mod ledger;
 mod metrics;

@@ -233,6 +233,20 @@ impl PgCluster {
         ));
     }
 
+    /// Makes every role but the bootstrap superuser log in with a SCRAM-SHA-256 password
+    /// (`trust` stays for [`SUPERUSER`], which sets up and inspects), and reloads the server.
+    pub fn require_passwords(&self) {
+        fs::write(
+            self.root.path().join("data").join("pg_hba.conf"),
+            format!("local all {SUPERUSER} trust\nlocal all all scram-sha-256\n"),
+        )
+        .expect("write pg_hba.conf");
+        let output = self.psql_in("postgres", &["-At", "-c", "SELECT pg_reload_conf()"]);
+        assert!(output.status.success(), "reload: {output:?}");
+        // The postmaster re-reads pg_hba.conf on the signal; new sessions see it at once after.
+        sleep(Duration::from_millis(300));
+    }
+
     /// The directory holding the server's Unix socket (the `-h` argument).
     pub fn socket_dir(&self) -> &Path {
         self.root.path()
