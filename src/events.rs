@@ -554,15 +554,24 @@ mod tests {
         ("RefusalsCoalesced.first", "a time the daemon writes"),
         ("RefusalsCoalesced.last", "a time the daemon writes"),
         ("CredentialMinted.source", "a source the policy declares"),
-        ("CredentialMinted.role", "a role name the daemon generates (26 bytes)"),
+        (
+            "CredentialMinted.role",
+            "a role name the daemon generates (26 bytes)",
+        ),
         ("CredentialMinted.verb", "a verb the policy declares"),
         ("CredentialDropped.source", "a source the policy declares"),
-        ("CredentialDropped.role", "a role name the daemon generates (26 bytes)"),
+        (
+            "CredentialDropped.role",
+            "a role name the daemon generates (26 bytes)",
+        ),
         (
             "CredentialFailed.source",
             "a source the policy declares (or declared when the role was minted)",
         ),
-        ("CredentialFailed.role", "a role name the daemon generates (26 bytes)"),
+        (
+            "CredentialFailed.role",
+            "a role name the daemon generates (26 bytes)",
+        ),
         ("Reload.policy_hash", "a hash"),
         (
             "Reload.message",
