@@ -27,6 +27,8 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("journal_reader", journal_reader),
     ("shell_parser", shell_parser),
     ("transcript_reader", transcript_reader),
+    ("hook_input", hook_input),
+    ("mcp_session", mcp_session),
 ];
 
 /// Wire protocol, requests: decoding never panics, and a decoded request survives its own
@@ -441,5 +443,285 @@ pub fn transcript_reader(data: &[u8]) {
     assert!(
         collected.entries.len() <= text.lines().count() * 64 + 1,
         "more entries than the input can hold"
+    );
+}
+
+/// The tools the Claude Code hook must hear the daemon on before letting them through.
+const HOOK_GUARDED_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"];
+
+/// The Claude Code hook's JSON input: the hook fails closed. With no daemon to ask, the answer
+/// is either the deny answer (exit 2, one line of deny JSON on stdout, its reason on stderr) or
+/// no objection (exit 0, no output) — and the latter only for a `PreToolUse` call of a tool that
+/// neither writes a file nor runs a command. A rewritten command quotes every word: what the
+/// shell splits it into is exactly the `verbd call` words, whatever the verb and values hold.
+pub fn hook_input(data: &[u8]) {
+    use serde_json::Value;
+    use verbd::adapters::claude_hook::{Daemon, decide, verb_call_command};
+    let socket = Path::new("/nonexistent/verbd-fuzz/verbd.sock");
+    let verbd = Path::new("/usr/bin/verbd");
+    let daemon = Daemon { socket, verbd };
+    let outcome = decide(data, daemon, std::time::Duration::from_secs(5));
+    let input: Option<Value> = serde_json::from_slice(data).ok();
+    match outcome.exit_code {
+        2 => {
+            let line = outcome
+                .stdout
+                .strip_suffix('\n')
+                .expect("the deny JSON ends its line");
+            assert!(!line.contains('\n'), "deny JSON spans lines");
+            let body: Value = serde_json::from_str(line).expect("the deny answer is JSON");
+            let specific = &body["hookSpecificOutput"];
+            assert_eq!(specific["hookEventName"], "PreToolUse");
+            assert_eq!(specific["permissionDecision"], "deny");
+            let reason = specific["permissionDecisionReason"]
+                .as_str()
+                .expect("a reason");
+            assert!(!reason.is_empty());
+            assert_eq!(outcome.stderr, format!("{reason}\n"));
+        }
+        0 => {
+            assert!(
+                outcome.stdout.is_empty() && outcome.stderr.is_empty(),
+                "no daemon, yet an answer: {outcome:?}"
+            );
+            let input = input.as_ref().expect("exit 0 only for JSON input");
+            let tool = input["tool_name"]
+                .as_str()
+                .expect("exit 0 only with a tool");
+            assert!(
+                !HOOK_GUARDED_TOOLS.contains(&tool),
+                "{tool} let through with no daemon to ask: {input}"
+            );
+            assert!(
+                input.get("hook_event_name").is_none() || input["hook_event_name"] == "PreToolUse"
+            );
+        }
+        other => panic!("exit code {other}: {outcome:?}"),
+    }
+    // The rewrite's quoting, with the input's tool name as the verb and its string fields as
+    // the values.
+    let Some(Value::Object(fields)) = input else {
+        return;
+    };
+    let verb = fields
+        .get("tool_name")
+        .and_then(Value::as_str)
+        .unwrap_or("verb");
+    let args: BTreeMap<String, String> = fields
+        .get("tool_input")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect();
+    let call = verbd::protocol::VerbCall {
+        verb: verb.to_owned(),
+        args: args.clone(),
+        client_side: None,
+        needs_approval: false,
+    };
+    let line = verb_call_command(verbd, socket, &call);
+    let mut expected = vec![
+        verbd.display().to_string(),
+        "call".to_owned(),
+        "--socket".to_owned(),
+        socket.display().to_string(),
+        "--".to_owned(),
+        verb.to_owned(),
+    ];
+    expected.extend(args.iter().map(|(k, v)| format!("{k}={v}")));
+    assert_eq!(
+        shell_words::split(&line).expect("the rewritten command splits"),
+        expected,
+        "the shell splits the rewritten command otherwise: {line:?}"
+    );
+}
+
+/// The one verb the fake daemon lists for `mcp_session`.
+const MCP_VERB: &str = "echo";
+
+/// A daemon stand-in for `mcp_session`: records each request line, answers `list` with one verb
+/// and everything else with an error (so no tool call can succeed).
+async fn fake_daemon(
+    listener: tokio::net::UnixListener,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use verbd::protocol::{Request, VerbInfo};
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut line = Vec::new();
+            let _ = tokio::io::BufReader::new(read)
+                .read_until(b'\n', &mut line)
+                .await;
+            let answer = match decode_request(&line) {
+                Ok(Request::List {}) => Response::Verbs {
+                    verbs: vec![VerbInfo {
+                        name: MCP_VERB.to_owned(),
+                        description: "echo".to_owned(),
+                        category: "read".to_owned(),
+                        needs_approval: false,
+                        params: Vec::new(),
+                    }],
+                },
+                _ => Response::Error {
+                    message: "the fuzz daemon runs nothing".to_owned(),
+                },
+            };
+            seen.lock().unwrap().push(line);
+            let _ = write.write_all(&answer.encode()).await;
+        });
+    }
+}
+
+/// The JSON-RPC requests of an input: each line's object, or each object of a line's array.
+fn json_rpc_requests(data: &[u8]) -> Vec<serde_json::Value> {
+    let mut requests = Vec::new();
+    for line in data.split(|b| *b == b'\n') {
+        match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Array(items)) => requests.extend(items),
+            Ok(value) => requests.push(value),
+            Err(_) => {}
+        }
+    }
+    requests
+}
+
+/// `verbd mcp`'s JSON-RPC framing and dispatch (rmcp's transport, verbd's handlers), on a
+/// session whose input is `data`, in front of a daemon stand-in that lists one verb and runs
+/// nothing. The session ends when the input does (never hangs); everything written is one
+/// JSON-RPC 2.0 message per line; every response answers a request the input made, no id more
+/// often than the input used it; the daemon hears only well-formed requests, no more calls than
+/// the input's `tools/call`s, each for the listed verb or a name the input sent; and since the
+/// daemon ran nothing, no `tools/call` answer claims success.
+pub fn mcp_session(data: &[u8]) {
+    use serde_json::Value;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use verbd::protocol::Request;
+
+    let dir = tempfile::Builder::new()
+        .prefix("verbd-fuzz-mcp-")
+        .tempdir()
+        .unwrap();
+    let socket = dir.path().join("verbd.sock");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let output = runtime.block_on(async {
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(fake_daemon(listener, seen.clone()));
+        let (mut client_in, server_in) = tokio::io::duplex(64 * 1024);
+        let (server_out, mut client_out) = tokio::io::duplex(64 * 1024);
+        let input = data.to_vec();
+        tokio::spawn(async move {
+            let _ = client_in.write_all(&input).await;
+            let _ = client_in.shutdown().await;
+        });
+        let collect = tokio::spawn(async move {
+            let mut output = Vec::new();
+            let _ = client_out.read_to_end(&mut output).await;
+            output
+        });
+        let session = verbd::adapters::mcp::serve_on(socket.clone(), server_in, server_out);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(30), session).await;
+        assert!(ended.is_ok(), "the session did not end with its input");
+        collect.await.unwrap()
+    });
+    drop(runtime);
+
+    let requests = json_rpc_requests(data);
+    let mut ids: Vec<(Value, Option<String>, usize)> = Vec::new();
+    for request in &requests {
+        let (Some(id), Some(method)) = (request.get("id"), request.get("method")) else {
+            continue;
+        };
+        let method = method.as_str().map(str::to_owned);
+        match ids.iter_mut().find(|(seen, _, _)| seen == id) {
+            Some(entry) => {
+                entry.2 += 1;
+                if entry.1 != method {
+                    entry.1 = None;
+                }
+            }
+            None => ids.push((id.clone(), method, 1)),
+        }
+    }
+    let tool_calls: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["method"] == "tools/call")
+        .collect();
+
+    let text = String::from_utf8(output).expect("the session writes UTF-8");
+    let mut answered: Vec<(Value, usize)> = Vec::new();
+    for line in text.lines() {
+        let message: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{line}");
+        if message.get("method").is_some() {
+            continue; // the server's own notification or request
+        }
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        if id.is_null() {
+            assert!(message.get("error").is_some(), "a result for no id: {line}");
+            continue;
+        }
+        let Some((_, method, sent)) = ids.iter().find(|(seen, _, _)| *seen == id) else {
+            panic!("a response to an id the input never sent: {line}");
+        };
+        let count = match answered.iter_mut().find(|(seen, _)| *seen == id) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.1
+            }
+            None => {
+                answered.push((id.clone(), 1));
+                1
+            }
+        };
+        assert!(count <= *sent, "id answered more often than sent: {line}");
+        if method.as_deref() == Some("tools/call")
+            && let Some(result) = message.get("result")
+        {
+            assert_eq!(
+                result["isError"], true,
+                "a tool call succeeded with a daemon that runs nothing: {line}"
+            );
+        }
+    }
+
+    let heard = seen.lock().unwrap().clone();
+    let mut calls = 0;
+    for line in &heard {
+        let request = decode_request(line).unwrap_or_else(|e| {
+            panic!(
+                "the daemon got a malformed request ({e}): {:?}",
+                String::from_utf8_lossy(line)
+            )
+        });
+        match request {
+            Request::List {} => {}
+            Request::Call { verb, .. } => {
+                calls += 1;
+                assert!(
+                    verb == MCP_VERB || tool_calls.iter().any(|c| c["params"]["name"] == verb),
+                    "a call of `{verb}`, a name no tools/call sent"
+                );
+            }
+            Request::Wait { .. } | Request::Result { .. } => calls += 1,
+            other => panic!("the MCP layer sent {other:?}"),
+        }
+    }
+    assert!(
+        calls <= tool_calls.len(),
+        "{calls} daemon calls for {} tools/call requests",
+        tool_calls.len()
     );
 }

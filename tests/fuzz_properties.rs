@@ -189,6 +189,14 @@ fn fuzz_shell_parser() {
 fn fuzz_transcript_reader() {
     run("transcript_reader");
 }
+#[test]
+fn fuzz_hook_input() {
+    run("hook_input");
+}
+#[test]
+fn fuzz_mcp_session() {
+    run("mcp_session");
+}
 
 #[test]
 fn every_target_has_a_test_here_and_a_libfuzzer_target() {

@@ -419,21 +419,40 @@ pub fn run(socket: PathBuf) -> u8 {
 }
 
 async fn serve(socket: PathBuf) -> u8 {
-    let server = McpServer::new(socket);
     // Non-blocking pipes when stdin/stdout are pipes (as every runtime starts MCP servers): no
     // hand-off to a blocking thread per message.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = AsyncRwTransport::new(stdin, stdout).with_max_line_length(MAX_LINE_BYTES);
-    let running = match server.clone().serve(transport).await {
-        Ok(running) => running,
-        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return 0,
+    match serve_on(socket, stdin, stdout).await {
+        Ok(()) => 0,
         Err(e) => {
             crate::eprintln_lossy!("verbd mcp: the MCP session could not start: {e}");
-            return 70;
+            70
         }
+    }
+}
+
+/// Serve one MCP session on `input`/`output` (newline-delimited JSON-RPC, lines up to 8 MiB)
+/// until the client closes `input`, asking the daemon at `socket`. `Err` when the session could
+/// not start; a client that closes before the handshake ends it as `Ok`. `verbd mcp` runs it on
+/// stdin/stdout; the `mcp_session` fuzz property on in-memory pipes.
+pub async fn serve_on<R, W>(
+    socket: PathBuf,
+    input: R,
+    output: W,
+) -> Result<(), rmcp::service::ServerInitializeError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let server = McpServer::new(socket);
+    let transport = AsyncRwTransport::new(input, output).with_max_line_length(MAX_LINE_BYTES);
+    let running = match server.clone().serve(transport).await {
+        Ok(running) => running,
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(e),
     };
     let watcher = tokio::spawn(server.watch(running.peer().clone()));
     let _ = running.waiting().await;
     watcher.abort();
-    0
+    Ok(())
 }
