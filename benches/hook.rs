@@ -4,8 +4,10 @@
 //! `commands = "rewrite"`. Three answers, interleaved so machine load hits them alike: `pass`
 //! (the agent's own `cargo test`), `rewrite` (`sudo journalctl … | grep -i error`, journaled)
 //! and `refuse` (`sudo rm -rf …`, journaled). Beside each, the daemon's share: the same
-//! `command` request sent from this process (no process start). Prints a Markdown table of
-//! p50/p99/max in milliseconds.
+//! `command` request sent from this process (no process start). Two baselines run in the same
+//! rounds with the same stdin: `/bin/true` (what any hook process costs) and `verbd --version`
+//! (this binary's start and exit, no socket). Prints a Markdown table of p50/p99/max in
+//! milliseconds, one run.
 //!
 //! `cargo bench --bench hook`. Needs root (the daemon runs as root with `allow_root`; the
 //! journal lives in a temporary directory). Knob: `VERBD_BENCH_ITERATIONS` (default 300).
@@ -63,6 +65,19 @@ fn bash_call(command: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// Spawn `command` as Claude Code spawns a hook: `input` on stdin, stdout captured.
+fn spawn_with_stdin(command: &mut Command, input: &[u8]) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `/bin/true` may exit before reading: a broken pipe is part of that baseline.
+    let _ = child.stdin.take().unwrap().write_all(input);
+    child.wait_with_output().unwrap()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index].as_secs_f64() * 1000.0
@@ -109,26 +124,31 @@ fn main() {
     }
 
     let inputs: Vec<Vec<u8>> = CASES.iter().map(|(_, c)| bash_call(c)).collect();
+    let baselines: [(&str, &str, &[&str]); 2] = [
+        ("`/bin/true` (any hook process)", "/bin/true", &[]),
+        ("`verbd --version` (binary start)", BIN, &["--version"]),
+    ];
+    let mut baseline_times: Vec<Vec<Duration>> = vec![Vec::new(); baselines.len()];
     let mut hook_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
     let mut daemon_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
     for round in 0..iterations + 10 {
+        for (index, (_, program, args)) in baselines.iter().enumerate() {
+            let begin = Instant::now();
+            let output = spawn_with_stdin(Command::new(program).args(*args), &inputs[1]);
+            let took = begin.elapsed();
+            assert!(output.status.success(), "{program}: {output:?}");
+            if round >= 10 {
+                baseline_times[index].push(took);
+            }
+        }
         for (index, (name, command)) in CASES.iter().enumerate() {
             let begin = Instant::now();
-            let mut child = Command::new(BIN)
-                .args(["hook", "claude-code", "--socket"])
-                .arg(&socket)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(&inputs[index])
-                .unwrap();
-            let output = child.wait_with_output().unwrap();
+            let output = spawn_with_stdin(
+                Command::new(BIN)
+                    .args(["hook", "claude-code", "--socket"])
+                    .arg(&socket),
+                &inputs[index],
+            );
             let hook = begin.elapsed();
             let expected = match *name {
                 "pass" => output.status.code() == Some(0) && output.stdout.is_empty(),
@@ -175,6 +195,16 @@ fn main() {
         "| answer | hook process p50 | p99 | max | daemon's share (request from this process) p50 | p99 |"
     );
     println!("|---|---|---|---|---|---|");
+    for (index, (name, _, _)) in baselines.iter().enumerate() {
+        let times = &mut baseline_times[index];
+        times.sort();
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | – | – |",
+            percentile(times, 0.5),
+            percentile(times, 0.99),
+            percentile(times, 1.0),
+        );
+    }
     for (index, (name, _)) in CASES.iter().enumerate() {
         hook_times[index].sort();
         daemon_times[index].sort();
