@@ -11,6 +11,11 @@
 //! generated (default 20,000; a long run uses millions) and `VERBD_SQL_DIFF_SEED` the seed.
 //! Queries PostgreSQL cannot parse while the validator accepts them are counted, not failed:
 //! the server would refuse them whole.
+//!
+//! A second oracle runs what the validator accepts on a real PostgreSQL server
+//! (`accepted_queries_neither_write_nor_reach_a_denied_function_on_postgres`).
+#[path = "common/pg.rs"]
+mod pg;
 #[path = "common/sql_corpus.rs"]
 mod sql_corpus;
 
@@ -503,5 +508,228 @@ fn generated_queries_agree_with_postgres() {
         tally.accepted > count / 20,
         "too few accepted: {}",
         tally.accepted
+    );
+}
+
+/// The login role the execution oracle runs accepted queries as: SELECT on the application's
+/// tables and the statistics views (`pg_read_all_stats`, which the corpus's monitoring queries
+/// read), no write privilege, no EXECUTE on any function of the denylist.
+const ORACLE_ROLE: &str = "oracle";
+/// The tables the oracle may read and whose contents must not change.
+const ORACLE_TABLES: &[&str] = &[
+    "t",
+    "users",
+    "orders",
+    "order_items",
+    "events",
+    "jobs",
+    "studies",
+];
+
+/// Prepare `pg` for the execution oracle: the application schema, [`ORACLE_ROLE`], and EXECUTE
+/// on every function the denylist matches (and SELECT on every denied relation) revoked from
+/// PUBLIC, so a denied call is the server's `insufficient_privilege`, not a silent success.
+fn prepare_oracle(pg: &pg::PgCluster) {
+    pg.setup(sql_corpus::APP_SCHEMA);
+    let quoted = |names: Vec<&str>| {
+        names
+            .iter()
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let exact = quoted(
+        BUILTIN_DENIED_FUNCTIONS
+            .iter()
+            .filter(|e| !e.ends_with('*'))
+            .copied()
+            .collect(),
+    );
+    let prefixes = quoted(
+        BUILTIN_DENIED_FUNCTIONS
+            .iter()
+            .filter_map(|e| e.strip_suffix('*'))
+            .collect(),
+    );
+    let relations = quoted(BUILTIN_DENIED_RELATIONS.to_vec());
+    pg.setup(&format!(
+        "CREATE ROLE {ORACLE_ROLE} LOGIN;\n\
+         GRANT SELECT ON {} TO {ORACLE_ROLE};\n\
+         GRANT pg_read_all_stats TO {ORACLE_ROLE};\n\
+         DO $$ DECLARE f regprocedure; r regclass; BEGIN\n\
+           FOR f IN SELECT p.oid::regprocedure FROM pg_proc p\n\
+             WHERE p.proname = ANY (ARRAY[{exact}]::text[])\n\
+                OR EXISTS (SELECT 1 FROM unnest(ARRAY[{prefixes}]::text[]) AS x(prefix)\n\
+                           WHERE starts_with(p.proname, x.prefix))\n\
+           LOOP EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f); END LOOP;\n\
+           FOR r IN SELECT to_regclass('pg_catalog.' || n) FROM unnest(ARRAY[{relations}]::text[]) AS n\n\
+             WHERE to_regclass('pg_catalog.' || n) IS NOT NULL\n\
+           LOOP EXECUTE format('REVOKE SELECT ON %s FROM PUBLIC', r); END LOOP;\n\
+         END $$;",
+        ORACLE_TABLES.join(", ")
+    ));
+}
+
+/// What the oracle's tables, sequences and large objects hold: any write shows here.
+fn server_state(pg: &pg::PgCluster) -> String {
+    let mut parts: Vec<String> = ORACLE_TABLES
+        .iter()
+        .map(|table| {
+            format!(
+                "(SELECT md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM {table} x)"
+            )
+        })
+        .collect();
+    parts.push("(SELECT coalesce(string_agg(last_value::text, ',' ORDER BY sequencename), '') FROM pg_sequences)".to_owned());
+    parts.push("(SELECT count(*)::text FROM pg_largeobject_metadata)".to_owned());
+    let output = pg.psql(&[
+        "-At",
+        "-c",
+        &format!("SELECT {}", parts.join(" || ' ' || ")),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Run `sql` as a SQL verb's psql does (one `-c`, every transaction read-only, statements
+/// time-boxed), but as [`ORACLE_ROLE`]; the SQLSTATE of its error, if any.
+fn run_as_oracle(pg: &pg::PgCluster, sql: &str) -> Option<String> {
+    let socket = pg.socket_dir().display().to_string();
+    let port = pg::PORT.to_string();
+    let output = std::process::Command::new(pg::PSQL)
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-v",
+            "VERBOSITY=sqlstate",
+        ])
+        .args([
+            "-h",
+            &socket,
+            "-p",
+            &port,
+            "-U",
+            ORACLE_ROLE,
+            "-d",
+            pg::DATABASE,
+        ])
+        .args(["-c", sql])
+        .env_clear()
+        .env("PGOPTIONS", pg::READ_ONLY_PGOPTIONS)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run psql");
+    if output.status.success() {
+        return None;
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let code = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("ERROR:  "))
+        .map(|rest| rest.chars().take(5).collect::<String>())
+        .unwrap_or_else(|| format!("psql exit {}: {stderr}", output.status));
+    Some(code)
+}
+
+/// SQLSTATEs no accepted query may cause: a write in a read-only transaction, and a privilege
+/// the oracle lacks (a write, a denied function or a denied relation).
+const FORBIDDEN_STATES: &[(&str, &str)] = &[
+    (
+        "25006",
+        "read_only_sql_transaction (the query tried to write)",
+    ),
+    (
+        "42501",
+        "insufficient_privilege (a write, a denied function or a denied relation)",
+    ),
+];
+
+/// The execution oracle: every query the validator accepts under the default options — the
+/// corpus, the hostile spellings, and `VERBD_SQL_EXEC_QUERIES` generated ones (default 200) —
+/// runs on a real PostgreSQL as a role with SELECT only and no EXECUTE on the denylist, in a
+/// read-only transaction. None may fail with `read_only_sql_transaction` or
+/// `insufficient_privilege`, and the tables, sequences and large objects must be unchanged
+/// after all of them. Controls: a write, a denied function and an advisory lock run the same
+/// way are each caught.
+#[test]
+fn accepted_queries_neither_write_nor_reach_a_denied_function_on_postgres() {
+    let Some(pg) = pg::PgCluster::start() else {
+        return;
+    };
+    prepare_oracle(&pg);
+    for (control, expected) in [
+        (
+            "with d as (delete from t returning *) select * from d",
+            "25006",
+        ),
+        ("select * from t for update", "25006"),
+        ("select pg_sleep(0)", "42501"),
+        ("select pg_advisory_lock(1)", "42501"),
+        ("select lo_import('/etc/passwd')", "42501"),
+        ("select * from pg_catalog.pg_file_settings", "42501"),
+    ] {
+        assert_eq!(
+            run_as_oracle(&pg, control).as_deref(),
+            Some(expected),
+            "control {control:?}"
+        );
+    }
+    assert_eq!(run_as_oracle(&pg, "select count(*) from users"), None);
+    let before = server_state(&pg);
+
+    let count: usize = std::env::var("VERBD_SQL_EXEC_QUERIES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let seed: u64 = std::env::var("VERBD_SQL_DIFF_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(25_481_508_257);
+    let options = SqlOptions::default();
+    let mut queries: Vec<String> = sql_corpus::corpus_records();
+    queries.extend(HOSTILE.iter().map(|q| (*q).to_owned()));
+    queries.retain(|q| validate(q, &options).is_ok());
+    let fixed = queries.len();
+    let mut rng = Rng(seed | 1);
+    let mut tries = 0;
+    while queries.len() < fixed + count && tries < count * 100 {
+        tries += 1;
+        let sql = query(&mut rng, 0);
+        if validate(&sql, &options).is_ok() {
+            queries.push(sql);
+        }
+    }
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut forbidden = Vec::new();
+    for sql in &queries {
+        let state = run_as_oracle(&pg, sql).unwrap_or_else(|| "ok".to_owned());
+        if let Some((_, why)) = FORBIDDEN_STATES.iter().find(|(code, _)| *code == state) {
+            forbidden.push(format!("{why}: {sql:?}"));
+        }
+        *states.entry(state).or_default() += 1;
+    }
+    let after = server_state(&pg);
+    eprintln!(
+        "execution oracle: {} accepted queries ({fixed} from the corpus and hostile spellings, seed {seed}), outcomes by SQLSTATE: {states:?}",
+        queries.len()
+    );
+    assert!(
+        forbidden.is_empty(),
+        "accepted queries the server stopped:\n{}",
+        forbidden.join("\n")
+    );
+    assert_eq!(
+        before, after,
+        "the accepted queries changed the server's data"
+    );
+    assert!(
+        states.get("ok").copied().unwrap_or(0) > fixed / 2,
+        "most of the corpus runs: {states:?}"
     );
 }
