@@ -83,56 +83,68 @@ E="$1"
 R="$PWD"
 step() { "$@" 2>/dev/null || true; }
 step mkdir -p ../fake/hooks ../fake/objects ../fake/refs
-step sh -c "printf '[core]
-	fsmonitor = %s
-' '$E/fsmonitor-commondir' > ../fake/config"
+step sh -c "printf '[core]\n\tfsmonitor = %s\n' '$E/fsmonitor-commondir' > ../fake/config"
 step cp "$E/hook-commondir" ../fake/hooks/pre-commit
 step chmod +x ../fake/hooks/pre-commit
-# A worktree git made, its commondir then replaced (removed, rewritten; written over).
+# A worktree git made, its commondir then replaced (written over; removed and rewritten).
 step git worktree add -q ../wt
-step sh -c "printf '%s
-' '$R/../fake' > .git/worktrees/wt/commondir"
+step sh -c "printf '%s\n' '$R/../fake' > .git/worktrees/wt/commondir"
 step rm -f .git/worktrees/wt/commondir
-step sh -c "printf '%s
-' '$R/../fake' > .git/worktrees/wt/commondir"
+step sh -c "printf '%s\n' '$R/../fake' > .git/worktrees/wt/commondir"
 # A worktree git directory made by hand, naming the fake common directory.
 step mkdir -p .git/worktrees/hand
-step sh -c "printf 'ref: refs/heads/main
-' > .git/worktrees/hand/HEAD"
-step sh -c "printf '%s
-' '$R/../fake' > .git/worktrees/hand/commondir"
+step sh -c "printf 'ref: refs/heads/main\n' > .git/worktrees/hand/HEAD"
+step sh -c "printf '%s\n' '$R/../fake' > .git/worktrees/hand/commondir"
 step mkdir ../wt2
-step sh -c "printf 'gitdir: %s
-' '$R/.git/worktrees/hand' > ../wt2/.git"
+step sh -c "printf 'gitdir: %s\n' '$R/.git/worktrees/hand' > ../wt2/.git"
 # A gitlink straight to the fake directory, and a relative one.
 step mkdir ../wt3 ../wt5
-step sh -c "printf 'gitdir: %s
-' '$R/../fake' > ../wt3/.git"
-step sh -c "printf 'gitdir: ../fake
-' > ../wt5/.git"
+step sh -c "printf 'gitdir: %s\n' '$R/../fake' > ../wt3/.git"
+step sh -c "printf 'gitdir: ../fake\n' > ../wt5/.git"
 # The worktree's git directory as a git directory of its own: its config and hooks.
-step sh -c "printf '[core]
-	fsmonitor = %s
-' '$E/fsmonitor-wtconfig' > .git/worktrees/wt/config"
+step sh -c "printf '[core]\n\tfsmonitor = %s\n' '$E/fsmonitor-wtconfig' > .git/worktrees/wt/config"
 step mkdir -p .git/worktrees/wt/hooks
 step cp "$E/hook-wt" .git/worktrees/wt/hooks/pre-commit
 step chmod +x .git/worktrees/wt/hooks/pre-commit
 # config.worktree with the extension that makes git read it.
 step git config extensions.worktreeConfig true
 step git -C ../wt config --worktree core.fsmonitor "$E/fsmonitor-configworktree"
-step sh -c "printf '[core]
-	fsmonitor = %s
-' '$E/fsmonitor-configworktree' > .git/worktrees/wt/config.worktree"
+step sh -c "printf '[core]\n\tfsmonitor = %s\n' '$E/fsmonitor-configworktree' > .git/worktrees/wt/config.worktree"
 # A worktree git directory prepared under another name and renamed into place.
 step mkdir -p stage
-step sh -c "printf 'ref: refs/heads/main
-' > stage/HEAD"
-step sh -c "printf '%s
-' '$R/../fake' > stage/commondir"
+step sh -c "printf 'ref: refs/heads/main\n' > stage/HEAD"
+step sh -c "printf '%s\n' '$R/../fake' > stage/commondir"
 step mv stage .git/worktrees/staged
 step mkdir ../wt4
-step sh -c "printf 'gitdir: %s
-' '$R/.git/worktrees/staged' > ../wt4/.git"
+step sh -c "printf 'gitdir: %s\n' '$R/.git/worktrees/staged' > ../wt4/.git"
+echo planted
+"#;
+
+/// `submodule-plants.sh EVIL`, run in a repository with a submodule `lib` (checked out one
+/// commit behind the recorded one): `.gitmodules` rewritten; an update command (`update =
+/// !cmd`, which the human's `git submodule update` runs) through `git config` and a rename
+/// over the config; the submodule's hooks, `core.hooksPath` and fsmonitor; its gitlink pointed at a
+/// directory of the agent's; a second submodule added, and `git submodule update` run.
+const SUBMODULE_PLANTS: &str = r#"
+E="$1"
+R="$PWD"
+U="$(git config -f .gitmodules submodule.lib.url)"
+step() { "$@" 2>/dev/null || true; }
+step sh -c "printf '[submodule \"lib\"]\n\tpath = lib\n\turl = %s\n\tignore = all\n' '$U' > .gitmodules"
+step git config submodule.lib.update "!$E/run.sh config-update"
+step sh -c "cp .git/config c.new && git config -f c.new submodule.lib.update '!$E/run.sh rename-update' && mv c.new .git/config"
+step cp "$E/hooks/post-checkout" .git/modules/lib/hooks/post-checkout
+step chmod +x .git/modules/lib/hooks/post-checkout
+step git -C lib config core.hooksPath "$E/hooks"
+step git -C lib config core.fsmonitor "$E/fsmonitor-module"
+step sh -c "printf '[core]\n\thooksPath = %s\n' '$E/hooks' >> .git/modules/lib/config"
+step mkdir -p ../fake/hooks ../fake/objects ../fake/refs
+step sh -c "printf 'ref: refs/heads/main\n' > ../fake/HEAD"
+step sh -c "printf '[core]\n\thooksPath = %s\n' '$E/hooks' > ../fake/config"
+step mkdir lib3
+step sh -c "printf 'gitdir: %s\n' '$R/../fake' > lib3/.git"
+step git -c protocol.file.allow=always submodule add -q "$U" lib2
+step git -c protocol.file.allow=always submodule update -q --init
 echo planted
 "#;
 
@@ -207,6 +219,7 @@ fn setup() -> Setup {
         "fsmonitor-configworktree",
         "hook-commondir",
         "hook-wt",
+        "hooks/post-checkout",
     ];
     for name in scripts {
         let marker = name.replace('/', "-");
@@ -218,6 +231,7 @@ fn setup() -> Setup {
     }
     std::fs::write(dir.path().join("plants.sh"), PLANTS).unwrap();
     std::fs::write(dir.path().join("worktree-plants.sh"), WORKTREE_PLANTS).unwrap();
+    std::fs::write(dir.path().join("submodule-plants.sh"), SUBMODULE_PLANTS).unwrap();
     Command::new("chmod")
         .args(["-R", "a+rx"])
         .arg(&evil)
@@ -268,10 +282,11 @@ fn setup() -> Setup {
     std::fs::write(
         &policy,
         format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}, {:?}]\nwrite = [{:?}]\n",
+            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}, {:?}, {:?}]\nwrite = [{:?}]\n",
             evil.to_str().unwrap(),
             dir.path().join("plants.sh").to_str().unwrap(),
             dir.path().join("worktree-plants.sh").to_str().unwrap(),
+            dir.path().join("submodule-plants.sh").to_str().unwrap(),
             work.to_str().unwrap()
         ),
     )
@@ -345,6 +360,67 @@ impl Setup {
                 git(&dir, &["status"]);
                 git(&dir, &["commit", "-q", "--allow-empty", "-m", "human"]);
                 git(&dir, &["log", "-p", "-1"]);
+            }
+        }
+    }
+
+    /// Gives the human's repository a submodule `lib` (a repository with two commits), checked
+    /// out one commit behind the one recorded, as after a `git pull` that moved it.
+    fn add_submodule(&self) {
+        let work = self.repo.parent().unwrap();
+        let lib = work.join("libsrc");
+        std::fs::create_dir(&lib).unwrap();
+        std::os::unix::fs::chown(&lib, Some(AGENT), Some(AGENT)).unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["commit", "-q", "--allow-empty", "-m", "lib one"],
+            &["commit", "-q", "--allow-empty", "-m", "lib two"],
+        ] {
+            assert!(git(&lib, args).status.success());
+        }
+        let url = lib.to_str().unwrap();
+        for args in [
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                url,
+                "lib",
+            ][..],
+            &["commit", "-qm", "submodule"],
+        ] {
+            assert!(git(&self.repo, args).status.success());
+        }
+        assert!(
+            git(&self.repo.join("lib"), &["checkout", "-q", "HEAD~1"])
+                .status
+                .success()
+        );
+    }
+
+    /// The human's routine with submodules: update, status, a checkout in the submodule.
+    fn human_works_with_submodules(&self) {
+        let repo = &self.repo;
+        git(
+            repo,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "--init",
+            ],
+        );
+        git(repo, &["status"]);
+        git(repo, &["commit", "-q", "--allow-empty", "-m", "human"]);
+        for sub in ["lib", "lib2", "lib3"] {
+            let dir = repo.join(sub);
+            if dir.join(".git").exists() {
+                git(&dir, &["status"]);
+                git(&dir, &["checkout", "-q", "-b", "human"]);
+                git(&dir, &["commit", "-q", "--allow-empty", "-m", "human"]);
             }
         }
     }
@@ -483,6 +559,72 @@ fn after_worktree_plants_under_verbd_exec_the_humans_git_runs_nothing_the_agent_
         "{config}"
     );
     setup.human_works_in_worktrees();
+    assert_eq!(
+        setup.marks(),
+        Vec::<String>::new(),
+        "the human's git ran these"
+    );
+}
+
+#[test]
+fn submodule_plants_without_verbd_exec_make_the_humans_git_run_the_agents_programs() {
+    if !require_root(
+        "submodule_plants_without_verbd_exec_make_the_humans_git_run_the_agents_programs",
+    ) {
+        return;
+    }
+    let setup = setup();
+    setup.add_submodule();
+    setup.run_plants("submodule-plants.sh", false);
+    setup.human_works_with_submodules();
+    let marks = setup.marks();
+    println!("ran: {marks:?}");
+    // The update command ran on `git submodule update`; the submodule's hook, hooksPath and
+    // fsmonitor ran on checkout, commit and status.
+    for expected in [
+        "rename-update",
+        "hooks-pre-commit",
+        "hooks-post-checkout",
+        "fsmonitor-module",
+    ] {
+        assert!(marks.iter().any(|m| m == expected), "{expected}: {marks:?}");
+    }
+}
+
+#[test]
+fn after_submodule_plants_under_verbd_exec_the_humans_git_runs_nothing_the_agent_chose() {
+    if !require_root(
+        "after_submodule_plants_under_verbd_exec_the_humans_git_runs_nothing_the_agent_chose",
+    ) {
+        return;
+    }
+    let setup = setup();
+    setup.add_submodule();
+    let gitmodules = std::fs::read(setup.repo.join(".gitmodules")).unwrap();
+    let module_config = std::fs::read(setup.repo.join(".git/modules/lib/config")).unwrap();
+    setup.run_plants("submodule-plants.sh", true);
+    assert_eq!(
+        std::fs::read(setup.repo.join(".gitmodules")).unwrap(),
+        gitmodules
+    );
+    assert_eq!(
+        std::fs::read(setup.repo.join(".git/modules/lib/config")).unwrap(),
+        module_config
+    );
+    let config = std::fs::read_to_string(setup.repo.join(".git/config")).unwrap();
+    assert!(!config.contains(setup.evil.to_str().unwrap()), "{config}");
+    assert!(
+        !setup
+            .repo
+            .join(".git/modules/lib/hooks/post-checkout")
+            .exists()
+    );
+    assert!(!setup.repo.join(".git/modules/lib2").exists());
+    assert!(
+        !setup.repo.join("lib3/.git").exists(),
+        "no gitlink to the agent's directory"
+    );
+    setup.human_works_with_submodules();
     assert_eq!(
         setup.marks(),
         Vec::<String>::new(),
