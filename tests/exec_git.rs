@@ -311,6 +311,27 @@ fn linked_worktree_add_commit_and_remove() {
         std::fs::read_to_string(repo.join(".git/worktrees/side/commondir")).unwrap(),
         "../..\n"
     );
+    // `--print-status` says where git takes the worktree's data from.
+    let status = Command::new(BIN)
+        .args(["exec", "--print-status", "--policy"])
+        .arg(&p.policy)
+        .args(["--profile", "agent", "--", "/bin/true"])
+        .current_dir(&side)
+        .uid(AGENT)
+        .gid(AGENT)
+        .env_remove("VERBD_EXEC_MOUNT_NAMESPACE")
+        .env_remove("VERBD_EXEC_LANDLOCK_ONLY")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stderr);
+    let common = std::fs::canonicalize(repo.join(".git")).unwrap();
+    assert!(
+        status.contains(&format!(
+            "common directory (commondir) {} (in a write root",
+            common.display()
+        )),
+        "{status}"
+    );
     p.write(&side.join("s.txt"), "side\n");
     p.git(&side, &["add", "s.txt"]);
     p.git(&side, &["commit", "-qm", "side"]);

@@ -398,3 +398,35 @@ fn why_agrees_in_one_mode(mode: Option<&str>) {
     assert_eq!(code, Some(1), "{private}");
     assert!(private.contains("private path of the daemon"), "{private}");
 }
+
+/// `sandbox why --exec` says what the agent may connect to, as `--print-status` does.
+#[test]
+fn sandbox_why_exec_says_which_sockets_the_agent_may_connect_to() {
+    let dir = open_tempdir();
+    std::fs::create_dir(dir.path().join("repo")).unwrap();
+    let policy = exec_policy(dir.path());
+    let (code, stdout) = why(
+        None,
+        &[
+            "--exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "agent",
+            "/usr",
+            "read",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    let connect = stdout
+        .lines()
+        .find(|line| line.starts_with("connect: unix sockets: connect brokered; allowed: ["))
+        .unwrap_or_else(|| panic!("no connect line: {stdout}"));
+    assert!(
+        connect.contains(".sock") && connect.contains("name-service sockets"),
+        "{connect}"
+    );
+    assert!(
+        stdout.lines().any(|line| line.starts_with("network: none")),
+        "{stdout}"
+    );
+}

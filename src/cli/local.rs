@@ -129,6 +129,7 @@ pub fn sandbox_why(
             .exec_isolation()
             .map_or(&[][..], |(_, mounts)| mounts);
         println!("profile `{profile}` of {}, {how}", policy.origin);
+        println!("connect: {}", prepared.describe_exec_connects());
         verbd::sandbox::explain_exec(spec, mode, mounts, path, access)?
     } else {
         let state_dir = state_dir

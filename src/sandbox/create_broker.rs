@@ -222,6 +222,39 @@ impl CreatePolicy {
             .any(|relative| !relative.as_os_str().is_empty() && self.protected.leads_to(relative))
     }
 
+    /// For `--print-status`, when `cwd` lies in a linked worktree (or a submodule: a `.git`
+    /// file above it): where git takes its git directory and its common directory from, as git
+    /// follows the gitlink and `commondir`, and whether a write root holds them.
+    pub fn describe_worktree(&self, cwd: &Path) -> Option<String> {
+        let top = cwd.ancestors().find(|dir| dir.join(".git").exists())?;
+        let gitlink = top.join(".git");
+        if !std::fs::symlink_metadata(&gitlink).ok()?.is_file() {
+            return None;
+        }
+        let content = std::fs::read_to_string(&gitlink).ok()?;
+        let target = content.lines().next()?.strip_prefix("gitdir: ")?;
+        let git_dir = std::fs::canonicalize(top.join(target.trim_end())).ok()?;
+        let common_dir = match std::fs::read_to_string(git_dir.join("commondir")) {
+            Ok(common) => std::fs::canonicalize(git_dir.join(common.trim_end())).ok()?,
+            Err(_) => git_dir.clone(),
+        };
+        let place = |dir: &Path| {
+            if self.write_roots.iter().any(|root| dir.starts_with(root)) {
+                "in a write root: its working data writable, what git obeys kept"
+            } else {
+                "outside the write roots: read-only here, git cannot commit in this worktree"
+            }
+        };
+        Some(format!(
+            "git: {} is a linked worktree (`.git` file); git directory {} ({}); common directory (commondir) {} ({})",
+            top.display(),
+            git_dir.display(),
+            place(&git_dir),
+            common_dir.display(),
+            place(&common_dir)
+        ))
+    }
+
     /// One line for `--print-status`.
     pub fn describe(&self) -> String {
         "create broker: in every write root new protected names are refused and protected entries kept at any depth (creating, writing, removing, renaming and chmod calls performed outside the sandbox)".into()

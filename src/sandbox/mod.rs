@@ -557,6 +557,19 @@ impl PreparedSandbox {
     }
 
     /// What the broker lets this profile's children connect to.
+    /// What `verbd exec`'s connect broker allows, as `--print-status` and `verbd sandbox why
+    /// --exec` show it: the profile's Unix sockets and verbd's own agent socket, then the
+    /// network.
+    pub fn describe_exec_connects(&self) -> String {
+        let mut policy = self.connect_policy();
+        policy.unix_sockets.push(exec_verbd_socket());
+        format!(
+            "{}\nnetwork: {}",
+            policy.describe(),
+            describe_network(&self.spec.network)
+        )
+    }
+
     pub fn connect_policy(&self) -> unix_broker::ConnectPolicy {
         unix_broker::ConnectPolicy {
             unix_sockets: self.spec.unix_sockets.clone(),
@@ -931,9 +944,7 @@ pub fn exec_confined(
     let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
 
-    let verbd_socket = std::env::var_os("VERBD_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::paths::client_socket(crate::paths::ClientSide::Agent));
+    let verbd_socket = exec_verbd_socket();
     let (env, dropped_env) =
         exec_env::filter(std::env::vars_os(), &prepared.spec.keep_env, &verbd_socket);
     let c_env = env
@@ -951,6 +962,14 @@ pub fn exec_confined(
     connect_policy.unix_sockets.push(verbd_socket);
 
     let create_policy = prepared.create_policy();
+    // Read before any confinement: the gitlink and `commondir` of a linked worktree.
+    let worktree = if print_status {
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| create_policy.describe_worktree(&cwd))
+    } else {
+        None
+    };
     let creates = unix_broker::CreateSetup {
         policy: create_policy.clone(),
         ruleset: prepared
@@ -1024,8 +1043,9 @@ pub fn exec_confined(
                     .into()
             }
         };
+        let worktree = worktree.map(|line| line + "\n").unwrap_or_default();
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{}\nnetwork: {}\nenvironment: dropped [{}]\n",
+            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{worktree}{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status),
             create_policy.describe(),
@@ -1046,6 +1066,14 @@ pub fn exec_confined(
         program: resolved,
         source: io::Error::last_os_error(),
     })
+}
+
+/// The socket of verbd a program under `verbd exec` may reach: `VERBD_SOCKET`, or the agent
+/// side's default.
+fn exec_verbd_socket() -> PathBuf {
+    std::env::var_os("VERBD_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::paths::client_socket(crate::paths::ClientSide::Agent))
 }
 
 /// The network mode as `--print-status` shows it.
