@@ -27,7 +27,7 @@ version = 1
 allow_root = true
 queue_timeout = "500ms"
 [roles.agent]
-uids = [{AGENT}]
+uids = [{AGENT}, {HOSTILE}]
 [roles.ops]
 uids = [{OPS_AGENT}]
 [roles.sre]
@@ -985,4 +985,168 @@ fn print_config_gives_each_client_its_snippet() {
         );
         assert!(text.contains("/run/verbd/verbd.sock"), "{client}: {text}");
     }
+}
+
+/// An agent runtime that is hostile on `verbd mcp`'s stdin (uid 63010 of the agent role).
+const HOSTILE: u32 = 63010;
+
+/// The largest amount of memory `verbd mcp` may have used at its peak (`VmHWM`), after a
+/// 100 MB line: its line limit (8 MiB) twice, and the runtime around it.
+const MCP_PEAK_BYTES: u64 = 64 * 1024 * 1024;
+
+fn peak_memory(child: &Child) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kib * 1024
+}
+
+/// What a hostile client can do on stdin: frames split across writes with pauses, nesting
+/// deeper than any parser's stack, invalid UTF-8 inside a string, and a 100 MB line with no
+/// newline for a long time. `verbd mcp` answers every framed request it can read, keeps its
+/// memory bounded, and tells the client (a JSON-RPC error without an id) when it dropped an over-long
+/// line instead of leaving it waiting for an answer that never comes.
+#[test]
+fn a_hostile_stdin_is_bounded_and_answered() {
+    if !require_root("a_hostile_stdin_is_bounded_and_answered") {
+        return;
+    }
+    let d = start();
+    let mut raw = Raw::start(&d, HOSTILE);
+    raw.initialize();
+    // One request in three pieces, 300 ms apart.
+    let request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "echo", "arguments": { "text": "pieces" } } })
+    .to_string();
+    let (a, rest) = request.split_at(10);
+    let (b, c) = rest.split_at(rest.len() / 2);
+    for piece in [a, b, c] {
+        raw.send_raw(piece.as_bytes());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    raw.send_raw(b"\n");
+    let answer = raw
+        .next(Duration::from_secs(30))
+        .expect("the split request's answer");
+    assert_eq!(result_text(&answer), "pieces\n", "{answer}");
+    // Nesting a million deep, as an argument and as the whole message: no stack overflow.
+    let deep = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"text\":{}{}}}}}}}\n{}{}\n",
+        "[".repeat(1_000_000),
+        "]".repeat(1_000_000),
+        "[".repeat(1_000_000),
+        "]".repeat(1_000_000),
+    );
+    raw.send_raw(deep.as_bytes());
+    // Invalid UTF-8 inside a string.
+    raw.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"\xff\xfe\"}}}\n");
+    let still = raw.call(4, "echo", json!({ "text": "alive" }));
+    assert_eq!(result_text(&still), "alive\n", "{still}");
+    // A 100 MB line, written in pieces; the newline comes only at the end.
+    let mut stdin = raw.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        stdin
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"x\":\"",
+            )
+            .unwrap();
+        let chunk = vec![b'a'; 1024 * 1024];
+        for _ in 0..100 {
+            stdin.write_all(&chunk).unwrap();
+        }
+        stdin.write_all(b"\"}}\n").unwrap();
+        stdin
+    });
+    let dropped = raw.next(Duration::from_secs(60));
+    raw.stdin = Some(writer.join().unwrap());
+    let peak = peak_memory(&raw.child);
+    println!(
+        "after a 100 MB line: answer {dropped:?}, peak memory of verbd mcp {} MiB",
+        peak / 1024 / 1024
+    );
+    assert!(
+        peak < MCP_PEAK_BYTES,
+        "verbd mcp peaked at {peak} bytes on a 100 MB line"
+    );
+    let dropped = dropped.expect("a JSON-RPC error for the over-long line");
+    assert_eq!(dropped["id"], Value::Null, "{dropped}");
+    assert_eq!(dropped["error"]["code"], -32600, "{dropped}");
+    let after = raw.call(6, "echo", json!({ "text": "after" }));
+    assert_eq!(result_text(&after), "after\n", "{after}");
+    raw.finish();
+}
+
+/// A client that sends tool calls and never reads stdout: `verbd mcp` blocks on its own
+/// stdout, but the daemon never waits on it — every call's connection is answered and closed,
+/// and another agent is served at once meanwhile. (The answers wait in `verbd mcp`, the agent's
+/// own process: its memory grows with the calls it is sent and never asked for; printed, not
+/// bounded.)
+#[test]
+fn a_client_that_never_reads_stdout_holds_nothing_in_the_daemon() {
+    if !require_root("a_client_that_never_reads_stdout_holds_nothing_in_the_daemon") {
+        return;
+    }
+    let d = start();
+    let mut child = Command::new(BIN)
+        .args(["mcp", "--socket"])
+        .arg(&d.socket)
+        .uid(HOSTILE)
+        .gid(HOSTILE)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // stdout stays open and is never read: its pipe fills.
+    let _unread = child.stdout.take().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |message: Value| stdin.write_all(format!("{message}\n").as_bytes());
+    send(
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": { "name": "hostile", "version": "0" } } }),
+    )
+    .unwrap();
+    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).unwrap();
+    let mut sent = 0;
+    let writing = Instant::now();
+    while sent < 2000 && writing.elapsed() < Duration::from_secs(20) {
+        let call = json!({ "jsonrpc": "2.0", "id": 100 + sent, "method": "tools/call",
+            "params": { "name": "logs.tail", "arguments": { "unit": format!("u{sent}.service"), "lines": 5000 } } });
+        if send(call).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // The daemon serves another agent at once, and holds no connection of the blocked client.
+    let started = Instant::now();
+    let other = d.cli_as(AGENT, &["call", "echo", "text=other"]);
+    assert_eq!(
+        String::from_utf8_lossy(&other.stdout),
+        "other\n",
+        "{other:?}"
+    );
+    let took = started.elapsed();
+    let status = d.cli_as(SRE, &["status", "--json"]);
+    let status: Value =
+        serde_json::from_slice(&status.stdout).unwrap_or_else(|e| panic!("{e}: {status:?}"));
+    let rss = peak_memory(&child);
+    println!(
+        "{sent} calls written, stdout never read: another agent's call took {took:?}; daemon \
+         connections in flight {}; verbd mcp peak memory {} MiB",
+        status["metrics"]["connections_in_flight"],
+        rss / 1024 / 1024
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(status["metrics"]["connections_in_flight"], 1, "{status}");
+    let _ = child.kill();
+    let _ = child.wait();
 }
