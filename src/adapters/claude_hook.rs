@@ -30,6 +30,7 @@ use serde_json::{Map, Value, json};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -549,15 +550,30 @@ impl Runtime {
     }
 }
 
-/// Set by [`run`] before the watchdog and the panic hook exist, so they deny in its terms.
-static ANSWERS_GEMINI: AtomicBool = AtomicBool::new(false);
+/// What [`run`] needs of the runtime it serves: how to decide one call from that runtime's
+/// input, and how to put an answer in its terms. Each runtime's adapter module owns its own
+/// (this one [`CLAUDE_CODE`]), so this module never reaches the adapters built on it.
+#[derive(Clone, Copy)]
+pub struct Frontend {
+    pub decide: fn(&[u8], Daemon<'_>, Duration) -> HookOutcome,
+    pub in_runtime_terms: fn(HookOutcome) -> HookOutcome,
+}
+
+/// The Claude Code (and Codex) PreToolUse protocol: answers are already in its terms.
+pub const CLAUDE_CODE: Frontend = Frontend {
+    decide,
+    in_runtime_terms: std::convert::identity,
+};
+
+/// Set once by [`run`] before the watchdog and the panic hook exist, so they deny in the
+/// served runtime's terms.
+static SERVED_TERMS: OnceLock<fn(HookOutcome) -> HookOutcome> = OnceLock::new();
 
 /// `outcome` in the protocol of the runtime [`run`] serves.
 fn in_runtime_terms(outcome: HookOutcome) -> HookOutcome {
-    if ANSWERS_GEMINI.load(Ordering::SeqCst) {
-        super::gemini_hook::translate(outcome)
-    } else {
-        outcome
+    match SERVED_TERMS.get() {
+        Some(translate) => translate(outcome),
+        None => outcome,
     }
 }
 
@@ -573,9 +589,9 @@ fn deny_and_exit(reason: &str) -> ! {
 /// installs a panic hook and a watchdog that both answer deny and exit 2, reads stdin with a
 /// cap, decides, prints and returns the exit code. A rewritten command runs this same `verbd`
 /// binary.
-pub fn run(socket: &Path, deadline: Duration, runtime: Runtime) -> i32 {
+pub fn run(socket: &Path, deadline: Duration, frontend: Frontend) -> i32 {
     let started = Instant::now();
-    ANSWERS_GEMINI.store(runtime == Runtime::GeminiCli, Ordering::SeqCst);
+    let _ = SERVED_TERMS.set(frontend.in_runtime_terms);
     std::panic::set_hook(Box::new(|info| {
         deny_and_exit(&format!(
             "verbd blocked this tool call: the verbd hook failed internally ({info}); report this to the user"
@@ -605,10 +621,7 @@ pub fn run(socket: &Path, deadline: Duration, runtime: Runtime) -> i32 {
                 socket,
                 verbd: &verbd,
             };
-            match runtime {
-                Runtime::ClaudeCode => decide(&input, daemon, budget),
-                Runtime::GeminiCli => super::gemini_hook::decide(&input, daemon, budget),
-            }
+            (frontend.decide)(&input, daemon, budget)
         }
         (Ok(_), Err(e)) => in_runtime_terms(HookOutcome::deny(&format!(
             "verbd blocked this tool call: the hook cannot locate its own binary ({e}); report this to the user"

@@ -16,7 +16,7 @@
 //! deny answer with exit 2.
 #![forbid(unsafe_code)]
 
-use super::claude_hook::{self, Daemon, HookOutcome};
+use super::claude_hook::{self, Daemon, Frontend, HookOutcome};
 use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -85,6 +85,12 @@ fn as_pre_tool_use(stdin: &[u8]) -> Result<Vec<u8>, String> {
     call.insert("tool_name".into(), Value::String(claude_tool));
     serde_json::to_vec(&call).map_err(|e| e.to_string())
 }
+
+/// The Gemini CLI BeforeTool protocol, for [`claude_hook::run`].
+pub const FRONTEND: Frontend = Frontend {
+    decide,
+    in_runtime_terms: translate,
+};
 
 /// Gemini CLI's answer for a Claude Code hook outcome.
 pub fn translate(outcome: HookOutcome) -> HookOutcome {

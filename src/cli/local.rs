@@ -217,7 +217,7 @@ pub fn claude_code_hook(
     let code = claude_hook::run(
         socket,
         claude_hook::DEFAULT_DEADLINE,
-        claude_hook::Runtime::ClaudeCode,
+        claude_hook::CLAUDE_CODE,
     );
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
@@ -237,11 +237,7 @@ pub fn gemini_cli_hook(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let code = claude_hook::run(
-        socket,
-        claude_hook::DEFAULT_DEADLINE,
-        claude_hook::Runtime::GeminiCli,
-    );
+    let code = claude_hook::run(socket, claude_hook::DEFAULT_DEADLINE, gemini_hook::FRONTEND);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 

@@ -19,7 +19,6 @@
 use super::danger::{self, Effect};
 use super::filters;
 use super::matcher::{self, Candidate};
-use super::packs::PackHint;
 use super::shell::{self, Construct, Pipeline, Stage};
 use super::sources::{Collected, Entry, Recorded};
 use crate::policy::{OfflineVerdict, Policy, Refusal, Role, VerbAction, text_args};
@@ -81,6 +80,23 @@ pub struct CommandReport {
     pub matched_argv: Option<Vec<String>>,
     /// For an uncovered command: the pack that covers it ([`super::packs`]), when one does.
     pub pack: Option<PackHint>,
+}
+
+/// The pack that covers an uncovered command, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PackHint {
+    /// The pack's file name without `.toml` (`redis`).
+    pub pack: String,
+    pub path: String,
+    pub verb: String,
+    pub args: BTreeMap<String, String>,
+    /// The parameters among `args` that hold site values (hosts, names, units, strings), the
+    /// ones an include narrows with `values`.
+    pub site_params: Vec<String>,
+    pub needs_approval: bool,
+    /// The policy already includes this pack, narrowed (`verbs`, `values`) so the command
+    /// falls outside it.
+    pub included: bool,
 }
 
 impl CommandReport {

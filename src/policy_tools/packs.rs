@@ -14,33 +14,15 @@
 //! that does not compile on its own is reported as a problem, not silently passed over.
 #![forbid(unsafe_code)]
 
-use super::coverage::{self, CommandReport, Report, Status};
+use super::coverage::{self, CommandReport, PackHint, Report, Status};
 use super::sources::{Entry, Format, Recorded};
 use crate::policy::params::ParamKind;
 use crate::policy::{self, Policy};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The role every verb of a pack is given when the pack is compiled on its own.
 const PACK_ROLE: &str = "agent";
-
-/// The pack that covers an uncovered command, and how.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PackHint {
-    /// The pack's file name without `.toml` (`redis`).
-    pub pack: String,
-    pub path: String,
-    pub verb: String,
-    pub args: BTreeMap<String, String>,
-    /// The parameters among `args` that hold site values (hosts, names, units, strings), the
-    /// ones an include narrows with `values`.
-    pub site_params: Vec<String>,
-    pub needs_approval: bool,
-    /// The policy already includes this pack, narrowed (`verbs`, `values`) so the command
-    /// falls outside it.
-    pub included: bool,
-}
 
 /// One pack, compiled on its own.
 struct Pack {
