@@ -559,6 +559,11 @@ async fn fake_daemon(
             let _ = tokio::io::BufReader::new(read)
                 .read_until(b'\n', &mut line)
                 .await;
+            if line.is_empty() {
+                // Closed before sending anything: a request the session dropped unsent when its
+                // input ended (a cancelled call or list poll), which the daemon never hears.
+                return;
+            }
             let answer = match decode_request(&line) {
                 Ok(Request::List {}) => Response::Verbs {
                     verbs: vec![VerbInfo {
