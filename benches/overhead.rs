@@ -11,7 +11,10 @@
 //! `cargo bench --bench overhead`. Needs root (the daemon drops to `nobody`; proposals come from
 //! real uids). Knobs: `VERBD_BENCH_ITERATIONS` (latency samples per variant, default 300),
 //! `VERBD_BENCH_SECONDS` (per throughput/journal measurement, default 4),
-//! `VERBD_BENCH_REQUESTER_UIDS` (`FIRST-LAST`, default 61900-61949: 20 pending proposals each).
+//! `VERBD_BENCH_REQUESTER_UIDS` (`FIRST-LAST`, default 61900-61949: 20 pending proposals each),
+//! `VERBD_BENCH_BIN` (the `verbd` binary the daemon and the CLI rows run, default the one this
+//! bench was built with: a before/after comparison runs one bench binary against two daemons).
+//! The last table checks every target of the spawner work (issue 31) from this one run.
 
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
@@ -26,7 +29,12 @@ use serde_json::{Value, json};
 use verbd::journal::{GroupCommit, Journal};
 use verbd::protocol::{Request, Response};
 
-const BIN: &str = env!("CARGO_BIN_EXE_verbd");
+/// The `verbd` binary under test: `VERBD_BENCH_BIN`, or the one built with this bench.
+fn bin() -> PathBuf {
+    std::env::var_os("VERBD_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_verbd")))
+}
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -51,6 +59,18 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// RSS of `pid` and of every process below it (the daemon's helper processes), in KiB.
+fn rss_tree_kib(pid: u32) -> u64 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    rss_kib(pid)
+        + children
+            .split_whitespace()
+            .filter_map(|child| child.parse().ok())
+            .map(rss_tree_kib)
+            .sum::<u64>()
 }
 
 fn installed(program: &str) -> Option<PathBuf> {
@@ -83,7 +103,7 @@ impl Daemon {
             .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("verbd.sock");
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(bin());
         command.arg("serve");
         if let Some(text) = policy {
             let path = dir.path().join("policy.toml");
@@ -228,47 +248,69 @@ fn latencies(variants: &mut [Variant<'_>], iterations: usize) -> Vec<(String, Du
         .collect()
 }
 
-/// `clients` threads running `work` for `seconds`; (completed per second, refused count).
-fn throughput(clients: usize, duration: Duration, work: &(dyn Fn() -> bool + Sync)) -> (f64, u64) {
-    let done = AtomicU64::new(0);
+/// What `clients` threads running `work` for a while did.
+struct Phase {
+    per_second: f64,
+    refused: u64,
+    /// The time of every completed call.
+    latencies: Vec<Duration>,
+}
+
+/// `clients` threads running `work` for `duration`.
+fn throughput(clients: usize, duration: Duration, work: &(dyn Fn() -> bool + Sync)) -> Phase {
     let refused = AtomicU64::new(0);
+    let latencies = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..clients {
             scope.spawn(|| {
+                let mut own = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
+                    let call_started = Instant::now();
                     if work() {
-                        done.fetch_add(1, Ordering::Relaxed);
+                        own.push(call_started.elapsed());
                     } else {
                         refused.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                latencies.lock().unwrap().extend(own);
             });
         }
         std::thread::sleep(duration);
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed().as_secs_f64();
-    (
-        done.load(Ordering::Relaxed) as f64 / elapsed,
-        refused.load(Ordering::Relaxed),
-    )
+    let latencies = latencies.into_inner().unwrap();
+    Phase {
+        per_second: latencies.len() as f64 / elapsed,
+        refused: refused.load(Ordering::Relaxed),
+        latencies,
+    }
 }
 
-/// A-B-B-A: (A per second, A refused, B per second).
+/// A-B-B-A: (A, B), each phase pair merged (rates averaged, latencies pooled).
 fn side_by_side(
     clients: usize,
     seconds: u64,
     a: &(dyn Fn() -> bool + Sync),
     b: &(dyn Fn() -> bool + Sync),
-) -> (f64, u64, f64) {
+) -> (Phase, Phase) {
     let half = Duration::from_millis(seconds * 500);
-    let (a1, refused1) = throughput(clients, half, a);
-    let (b1, _) = throughput(clients, half, b);
-    let (b2, _) = throughput(clients, half, b);
-    let (a2, refused2) = throughput(clients, half, a);
-    ((a1 + a2) / 2.0, refused1 + refused2, (b1 + b2) / 2.0)
+    let a1 = throughput(clients, half, a);
+    let b1 = throughput(clients, half, b);
+    let b2 = throughput(clients, half, b);
+    let a2 = throughput(clients, half, a);
+    let merge = |mut first: Phase, second: Phase| {
+        first.latencies.extend(second.latencies);
+        first.latencies.sort_unstable();
+        Phase {
+            per_second: (first.per_second + second.per_second) / 2.0,
+            refused: first.refused + second.refused,
+            latencies: first.latencies,
+        }
+    };
+    (merge(a1, a2), merge(b1, b2))
 }
 
 const PROPOSAL_POLICY: &str = r#"
@@ -306,7 +348,7 @@ fn proposals_rss(uids: std::ops::RangeInclusive<u32>) -> (u64, u64, u64) {
             scope.spawn(move || {
                 for &uid in chunk {
                     for n in 0..20 {
-                        let output = Command::new(BIN)
+                        let output = Command::new(bin())
                             .args(["call", "restart", &format!("n={n}")])
                             .env("VERBD_SOCKET", &daemon.socket)
                             .uid(uid)
@@ -357,8 +399,8 @@ fn journal_appends(root: &Path, appenders: usize, seconds: u64) -> (f64, f64, f6
         true
     };
     let syncs_before = group.lock().unwrap().stats();
-    let (plain_rate, _, group_rate) =
-        side_by_side(appenders, seconds, &plain_append, &group_append);
+    let (plain, group_phase) = side_by_side(appenders, seconds, &plain_append, &group_append);
+    let (plain_rate, group_rate) = (plain.per_second, group_phase.per_second);
     let syncs_after = group.lock().unwrap().stats();
     let records = syncs_after.appended_records - syncs_before.appended_records;
     let syncs = syncs_after.record_syncs - syncs_before.record_syncs;
@@ -402,6 +444,7 @@ fn main() {
     let daemon = Daemon::start(None);
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = rss_kib(daemon.pid());
+    let idle_rss_tree = rss_tree_kib(daemon.pid());
 
     // Latency, interleaved.
     let demo = verbd::policy::compile(verbd::policy::DEMO_POLICY, "demo").unwrap();
@@ -434,7 +477,7 @@ fn main() {
         (
             "`verbd call echo text=x` (whole CLI process)".into(),
             Box::new(|| {
-                let status = Command::new(BIN)
+                let status = Command::new(bin())
                     .args(["call", "echo", "text=x"])
                     .env("VERBD_SOCKET", &socket)
                     .stdout(Stdio::null())
@@ -444,6 +487,21 @@ fn main() {
             }),
         ),
     ];
+    variants.push((
+        "`verbd --version` (the CLI binary's start alone)".into(),
+        Box::new(|| {
+            let status = Command::new(bin())
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }),
+    ));
+    variants.push((
+        "`/bin/true`".into(),
+        Box::new(|| assert!(Command::new("/bin/true").status().unwrap().success())),
+    ));
     if let Some(sudo) = installed("sudo") {
         variants.push((
             "`sudo -n /bin/echo x`".into(),
@@ -502,19 +560,33 @@ fn main() {
 
     // Throughput, A-B-B-A.
     println!("\n## Throughput ({seconds} s per variant, verb calls vs raw spawns, A-B-B-A)\n");
-    println!("| concurrent clients | verb calls/s | `busy` answers | raw spawns/s | ratio |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| concurrent clients | verb calls/s | `busy` answers | raw spawns/s | ratio | verb call p50 | p99 | p99/p50 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut by_clients = Vec::new();
     for clients in [1, 8, 16, 32, 128] {
         let verb = || call(&daemon.socket, &request);
         let raw = || {
             std_spawn_echo();
             true
         };
-        let (calls, busy, spawns) = side_by_side(clients, seconds, &verb, &raw);
-        println!(
-            "| {clients} | {calls:.0} | {busy} | {spawns:.0} | {:.2}× |",
-            calls / spawns
+        let (calls, spawns) = side_by_side(clients, seconds, &verb, &raw);
+        let (p50, p99) = (
+            percentile(&calls.latencies, 500),
+            percentile(&calls.latencies, 990),
         );
+        let ratio = calls.per_second / spawns.per_second;
+        println!(
+            "| {clients} | {:.0} | {} | {:.0} | {ratio:.2}× | {} | {} | {:.2}× |",
+            calls.per_second,
+            calls.refused,
+            spawns.per_second,
+            micros(p50),
+            micros(p99),
+            p99.as_secs_f64() / p50.as_secs_f64()
+        );
+        by_clients.push((clients, ratio, calls.refused, p50, p99));
     }
     std::thread::sleep(Duration::from_millis(500));
     let after_rss = rss_kib(daemon.pid());
@@ -530,6 +602,10 @@ fn main() {
     println!(
         "| idle, demo policy, just started | {:.1} MiB |",
         idle_rss as f64 / 1024.0
+    );
+    println!(
+        "| the same, with the daemon's helper processes (spawner) summed | {:.1} MiB |",
+        idle_rss_tree as f64 / 1024.0
     );
     println!(
         "| idle after the throughput runs | {:.1} MiB |",
@@ -561,6 +637,73 @@ fn main() {
         println!(
             "| {appenders} | {plain:.0} | {group:.0} | {:.2}× | {per_sync:.1} |",
             group / plain
+        );
+    }
+
+    // The targets, each from the figures above.
+    let ratio_of = |a: &str, b: &str| match (find(a), find(b)) {
+        (Some(a), Some(b)) => Some(a.1.as_secs_f64() / b.1.as_secs_f64()),
+        _ => None,
+    };
+    let verdict = |met: bool| if met { "met" } else { "**not met**" };
+    let row =
+        |measure: &str, value: Option<f64>, target: &str, limit: f64, at_most: bool| match value {
+            Some(v) => println!(
+                "| {measure} | {v:.2}× | {target} | {} |",
+                verdict(if at_most { v <= limit } else { v >= limit })
+            ),
+            None => println!("| {measure} | not measured (missing tool) | {target} | |"),
+        };
+    println!("\n## Targets (issue 31), from this run\n");
+    println!("| measure | measured | target | verdict |");
+    println!("|---|---|---|---|");
+    row(
+        "verb round trip p50 / raw std spawn p50",
+        ratio_of("verb round trip", "raw `std"),
+        "≤ 1.25×",
+        1.25,
+        true,
+    );
+    for (clients, ratio, busy, p50, p99) in &by_clients {
+        if *clients == 16 || *clients == 32 {
+            println!(
+                "| throughput at {clients} clients / raw spawns from {clients} threads | {ratio:.2}×, {busy} `busy` | ≥ 0.8×, 0 `busy` | {} |",
+                verdict(*ratio >= 0.8 && *busy == 0)
+            );
+        }
+        if *clients == 32 {
+            let spread = p99.as_secs_f64() / p50.as_secs_f64();
+            println!(
+                "| p99 / p50 of verb calls at 32 clients | {spread:.2}× ({} / {}) | ≤ 3× | {} |",
+                micros(*p99),
+                micros(*p50),
+                verdict(spread <= 3.0)
+            );
+        }
+    }
+    row(
+        "`verbd call` CLI / `sudo -n /bin/echo`",
+        ratio_of("`verbd call", "`sudo"),
+        "≤ 0.4×",
+        0.4,
+        true,
+    );
+    row(
+        "`verbd call` CLI / `bwrap --ro-bind / / --unshare-net /bin/echo`",
+        ratio_of("`verbd call", "`bwrap"),
+        "≤ 0.8×",
+        0.8,
+        true,
+    );
+    let idle_mib = idle_rss_tree as f64 / 1024.0;
+    println!(
+        "| idle RSS, daemon + spawner summed | {idle_mib:.1} MiB | ≤ 10 MiB | {} |",
+        verdict(idle_mib <= 10.0)
+    );
+    if let (Some(version), Some(truth)) = (find("`verbd --version`"), find("`/bin/true`")) {
+        println!(
+            "| `verbd --version` − `/bin/true` (the CLI binary's own start, p50) | {} | (informative) | |",
+            micros(version.1.saturating_sub(truth.1))
         );
     }
     println!("\nload average at end {}", load_average());
