@@ -10,7 +10,8 @@
 //! through them.
 //!
 //! `unsafe` is denied here and allowed only where it lives: the sandbox's fork child and its
-//! pre-exec registration (`sandbox`), two systemd file-descriptor functions (`sd`, which
+//! pre-exec registration (`sandbox`), the spawner process's fork and descriptor passing
+//! (`spawner`), two systemd file-descriptor functions (`sd`, which
 //! allows it per item), and the command-line tools' `SIGPIPE` disposition (`sigpipe`, one
 //! item).
 #![deny(unsafe_code)]
@@ -46,6 +47,8 @@ pub mod scrub;
 pub mod sd;
 pub mod secrets;
 pub mod slots;
+#[allow(unsafe_code)]
+pub mod spawner;
 
 // Shared by the daemon and its clients.
 pub mod adapters;

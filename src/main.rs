@@ -291,6 +291,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The daemon's spawner process (started by `verbd serve` only): before anything else.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(verbd::spawner::SPAWNER_ARG))
+    {
+        return ExitCode::from(verbd::spawner::serve_process());
+    }
     let cli = Cli::parse();
     if cli.command.ends_with_its_reader()
         && let Err(e) = verbd::sigpipe::die_on_closed_pipe()

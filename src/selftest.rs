@@ -600,6 +600,35 @@ fn check_sandbox(report: &mut Report, ctx: &Context, spec: &SandboxSpec) {
     report.push(name, result);
 }
 
+/// Runs the canary through the daemon's spawner, in the daemon's working directory.
+fn canary_through_spawner(
+    spawner: &crate::spawner::Spawner,
+    program: &Path,
+    args: &[std::ffi::OsString],
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    plan: crate::sandbox::remote::RemotePlan,
+) -> std::io::Result<std::process::Output> {
+    use std::os::unix::ffi::OsStrExt;
+    let program = program.as_os_str().as_bytes();
+    let argv: Vec<Vec<u8>> = std::iter::once(program.to_vec())
+        .chain(args.iter().map(|a| a.as_bytes().to_vec()))
+        .collect();
+    let env: Vec<Vec<u8>> = env
+        .iter()
+        .map(|(name, value)| [name.as_bytes(), b"=", value.as_bytes()].concat())
+        .collect();
+    let cwd = std::env::current_dir()?;
+    let request = crate::sandbox::remote::SpawnRequest {
+        program,
+        argv: &argv,
+        env: &env,
+        cwd: cwd.as_os_str().as_bytes(),
+        stdio: [-1; 3],
+        keep_fds: &[],
+    };
+    spawner.output(&request, plan)
+}
+
 fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, String)> {
     // The canary is the verbd binary: let it be loaded (the binary and the system libraries);
     // nothing about writes, syscalls, network or capabilities changes.
@@ -625,28 +654,26 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
         )
     })?;
     let outside = canary_outside_dir(spec);
-    let mut cmd = Command::new(&ctx.canary_exe);
-    cmd.arg(CANARY_SUBCOMMAND)
-        .arg("--outside")
-        .arg(&outside)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut args: Vec<std::ffi::OsString> = vec![
+        CANARY_SUBCOMMAND.into(),
+        "--outside".into(),
+        outside.clone().into(),
+    ];
     if spec.network == Network::None {
-        cmd.arg("--network-none");
+        args.push("--network-none".into());
     }
     if spec.network != Network::Full {
-        cmd.arg("--fast-open-refused");
+        args.push("--fast-open-refused".into());
     }
     for private in ctx.private.iter().filter(|p| p.exists()) {
-        cmd.arg("--private").arg(private);
+        args.push("--private".into());
+        args.push(private.into());
     }
     if !spec.keep_capabilities.is_empty() {
-        cmd.arg("--keeps-capabilities");
+        args.push("--keeps-capabilities".into());
     }
     if !PreparedSandbox::drops_bounding_set() {
-        cmd.arg("--bounding-kept");
+        args.push("--bounding-kept".into());
     }
     let unlisted = UnlistedSocket::listen().map_err(|e| {
         (
@@ -654,19 +681,42 @@ fn run_canary(ctx: &Context, spec: &SandboxSpec) -> Result<String, (String, Stri
             "the self-test needs a writable temporary directory".into(),
         )
     })?;
-    cmd.env(CANARY_SOCKET_ENV, &unlisted.path)
-        .env(CANARY_DATAGRAM_ENV, &unlisted.datagram_path);
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = vec![
+        (CANARY_SOCKET_ENV.into(), unlisted.path.clone().into()),
+        (
+            CANARY_DATAGRAM_ENV.into(),
+            unlisted.datagram_path.clone().into(),
+        ),
+    ];
     let unsandboxed =
         cfg!(feature = "test-hooks") && std::env::var_os(UNSANDBOXED_CANARY_ENV).is_some();
-    if !unsandboxed {
-        prepared.install_canary(&mut cmd).map_err(|e| {
-            (
-                format!("cannot install the sandbox: {e}"),
-                "see the error".into(),
-            )
-        })?;
-    }
-    let out = cmd.output().map_err(|e| {
+    let install_error = |e: crate::sandbox::SandboxError| {
+        (
+            format!("cannot install the sandbox: {e}"),
+            "see the error".to_string(),
+        )
+    };
+    // In the daemon the canary is forked by the spawner, exactly as every verb's child is.
+    let output = match crate::spawner::installed() {
+        Some(spawner) if !unsandboxed => {
+            let plan = prepared.remote_canary_plan().map_err(install_error)?;
+            canary_through_spawner(spawner, &ctx.canary_exe, &args, &env, plan)
+        }
+        _ => {
+            let mut cmd = Command::new(&ctx.canary_exe);
+            cmd.args(&args)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if !unsandboxed {
+                prepared.install_canary(&mut cmd).map_err(install_error)?;
+            }
+            cmd.output()
+        }
+    };
+    let out = output.map_err(|e| {
         let detail = match crate::sandbox::spawn_failure(&e) {
             Some(stage) => format!("the sandbox could not be applied: {stage}"),
             None => format!("the canary could not start: {e}"),

@@ -201,6 +201,12 @@ pub fn run(options: ServeOptions) -> Result<(), StartError> {
     })?;
     privileges::drop_to_daemon_user(&prepared.policy, &state_dir)?;
     let (journal, book) = open_journal(&state_dir, witness)?;
+    // From here on every sandboxed child — the self-test's canaries first — is forked by the
+    // spawner process, never by the daemon itself (module `spawner`).
+    crate::spawner::install().map_err(|e| StartError::Os {
+        what: "starting the spawner process",
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let daemon_uid = nix::unistd::geteuid().as_raw();
     let report = loader.self_test(
         &prepared.policy,

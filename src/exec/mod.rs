@@ -393,51 +393,63 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     for arg in req.argv.args() {
         args.push(resolve(arg, req.secrets, &mut handed)?);
     }
-    let mut cmd = tokio::process::Command::new(req.argv.program());
-    cmd.args(&args)
-        .env_clear()
-        .env("PATH", CHILD_PATH)
-        .current_dir(req.cwd)
-        .stdin(if req.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut env: Vec<(OsString, OsString)> = vec![("PATH".into(), CHILD_PATH.into())];
     for (key, value) in req.env {
         let value = resolve(value, req.secrets, &mut handed)?;
-        cmd.env(key, value);
+        env.retain(|(name, _)| name.as_os_str() != OsStr::new(key));
+        env.push((key.into(), value));
     }
     for credential in req.credentials {
-        cmd.env(credential.key, OsStr::from_bytes(credential.value));
+        env.retain(|(name, _)| name.as_os_str() != OsStr::new(credential.key));
+        env.push((
+            credential.key.into(),
+            OsStr::from_bytes(credential.value).to_os_string(),
+        ));
     }
-    req.sandbox.install_keeping(&mut cmd, handed.raw_fds())?;
-
+    let spawn_error = |source: std::io::Error| match crate::sandbox::stage_of_spawn_error(&source) {
+        Some(stage) => ExecError::SandboxStage {
+            stage: stage.to_string(),
+        },
+        None => ExecError::Spawn {
+            program: req.argv.program().to_path_buf(),
+            source,
+        },
+    };
     let started = Instant::now();
-    let mut child =
-        cmd.spawn().map_err(
-            |source| match crate::sandbox::stage_of_spawn_error(&source) {
-                Some(stage) => ExecError::SandboxStage {
-                    stage: stage.to_string(),
-                },
-                None => ExecError::Spawn {
-                    program: req.argv.program().to_path_buf(),
-                    source,
-                },
-            },
-        )?;
+    let mut child = match crate::spawner::installed() {
+        Some(spawner) => spawn_through(spawner, &req, &args, &env, &handed)
+            .await
+            .map_err(|e| match e {
+                Through::Io(source) => spawn_error(source),
+                Through::Sandbox(e) => ExecError::Sandbox(e),
+            })?,
+        None => {
+            let mut cmd = tokio::process::Command::new(req.argv.program());
+            cmd.args(&args)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(req.cwd)
+                .stdin(if req.stdin.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            req.sandbox.install_keeping(&mut cmd, handed.raw_fds())?;
+            Child::InProcess(cmd.spawn().map_err(spawn_error)?)
+        }
+    };
     // The child called setsid(), so its pid is its process group id.
-    let _group = ProcessGroupGuard(child.id().map(|p| p as i32));
-    if let (Some(data), Some(mut pipe)) = (req.stdin, child.stdin.take()) {
+    let _group = ProcessGroupGuard(Some(child.id() as i32));
+    if let (Some(data), Some(mut pipe)) = (req.stdin, child.take_stdin()) {
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
             let _ = pipe.write_all(&data).await;
         });
     }
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    let (stdout, stderr) = child.take_output();
     let scrubber = req.scrubber;
     let cap = req.max_output;
     let kill_group = || {
@@ -536,6 +548,131 @@ fn cut_out(bytes: &mut Vec<u8>, value: &[u8], label: &[u8]) {
         }
     }
     *bytes = out;
+}
+
+/// A started child: spawned by the daemon's spawner process, or forked here (every process
+/// without a spawner: `verbd` tools, tests).
+enum Child {
+    Spawned {
+        child: crate::spawner::Spawned,
+        stdin: Option<tokio::net::unix::pipe::Sender>,
+        stdout: Option<tokio::net::unix::pipe::Receiver>,
+        stderr: Option<tokio::net::unix::pipe::Receiver>,
+    },
+    InProcess(tokio::process::Child),
+}
+
+type Output = std::pin::Pin<Box<dyn AsyncRead + Send>>;
+
+impl Child {
+    fn id(&self) -> u32 {
+        match self {
+            Child::Spawned { child, .. } => child.id(),
+            // A child that was spawned and not yet waited for has its pid.
+            Child::InProcess(child) => child.id().unwrap_or(0),
+        }
+    }
+
+    fn take_stdin(&mut self) -> Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>> {
+        match self {
+            Child::Spawned { stdin, .. } => stdin.take().map(|p| Box::new(p) as _),
+            Child::InProcess(child) => child.stdin.take().map(|p| Box::new(p) as _),
+        }
+    }
+
+    fn take_output(&mut self) -> (Output, Output) {
+        match self {
+            Child::Spawned { stdout, stderr, .. } => (
+                Box::pin(stdout.take().expect("stdout is piped")),
+                Box::pin(stderr.take().expect("stderr is piped")),
+            ),
+            Child::InProcess(child) => (
+                Box::pin(child.stdout.take().expect("stdout is piped")),
+                Box::pin(child.stderr.take().expect("stderr is piped")),
+            ),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Child::Spawned { child, .. } => child.wait().await,
+            Child::InProcess(child) => child.wait().await,
+        }
+    }
+}
+
+/// Why the spawner could not start a child.
+enum Through {
+    Io(std::io::Error),
+    Sandbox(crate::sandbox::SandboxError),
+}
+
+impl From<std::io::Error> for Through {
+    fn from(e: std::io::Error) -> Self {
+        Through::Io(e)
+    }
+}
+
+/// Starts the child through the daemon's spawner: the pipes are made here, their child ends and
+/// the handed descriptors go with the order.
+async fn spawn_through(
+    spawner: &crate::spawner::Spawner,
+    req: &ExecRequest<'_>,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    handed: &Handed,
+) -> Result<Child, Through> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    let plan = req.sandbox.remote_plan().map_err(Through::Sandbox)?;
+    let (stdin_read, stdin_write): (OwnedFd, Option<OwnedFd>) = match req.stdin {
+        Some(_) => {
+            let (read, write) = std::io::pipe()?;
+            (read.into(), Some(write.into()))
+        }
+        None => (std::fs::File::open("/dev/null")?.into(), None),
+    };
+    let (stdout_read, stdout_write) = std::io::pipe()?;
+    let (stderr_read, stderr_write) = std::io::pipe()?;
+    let program = req.argv.program().as_os_str().as_bytes();
+    let argv: Vec<Vec<u8>> = std::iter::once(program.to_vec())
+        .chain(args.iter().map(|a| a.as_bytes().to_vec()))
+        .collect();
+    let env: Vec<Vec<u8>> = env
+        .iter()
+        .map(|(name, value)| {
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            entry
+        })
+        .collect();
+    let keep = handed.raw_fds();
+    let request = crate::sandbox::remote::SpawnRequest {
+        program,
+        argv: &argv,
+        env: &env,
+        cwd: req.cwd.as_os_str().as_bytes(),
+        stdio: [
+            stdin_read.as_raw_fd(),
+            stdout_write.as_raw_fd(),
+            stderr_write.as_raw_fd(),
+        ],
+        keep_fds: &keep,
+    };
+    let child = spawner.spawn(&request, plan).await?;
+    drop((stdin_read, stdout_write, stderr_write));
+    Ok(Child::Spawned {
+        child,
+        stdin: stdin_write
+            .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+            .transpose()?,
+        stdout: Some(tokio::net::unix::pipe::Receiver::from_owned_fd(
+            stdout_read.into(),
+        )?),
+        stderr: Some(tokio::net::unix::pipe::Receiver::from_owned_fd(
+            stderr_read.into(),
+        )?),
+    })
 }
 
 #[cfg(test)]

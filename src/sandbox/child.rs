@@ -9,9 +9,9 @@
 //! clears it), and seccomp comes last so its filter could deny any syscall used before.
 
 use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use landlock::{RulesetCreated, RulesetStatus};
 use seccompiler::BpfProgram;
 
 use super::{seccomp, unix_broker};
@@ -167,10 +167,14 @@ pub(super) struct ChildPlan {
     pub keep_mask: u64,
     /// Parent pid to check after `PR_SET_PDEATHSIG`, or `None` to not set the death signal.
     pub death_signal_parent: Option<libc::pid_t>,
-    /// The cloned template, taken by the Landlock stage.
-    pub ruleset: Option<RulesetCreated>,
+    /// The cloned template's descriptor, taken by the Landlock stage. Built with
+    /// `HardRequirement` at the pinned ABI, so what it holds is fully enforced.
+    pub ruleset: Option<OwnedFd>,
     /// The Landlock TCP port layer (`connect_tcp` profiles), stacked after `ruleset`.
-    pub net_ruleset: Option<RulesetCreated>,
+    pub net_ruleset: Option<OwnedFd>,
+    /// `landlock_restrict_self` flags (`LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` where the
+    /// kernel logs denials).
+    pub landlock_flags: u32,
     pub filters: Arc<Vec<BpfProgram>>,
     /// Installed last with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; its listener goes to the broker.
     pub connect_filter: Arc<BpfProgram>,
@@ -461,27 +465,9 @@ impl ChildPlan {
                 errno: libc::EBADF,
             });
         };
-        match ruleset.restrict_self() {
-            Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => {}
-            Ok(_) => {
-                return Err(StageFailure {
-                    stage: Stage::Landlock,
-                    errno: libc::EOPNOTSUPP,
-                });
-            }
-            Err(_) => return Err(fail(Stage::Landlock)),
-        }
+        restrict_self(&ruleset, self.landlock_flags).map_err(|()| fail(Stage::Landlock))?;
         if let Some(net_ruleset) = self.net_ruleset.take() {
-            match net_ruleset.restrict_self() {
-                Ok(status) if status.ruleset == RulesetStatus::FullyEnforced => {}
-                Ok(_) => {
-                    return Err(StageFailure {
-                        stage: Stage::Landlock,
-                        errno: libc::EOPNOTSUPP,
-                    });
-                }
-                Err(_) => return Err(fail(Stage::Landlock)),
-            }
+            restrict_self(&net_ruleset, self.landlock_flags).map_err(|()| fail(Stage::Landlock))?;
         }
 
         self.begin(Stage::Seccomp)?;
@@ -515,6 +501,13 @@ impl ChildPlan {
         }
         Ok(())
     }
+}
+
+/// `landlock_restrict_self(ruleset, flags)`. Async-signal-safe; on failure errno says why.
+fn restrict_self(ruleset: &OwnedFd, flags: u32) -> Result<(), ()> {
+    // SAFETY: raw syscall without pointers on a ruleset descriptor this process owns.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), flags) };
+    if rc == 0 { Ok(()) } else { Err(()) }
 }
 
 /// Lowers `resource` (soft and hard) to `value`, or to the hard limit when that is lower.

@@ -43,6 +43,7 @@ pub mod identity;
 mod namespace;
 mod net_rules;
 mod notify;
+pub mod remote;
 mod seccomp;
 pub mod unix_broker;
 
@@ -588,6 +589,10 @@ impl PreparedSandbox {
         } else {
             Arc::clone(&self.exec_filters)
         };
+        let landlock_flags = match self.denial_log {
+            DenialLog::Audit => LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON,
+            DenialLog::Unavailable { .. } => 0,
+        };
         Ok(ChildPlan {
             setsid: daemon_child,
             rlimits: self.rlimits,
@@ -601,11 +606,14 @@ impl PreparedSandbox {
             cap_last_cap: self.cap_last_cap,
             keep_mask: self.keep_mask,
             death_signal_parent: daemon_child.then(|| std::process::id() as libc::pid_t),
-            ruleset: Some(ruleset),
+            ruleset: Some(ruleset_fd(ruleset)?),
             net_ruleset: match &self.net_template {
-                Some(template) => Some(template.try_clone().map_err(SandboxError::CloneRuleset)?),
+                Some(template) => Some(ruleset_fd(
+                    template.try_clone().map_err(SandboxError::CloneRuleset)?,
+                )?),
                 None => None,
             },
+            landlock_flags,
             filters,
             connect_filter: if daemon_child {
                 Arc::clone(&self.connect_filter)
@@ -771,6 +779,16 @@ impl PreparedSandbox {
         }
         Ok(())
     }
+}
+
+/// `landlock_restrict_self`'s flag for logging denials after `execve` (Landlock ABI 7).
+const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 2;
+
+/// The descriptor of a created ruleset. A ruleset built with `HardRequirement` always has one;
+/// `None` would mean Landlock is unsupported, which the build already refused.
+fn ruleset_fd(ruleset: RulesetCreated) -> Result<std::os::fd::OwnedFd, SandboxError> {
+    Option::<std::os::fd::OwnedFd>::from(ruleset)
+        .ok_or_else(|| SandboxError::Landlock("the ruleset has no descriptor".into()))
 }
 
 fn has_effective_cap(cap: caps::Capability) -> bool {

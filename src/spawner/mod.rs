@@ -1,0 +1,776 @@
+//! The spawner: a small single-threaded process that forks the daemon's sandboxed children, so
+//! the daemon — a multi-threaded async runtime with a large address space — never forks itself
+//! on the call path.
+//!
+//! Forking the daemon per call copied its page tables, made every page copy-on-write for both
+//! sides and, on the daemon's next writes, shot down TLB entries on the other cores; under load
+//! that was most of the daemon's CPU (docs/PERFORMANCE.md). The spawner is the `verbd` binary
+//! re-executed in a hidden mode ([`SPAWNER_ARG`]): its address space is a few pages, it has one
+//! thread, and a fork of it is cheap.
+//!
+//! How a call's child starts: the daemon renders the whole order — program, argv, environment,
+//! working directory and the profile's [`ChildPlan`](crate::sandbox::remote) — and sends it with
+//! every descriptor the child needs (stdio, the Landlock rulesets, the connect broker's channel,
+//! the pinned path parameters, the secret copies, an exec report pipe) over a socket pair with
+//! `SCM_RIGHTS`. The spawner decodes it and forks with `CLONE_PARENT | CLONE_PIDFD`: the child is
+//! the *daemon's* child (the daemon reaps it and gets its exit status, exactly as before), and
+//! the spawner answers with the child's pidfd. The child applies the per-call sandbox — the same
+//! stages, in the same order, as an in-process spawn — and execs; if a stage fails it writes the
+//! stage's code to the exec report pipe and exits, so [`Spawner::spawn`] fails as `spawn()` did.
+//!
+//! Invariants:
+//! - the daemon starts the spawner before its self-test and before its async runtime, and does
+//!   not serve without one; the self-test's sandbox canaries run through it, so what the
+//!   self-test proves is what the verbs get;
+//! - the spawner has the daemon's identity and no more: the same uid and gid, the same identity
+//!   guard (inherited seccomp filter, `no_new_privs`), and only the capabilities the daemon kept
+//!   (none unless a profile uses `run_as`; then they are raised to its ambient set so they
+//!   survive the re-exec). It dies with the daemon (`PR_SET_PDEATHSIG`);
+//! - a spawner that dies is restarted at the next order; the order it held fails (its child
+//!   may or may not have started; the run is journaled as failed, never retried);
+//! - the spawner never runs anything it was not sent: it holds no policy and no secret, only
+//!   what each order carries, closed once the child is forked.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::sandbox::remote::{RemotePlan, SpawnOrder, SpawnRequest};
+
+/// `verbd __spawner` starts the spawner; the socket to the daemon is descriptor [`SOCKET_FD`].
+/// Not a command for people: the daemon starts it.
+pub const SPAWNER_ARG: &str = "__spawner";
+
+/// The spawner's end of its socket, in the spawner.
+const SOCKET_FD: RawFd = 3;
+
+/// Most descriptors one order carries (the kernel's `SCM_MAX_FD`).
+const MAX_FDS: usize = 253;
+
+/// Largest order accepted (argv and environment included).
+const MAX_ORDER: usize = 16 << 20;
+
+/// Why a spawner could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnerError {
+    #[error("cannot start the spawner process: {0}")]
+    Start(io::Error),
+    #[error("a spawner is already installed in this process")]
+    AlreadyInstalled,
+}
+
+/// The daemon's handle on its spawner. Orders go to one long-lived thread, the *client*, which
+/// owns the socket, starts the spawner process and restarts it: a child's parent-death signal
+/// follows the thread that started its spawner, so that thread must live as long as the daemon
+/// (a tokio blocking thread would not).
+pub struct Spawner {
+    jobs: std::sync::mpsc::Sender<Job>,
+    pid: Arc<AtomicU32>,
+}
+
+/// One order on its way to the client thread. It owns copies of every descriptor it names, so
+/// a caller that goes away (a cancelled call) cannot close one that is then reused before the
+/// order is sent.
+struct Job {
+    bytes: Vec<u8>,
+    fds: Vec<OwnedFd>,
+    reply: tokio::sync::oneshot::Sender<io::Result<Spawned>>,
+}
+
+/// One running spawner process.
+struct Connection {
+    socket: UnixStream,
+    process: std::process::Child,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+static INSTALLED: OnceLock<Spawner> = OnceLock::new();
+
+/// Starts this process's spawner (its client thread and the process); from now on
+/// [`installed`] returns it. The daemon calls this once, before its self-test.
+pub fn install() -> Result<&'static Spawner, SpawnerError> {
+    if INSTALLED.get().is_some() {
+        return Err(SpawnerError::AlreadyInstalled);
+    }
+    let (jobs, receiver) = std::sync::mpsc::channel();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let pid = Arc::new(AtomicU32::new(0));
+    let client_pid = Arc::clone(&pid);
+    std::thread::Builder::new()
+        .name("verbd-spawner-client".into())
+        .spawn(move || {
+            let connection = match Connection::start() {
+                Ok(connection) => connection,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            client_pid.store(connection.process.id(), Ordering::Relaxed);
+            let _ = started_tx.send(Ok(()));
+            serve_jobs(receiver, connection, &client_pid);
+        })
+        .map_err(SpawnerError::Start)?;
+    started_rx
+        .recv()
+        .map_err(|_| SpawnerError::Start(io::Error::other("the spawner client thread ended")))?
+        .map_err(SpawnerError::Start)?;
+    INSTALLED
+        .set(Spawner { jobs, pid })
+        .map_err(|_| SpawnerError::AlreadyInstalled)?;
+    Ok(INSTALLED.get().expect("just installed"))
+}
+
+/// This process's spawner, if [`install`] ran (the daemon); `None` in every other process,
+/// which spawns its sandboxed children itself.
+pub fn installed() -> Option<&'static Spawner> {
+    INSTALLED.get()
+}
+
+/// The client thread: one order at a time, the spawner restarted when it is found gone.
+fn serve_jobs(jobs: std::sync::mpsc::Receiver<Job>, first: Connection, pid: &AtomicU32) {
+    let mut connection = Some(first);
+    for job in jobs {
+        let raw: Vec<RawFd> = job.fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let mut attempts = 0;
+        let result = loop {
+            attempts += 1;
+            if connection.is_none() {
+                match Connection::start() {
+                    Ok(started) => {
+                        pid.store(started.process.id(), Ordering::Relaxed);
+                        connection = Some(started);
+                    }
+                    Err(e) => {
+                        break Err(io::Error::other(format!(
+                            "cannot restart the spawner process: {e}"
+                        )));
+                    }
+                }
+            }
+            let live = connection.as_mut().expect("started above");
+            match live.order(&job.bytes, &raw) {
+                Delivery::Answered(forked) => break forked,
+                // It was gone before it could read a byte: nothing was forked. Start a new one
+                // and send the order again, once.
+                Delivery::NotDelivered(e) if attempts == 1 => {
+                    tracing::warn!(error = %e, "the spawner process was gone; restarting it");
+                    connection = None;
+                    pid.store(0, Ordering::Relaxed);
+                }
+                Delivery::NotDelivered(e) | Delivery::Lost(e) => {
+                    // The next order starts a new spawner.
+                    connection = None;
+                    pid.store(0, Ordering::Relaxed);
+                    tracing::error!(error = %e, "the spawner process failed while it held an order; it is restarted for the next call");
+                    break Err(io::Error::other(format!(
+                        "the spawner process failed while starting this call ({e}); whether the program started is unknown"
+                    )));
+                }
+            }
+        };
+        drop(job.fds);
+        // A caller that went away drops the child, which kills and reaps it.
+        let _ = job.reply.send(result);
+    }
+}
+
+/// A child started by the spawner, exec'd (its program runs). It is this process's child:
+/// reap it with [`Spawned::wait`] or [`Spawned::try_wait`]; dropping it unreaped kills it.
+pub struct Spawned {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    reaped: bool,
+}
+
+impl Spawner {
+    /// Hands one order to the client thread: the answer, and the read end of the child's exec
+    /// report pipe.
+    fn submit(
+        &self,
+        request: &SpawnRequest<'_>,
+        plan: RemotePlan,
+    ) -> io::Result<(
+        tokio::sync::oneshot::Receiver<io::Result<Spawned>>,
+        std::io::PipeReader,
+    )> {
+        let (report_read, report_write) = std::io::pipe()?;
+        let (bytes, raw) = crate::sandbox::remote::encode(request, report_write.as_raw_fd(), &plan);
+        let fds = raw
+            .iter()
+            .map(|&fd| {
+                // SAFETY: every descriptor in the order is open for the duration of this call:
+                // the request's belong to the caller, the others to `plan` and `report_write`.
+                unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Job { bytes, fds, reply })
+            .map_err(|_| io::Error::other("the spawner client thread ended"))?;
+        Ok((answer, report_read))
+    }
+
+    /// Starts one sandboxed child: sends the order, waits for the fork, then for the child's
+    /// `execve`. Fails with the stage's code as the raw OS error when a sandbox stage failed
+    /// (`crate::sandbox::spawn_failure` decodes it) and with the errno when `execve` did.
+    pub async fn spawn(&self, request: &SpawnRequest<'_>, plan: RemotePlan) -> io::Result<Spawned> {
+        use tokio::io::AsyncReadExt;
+        let (answer, report) = self.submit(request, plan)?;
+        let mut spawned = answer
+            .await
+            .map_err(|_| io::Error::other("the spawner client thread ended"))??;
+        let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into())?;
+        let mut code = Vec::with_capacity(4);
+        report.read_to_end(&mut code).await?;
+        exec_report(&mut spawned, &code)?;
+        Ok(spawned)
+    }
+
+    /// [`spawn`](Self::spawn), blocking this thread (not for async contexts).
+    pub fn spawn_blocking(
+        &self,
+        request: &SpawnRequest<'_>,
+        plan: RemotePlan,
+    ) -> io::Result<Spawned> {
+        let (answer, mut report) = self.submit(request, plan)?;
+        let mut spawned = answer
+            .blocking_recv()
+            .map_err(|_| io::Error::other("the spawner client thread ended"))??;
+        let mut code = Vec::with_capacity(4);
+        report.read_to_end(&mut code)?;
+        exec_report(&mut spawned, &code)?;
+        Ok(spawned)
+    }
+
+    /// Runs a child to its end and collects its output, like `Command::output` (the self-test's
+    /// canary; blocking). stdin is `/dev/null`.
+    pub fn output(
+        &self,
+        request: &SpawnRequest<'_>,
+        plan: RemotePlan,
+    ) -> io::Result<std::process::Output> {
+        let (stdout_read, stdout_write) = std::io::pipe()?;
+        let (stderr_read, stderr_write) = std::io::pipe()?;
+        let stdin = std::fs::File::open("/dev/null")?;
+        let request = SpawnRequest {
+            stdio: [
+                stdin.as_raw_fd(),
+                stdout_write.as_raw_fd(),
+                stderr_write.as_raw_fd(),
+            ],
+            ..*request
+        };
+        let mut child = self.spawn_blocking(&request, plan)?;
+        drop((stdin, stdout_write, stderr_write));
+        let read_all = |mut pipe: std::io::PipeReader| {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).map(|_| bytes)
+        };
+        let (stdout, stderr) = std::thread::scope(|scope| {
+            let stderr = scope.spawn(|| read_all(stderr_read));
+            let stdout = read_all(stdout_read);
+            (
+                stdout,
+                stderr.join().expect("reading a pipe does not panic"),
+            )
+        });
+        let status = child.wait_blocking()?;
+        Ok(std::process::Output {
+            status,
+            stdout: stdout?,
+            stderr: stderr?,
+        })
+    }
+
+    /// The spawner process's pid (`None` between a failure and its restart).
+    pub fn pid(&self) -> Option<u32> {
+        match self.pid.load(Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+}
+
+/// What the exec report pipe said: nothing (the program runs), or the code of why the child
+/// ended before `execve` (the child is reaped then).
+fn exec_report(spawned: &mut Spawned, report: &[u8]) -> io::Result<()> {
+    match report.len() {
+        0 => Ok(()),
+        4 => {
+            let code = i32::from_ne_bytes(report.try_into().expect("4 bytes"));
+            // The child exits right after its report.
+            let _ = spawned.wait_blocking();
+            Err(io::Error::from_raw_os_error(code))
+        }
+        _ => Err(io::Error::other("the child's exec report was cut short")),
+    }
+}
+
+impl Connection {
+    /// Starts the spawner: this binary again, in spawner mode, with one end of a socket pair as
+    /// descriptor 3 and the capabilities this process holds in its ambient set.
+    fn start() -> io::Result<Connection> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let kept = permitted_capabilities()?;
+        let their_fd = theirs.as_raw_fd();
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg(SPAWNER_ARG)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        // SAFETY: the closure runs raw syscalls only (dup2, fcntl, capset, prctl) on values
+        // computed before the fork; it allocates nothing and takes no lock.
+        unsafe {
+            command.pre_exec(move || {
+                if their_fd == SOCKET_FD {
+                    if libc::fcntl(SOCKET_FD, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(their_fd, SOCKET_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                raise_ambient(kept)?;
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let process = command.spawn()?;
+        drop(theirs);
+        Ok(Connection {
+            socket: ours,
+            process,
+        })
+    }
+
+    /// Sends one order and reads the answer.
+    fn order(&mut self, bytes: &[u8], fds: &[RawFd]) -> Delivery {
+        let mut framed = Vec::with_capacity(4 + bytes.len());
+        framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        framed.extend_from_slice(bytes);
+        let sent = match send_with_fds(self.socket.as_raw_fd(), &framed, fds) {
+            Ok(sent) => sent,
+            Err(e) => return Delivery::NotDelivered(e),
+        };
+        match self.finish_order(&framed[sent..]) {
+            Ok(answer) => Delivery::Answered(answer),
+            Err(e) => Delivery::Lost(e),
+        }
+    }
+
+    fn finish_order(&mut self, rest: &[u8]) -> io::Result<io::Result<Spawned>> {
+        self.socket.write_all(rest)?;
+        let mut answer = [0u8; 8];
+        let (received, pidfd) = receive_with_fds(self.socket.as_raw_fd(), &mut answer, 1)?;
+        if received == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the spawner closed its socket",
+            ));
+        }
+        if received < answer.len() {
+            self.socket.read_exact(&mut answer[received..])?;
+        }
+        let errno = i32::from_le_bytes(answer[..4].try_into().expect("4 bytes"));
+        let pid = i32::from_le_bytes(answer[4..].try_into().expect("4 bytes"));
+        if errno != 0 {
+            return Ok(Err(io::Error::from_raw_os_error(errno)));
+        }
+        match pidfd.into_iter().next() {
+            Some(pidfd) => Ok(Ok(Spawned {
+                pid,
+                pidfd,
+                reaped: false,
+            })),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the spawner answered without a pidfd",
+            )),
+        }
+    }
+}
+
+/// What became of one order.
+enum Delivery {
+    /// The spawner answered: the forked child, or the errno of why it could not fork.
+    Answered(io::Result<Spawned>),
+    /// Not one byte reached a live spawner: nothing was forked.
+    NotDelivered(io::Error),
+    /// The spawner took the order and then failed: a child may have started.
+    Lost(io::Error),
+}
+
+impl Spawned {
+    /// The child's pid (its process group id too: daemon children start their own session).
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Reaps the child if it has exited.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.reaped {
+            return Err(io::Error::other("the child was already reaped"));
+        }
+        self.reap(libc::WNOHANG)
+    }
+
+    /// Waits for the child's exit, blocking this thread.
+    pub fn wait_blocking(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.reap(0)? {
+                return Ok(status);
+            }
+        }
+    }
+
+    /// Waits for the child's exit on the async runtime (its pidfd becomes readable).
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        // SAFETY: the pidfd is owned by `self`, which outlives this registration (dropped at
+        // the end of this function) and does not close it meanwhile.
+        let readable = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                self.pidfd.as_raw_fd(),
+                tokio::io::Interest::READABLE,
+            )
+        }?;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            let mut ready = readable.readable().await?;
+            ready.clear_ready();
+        }
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for this process's own child (CLONE_PARENT made it ours), not yet
+            // reaped (`reaped` is false), so its pid is still its own; `status` is a valid int.
+            let rc = unsafe { libc::waitpid(self.pid, &mut status, flags) };
+            if rc == self.pid {
+                self.reaped = true;
+                return Ok(Some(ExitStatus::from_raw(status)));
+            }
+            if rc == 0 {
+                return Ok(None);
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+impl Drop for Spawned {
+    /// A child dropped before it was reaped (its call was cancelled) is killed and reaped.
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: pidfd_send_signal on the pidfd this handle owns; no pointers (null info).
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            );
+        }
+        let pid = self.pid;
+        let reap = move || {
+            let mut status = 0;
+            // SAFETY: as in `reap`: our own unreaped child, killed just above.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(reap)),
+            Err(_) => reap(),
+        }
+    }
+}
+
+/// The capabilities in this process's permitted set, as a mask.
+fn permitted_capabilities() -> io::Result<u64> {
+    let mut mask = 0u64;
+    for cap in caps::read(None, caps::CapSet::Permitted).map_err(io::Error::other)? {
+        mask |= 1u64 << cap.index();
+    }
+    Ok(mask)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Makes the capabilities in `mask` (all permitted) inheritable and ambient, so they survive
+/// `execve` of the spawner. Nothing to do for an empty mask. Async-signal-safe.
+fn raise_ambient(mask: u64) -> io::Result<()> {
+    if mask == 0 {
+        return Ok(());
+    }
+    let header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let (low, high) = (mask as u32, (mask >> 32) as u32);
+    let data = [
+        CapData {
+            effective: low,
+            permitted: low,
+            inheritable: low,
+        },
+        CapData {
+            effective: high,
+            permitted: high,
+            inheritable: high,
+        },
+    ];
+    // SAFETY: header and the two data words (version 3 layout) are valid for the call.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for cap in (0..64u32).filter(|cap| mask & (1 << cap) != 0) {
+        // SAFETY: prctl without pointers.
+        let raised = unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE,
+                libc::c_ulong::from(cap),
+                0,
+                0,
+            )
+        };
+        if raised != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `sendmsg` of `bytes` with `fds` attached; returns how many bytes went (the rest is written
+/// plainly: the descriptors travel with the first byte).
+fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::other(format!(
+            "a child cannot be handed more than {MAX_FDS} descriptors"
+        )));
+    }
+    let mut control = vec![0u8; cmsg_space(fds.len())];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    if !fds.is_empty() {
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = control.len();
+        // SAFETY: `control` is CMSG_SPACE(n ints) bytes, so the first header and its data fit.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(header).cast::<RawFd>(),
+                fds.len(),
+            );
+        }
+    }
+    loop {
+        // SAFETY: `message` points at `iov`, `bytes` and `control`, alive for the call.
+        let sent = unsafe { libc::sendmsg(socket, &message, libc::MSG_NOSIGNAL) };
+        if sent >= 0 {
+            return Ok(sent as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// `recvmsg` into `buffer`, accepting at most `max_fds` descriptors (close-on-exec). Returns the
+/// bytes read (0: end of stream) and the descriptors.
+fn receive_with_fds(
+    socket: RawFd,
+    buffer: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut control = vec![0u8; cmsg_space(max_fds)];
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = control.len();
+    let received = loop {
+        // SAFETY: `message` points at live buffers of the stated sizes.
+        let n = unsafe { libc::recvmsg(socket, &mut message, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: walks the control headers recvmsg filled in, within `msg_controllen`.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<RawFd>();
+                let count = ((*header).cmsg_len - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    // SCM_RIGHTS installed each descriptor for us; nothing else owns it.
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    if message.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("too many descriptors in one order"));
+    }
+    Ok((received, fds))
+}
+
+fn cmsg_space(fds: usize) -> usize {
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    unsafe { libc::CMSG_SPACE((fds.max(1) * std::mem::size_of::<RawFd>()) as u32) as usize }
+}
+
+/// The spawner process (`verbd __spawner`): serves orders on descriptor 3 until the daemon closes
+/// it. Returns the exit status.
+pub fn serve_process() -> u8 {
+    // SAFETY: descriptor 3 was set up by the daemon for this process alone; if it is not a
+    // socket, the first recvmsg fails and the spawner exits.
+    let socket = unsafe { OwnedFd::from_raw_fd(SOCKET_FD) };
+    // Ours alone, and not for the children; and a name `ps` shows (not `exe`).
+    // SAFETY: fcntl without pointers; PR_SET_NAME reads a NUL-terminated string of ≤ 16 bytes.
+    unsafe {
+        libc::fcntl(SOCKET_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::prctl(libc::PR_SET_NAME, c"verbd-spawner".as_ptr(), 0, 0, 0);
+    }
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let (bytes, fds) = match receive_order(&socket, &mut buffer) {
+            Ok(Some(order)) => order,
+            Ok(None) => return 0,
+            Err(_) => return 1,
+        };
+        let answer = match SpawnOrder::decode(&bytes, fds) {
+            Ok(mut order) => fork_child(&mut order),
+            Err(_) => Err(libc::EINVAL),
+        };
+        let (errno, pid, pidfd) = match answer {
+            Ok((pid, pidfd)) => (0, pid, Some(pidfd)),
+            Err(errno) => (errno, 0, None),
+        };
+        let mut reply = [0u8; 8];
+        reply[..4].copy_from_slice(&errno.to_le_bytes());
+        reply[4..].copy_from_slice(&pid.to_le_bytes());
+        let fds: Vec<RawFd> = pidfd.iter().map(AsRawFd::as_raw_fd).collect();
+        match send_with_fds(socket.as_raw_fd(), &reply, &fds) {
+            Ok(8) => {}
+            _ => return 1,
+        }
+    }
+}
+
+/// One framed order and its descriptors; `None` at end of stream.
+fn receive_order(
+    socket: &OwnedFd,
+    buffer: &mut [u8],
+) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    let (received, fds) = receive_with_fds(socket.as_raw_fd(), buffer, MAX_FDS)?;
+    if received == 0 {
+        return Ok(None);
+    }
+    let mut stream = std::fs::File::from(socket.try_clone()?);
+    let mut framed = buffer[..received].to_vec();
+    if framed.len() < 4 {
+        let mut rest = vec![0u8; 4 - framed.len()];
+        stream.read_exact(&mut rest)?;
+        framed.extend_from_slice(&rest);
+    }
+    let len = u32::from_le_bytes(framed[..4].try_into().expect("4 bytes")) as usize;
+    if len > MAX_ORDER {
+        return Err(io::Error::other("order too large"));
+    }
+    let have = framed.len() - 4;
+    if have > len {
+        return Err(io::Error::other("more bytes than the order announced"));
+    }
+    let mut order = framed.split_off(4);
+    order.resize(len, 0);
+    stream.read_exact(&mut order[have..])?;
+    Ok(Some((order, fds)))
+}
+
+/// Forks the order's child (the daemon's child, with a pidfd here); the child never returns.
+fn fork_child(order: &mut SpawnOrder) -> Result<(libc::pid_t, OwnedFd), i32> {
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: a fork-style clone (no new stack, no shared memory) of this single-threaded
+    // process; `pidfd` is a valid int for CLONE_PIDFD to fill. The child only runs
+    // `exec_in_child`, which execs or exits.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PARENT | libc::CLONE_PIDFD) as libc::c_ulong
+                | libc::SIGCHLD as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            &mut pidfd as *mut libc::c_int,
+            std::ptr::null_mut::<libc::c_int>(),
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(crate::sandbox::remote::last_errno());
+    }
+    if pid == 0 {
+        order.exec_in_child();
+    }
+    // SAFETY: CLONE_PIDFD installed this descriptor for us; nothing else owns it.
+    Ok((pid as libc::pid_t, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
