@@ -3,18 +3,18 @@
 //! out.
 //!
 //! The daemon renders everything — the program, argv, environment, working directory and the
-//! [`ChildPlan`] of the profile (rlimits, ids, capabilities, the Landlock rulesets, the BPF
+//! `ChildPlan` of the profile (rlimits, ids, capabilities, the Landlock rulesets, the BPF
 //! programs) — into bytes, and every descriptor the child needs (stdio, the rulesets, the broker
 //! channel, the exec report pipe, the pinned path parameters and secret copies) into a list sent
 //! alongside with `SCM_RIGHTS`. The spawner decodes it (it may allocate: it is a small
 //! single-threaded process, not a fork of the daemon) and forks; the child runs
-//! [`SpawnOrder::exec_in_child`]: raw syscalls only, the same [`ChildPlan::apply`] every
+//! [`SpawnOrder::exec_in_child`]: raw syscalls only, the same `ChildPlan::apply` every
 //! in-process spawn runs, then `execve`.
 //!
 //! Invariants:
 //! - the child applies exactly the stages an in-process spawn applies, in the same order, and
 //!   fails closed the same way: a stage that fails ends the child before `execve`, and the
-//!   failure's code ([`StageFailure::code`]) reaches the daemon through the exec report pipe;
+//!   failure's code (`StageFailure::code`) reaches the daemon through the exec report pipe;
 //! - a descriptor the daemon hands to the child (a pinned path, a secret copy) gets the number
 //!   it had in the daemon, since argv names it as `/proc/self/fd/N`;
 //! - a malformed order is refused whole ([`WireError`]), never half applied.

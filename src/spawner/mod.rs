@@ -41,7 +41,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::sandbox::remote::{RemotePlan, SpawnOrder, SpawnRequest};
 
-/// `verbd __spawner` starts the spawner; the socket to the daemon is descriptor [`SOCKET_FD`].
+/// `verbd __spawner` starts the spawner; the socket to the daemon is descriptor `SOCKET_FD`.
 /// Not a command for people: the daemon starts it.
 pub const SPAWNER_ARG: &str = "__spawner";
 
