@@ -29,7 +29,7 @@ version = 1
 allow_root = true
 shutdown_grace = "1s"
 [roles.agent]
-uids = [61301]
+uids = [61301, 63020]
 [roles.sre]
 kind = "human"
 uids = [61302]
@@ -699,4 +699,112 @@ fn the_message_id_table_covers_every_event_kind_with_its_id() {
         extra.is_empty(),
         "the table lists kinds the code lacks: {extra:?}"
     );
+}
+
+/// The hostile agent of the field-forging attack.
+const FORGER: u32 = 63020;
+
+/// An agent's text reaches journald in a refused call's verb name (`VERBD_VERB`) and in its
+/// arguments, written to add fields to the entry: `PRIORITY=0` (an emergency to every alerting
+/// rule), a forged `VERBD_DECISION`, `VERBD_CALLER_UID=0`, `MESSAGE_ID` and `SYSLOG_IDENTIFIER`.
+/// Read back from a real journald: every entry has each field once, with the daemon's values;
+/// the agent's text is inside `VERBD_VERB`'s value only, and `MESSAGE` is one line.
+#[test]
+fn agent_text_cannot_add_a_field_to_a_journald_entry() {
+    if !require_root("agent_text_cannot_add_a_field_to_a_journald_entry") {
+        return;
+    }
+    let Some(journald) = RealJournald::start() else {
+        return;
+    };
+    let dir = open_tempdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("policy.toml"),
+        POLICY.replace("@DIR@", d.to_str().unwrap()),
+    )
+    .unwrap();
+    std::fs::write(d.join("tok"), SECRET).unwrap();
+    std::fs::set_permissions(
+        d.join("tok"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("notes")).unwrap();
+    let daemon = journald.spawn_daemon(d);
+    let socket = d.join("verbd.sock");
+    wait_ready(&socket, &d.join("daemon.log"));
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let forged = "\nPRIORITY=0\nVERBD_DECISION=allowed\nVERBD_CALLER_UID=0\n\
+                  MESSAGE_ID=00000000000000000000000000000000\nSYSLOG_IDENTIFIER=verbd\n";
+    let verb = format!("hello{forged}");
+    let out = cli_as(&socket, FORGER, &["call", &verb, "word=x"]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let arg = format!("word=x{forged}");
+    let out = cli_as(&socket, FORGER, &["call", "hello", &arg]);
+    assert_eq!(out.status.code(), Some(65), "{out:?}");
+    stop(daemon);
+    let records = journal_records(&d.join("state"));
+    let entries = entries_for_all_records(|| journald.verbd_entries(), &records);
+    assert!(
+        entries.len() >= records.len(),
+        "{} entries for {} records",
+        entries.len(),
+        records.len()
+    );
+    let mut forged_verbs = 0;
+    for entry in &entries {
+        let rendered = serde_json::to_string(entry).unwrap();
+        // In `journalctl -o json` a field given twice is an array of its values; a value with
+        // bytes that are not printable is an array of numbers.
+        for (name, value) in entry {
+            if let Value::Array(items) = value {
+                assert!(
+                    items.iter().all(Value::is_u64),
+                    "{name} appears more than once: {rendered}"
+                );
+            }
+        }
+        assert_ne!(text(entry, "PRIORITY"), "0", "{rendered}");
+        assert_ne!(
+            entry.get("MESSAGE_ID").and_then(Value::as_str),
+            Some("00000000000000000000000000000000"),
+            "{rendered}"
+        );
+        if let Some(uid) = entry.get("VERBD_CALLER_UID") {
+            assert_eq!(uid, &Value::String(FORGER.to_string()), "{rendered}");
+        }
+        if let Some(decision) = entry.get("VERBD_DECISION") {
+            assert_ne!(decision, "allowed", "{rendered}");
+        }
+        assert!(!text(entry, "MESSAGE").contains('\n'), "{rendered}");
+        if entry
+            .get("VERBD_VERB")
+            .is_some_and(|value| bytes_of(value) == verb.as_bytes())
+        {
+            forged_verbs += 1;
+        }
+    }
+    println!(
+        "{} entries for {} records; the forged verb name arrived whole in {forged_verbs} \
+         VERBD_VERB value(s)",
+        entries.len(),
+        records.len()
+    );
+    assert!(
+        forged_verbs >= 1,
+        "the refused call's entry carries the verb name as its value"
+    );
+}
+
+/// A `journalctl -o json` value as bytes: a string, or an array of byte values.
+fn bytes_of(value: &Value) -> Vec<u8> {
+    match value {
+        Value::String(text) => text.as_bytes().to_vec(),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| u8::try_from(item.as_u64().unwrap()).unwrap())
+            .collect(),
+        other => panic!("not a journald value: {other}"),
+    }
 }
