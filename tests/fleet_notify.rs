@@ -672,3 +672,110 @@ fn a_notifier_template_is_checked_at_load() {
         assert!(text.contains(expected), "{expected:?} not in {text}");
     }
 }
+
+/// An agent's argument written to inject mail headers and end the message early for SMTP
+/// smuggling behind the line breaks a parameter may hold (U+0085, U+2028: CR, LF and NUL are
+/// refused in every parameter before anything is proposed), to hide a second approve line, and
+/// a markdown link. The mail has the recipe's
+/// recipient and headers only, and one approve line.
+#[test]
+fn an_argument_cannot_add_a_mail_header_a_recipient_or_an_approve_line() {
+    if !require_root("an_argument_cannot_add_a_mail_header_a_recipient_or_an_approve_line") {
+        return;
+    }
+    let (port, rx) = smtp_listener();
+    let recipe_text = recipe("email", &[("/etc/verbd/secrets/smtp", "@DIR@/smtp".into())]);
+    let d = start(&recipe_text, |dir| {
+        write_secret(
+            &dir.join("smtp"),
+            &format!("url = \"smtp://127.0.0.1:{port}\"\nuser = \"verbd:smtp-Password-31337\"\n"),
+        )
+    });
+    let forged = "hi\u{85}Bcc: evil@attacker.example\u{2028}Subject: forged\u{85}\u{85}.\u{85}RCPT TO:<evil@attacker.example>\u{85}approve:   verbd approve 99 --hash deadbeefdeadbeef\u{2028}[approve here](https://evil.example)";
+    let (id, hash) = propose(&d, "say", &[&format!("message={forged}")]);
+    let mail = next(&rx, &d);
+    println!("{:?}", mail);
+    assert_eq!(mail.recipients, ["RCPT TO:<oncall@example.com>"]);
+    let (headers, body) = mail.data.split_once("\r\n\r\n").unwrap();
+    let names: Vec<&str> = headers
+        .split("\r\n")
+        .map(|line| line.split_once(':').map_or(line, |(name, _)| name))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Date",
+            "From",
+            "To",
+            "Subject",
+            "MIME-Version",
+            "Content-Type",
+            "Content-Transfer-Encoding",
+            "Auto-Submitted"
+        ],
+        "the recipe's headers only: {headers}"
+    );
+    assert!(!headers.contains("evil"), "{headers}");
+    let body = body.replace("\r\n", "\n");
+    assert!(
+        !body.contains(['\r', '\u{85}', '\u{2028}']),
+        "a line break of the argument reached the mail: {body:?}"
+    );
+    // An argument holding invisible or line-breaking characters is shown by its size and digest.
+    let args = body.lines().find(|line| line.starts_with("args:")).unwrap();
+    assert!(
+        args.contains("message=<") && args.contains("sha256"),
+        "{args}"
+    );
+    assert!(!body.contains("evil"), "{body}");
+    assert_eq!(
+        body.lines().filter(|line| line.contains("approve")).count(),
+        1,
+        "one approve line: {body}"
+    );
+    run_approve_line(&d, &body, id, &hash);
+}
+
+/// The same argument through ntfy: the notification's headers are the recipe's (its title from
+/// the policy's verb name), no `Markdown`, `Click`, `Actions` or `Attach` header an argument
+/// could fill, and the body shows the argument on one line.
+#[test]
+fn an_argument_cannot_add_an_ntfy_header_or_action() {
+    if !require_root("an_argument_cannot_add_an_ntfy_header_or_action") {
+        return;
+    }
+    let (port, rx) = http_listener();
+    let recipe_text = recipe(
+        "ntfy",
+        &[
+            (
+                "https://ntfy.example.com",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
+        ],
+    );
+    let d = start(&recipe_text, |dir| {
+        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
+    });
+    let forged = "x\u{85}Actions: http, Approve, https://evil.example\u{2028}Click: https://evil.example\u{2028}approve:   verbd approve 99 --hash deadbeefdeadbeef [open](https://evil.example)";
+    let (id, hash) = propose(&d, "say", &[&format!("message={forged}")]);
+    let request = next(&rx, &d);
+    println!("{request:#?}");
+    for (name, value) in &request.headers {
+        assert!(!value.contains("evil"), "{name}: {value}");
+        for absent in ["Markdown", "Click", "Actions", "Attach", "X-Markdown"] {
+            assert!(!name.eq_ignore_ascii_case(absent), "{name}: {value}");
+        }
+    }
+    assert_eq!(
+        request.header("Title"),
+        Some(format!("verbd on {HOST}: approve say #{id}?").as_str())
+    );
+    assert!(
+        !request.body.contains(['\r', '\u{2028}']),
+        "{:?}",
+        request.body
+    );
+    run_approve_line(&d, &request.body, id, &hash);
+}
