@@ -66,6 +66,17 @@
 //! only so that it does not split a whole secret form or a complete token; the caller is told
 //! how many bytes were withheld. A natural end ([`ScrubStream::finish`]) withholds nothing.
 //!
+//! # Live streams
+//! A streaming verb's output reaches its caller while the verb runs ([`Scrubber::live_stream`]).
+//! Such a stream holds back no fixed tail: it emits every complete line at once, except that
+//! when a loaded secret has a literal form holding newlines (a base64 form wrapped at 76 or 64
+//! columns, a secret with a newline in it) it keeps that many complete lines behind the last
+//! one, so a form split over lines — or over writes, one byte at a time — has fully arrived
+//! before any line of it could go. Where a live stream is cut (a bound of its verb, its
+//! client gone, a signal), [`ScrubStream::finish_live_cut`] withholds everything still held:
+//! the incomplete last line and those held lines. Both depend only on where the newlines are
+//! and where whole secret forms are, never on a partial form.
+//!
 //! # Invariants
 //! - Chunking does not change the result: a secret, an encoded form or a token split across
 //!   chunks is caught. The stream holds back the incomplete last line (up to 64 KiB) plus the
@@ -305,6 +316,9 @@ pub struct Scrubber {
     forms: Vec<LiteralForm>,
     secret_labels: Vec<Vec<u8>>,
     longest_form: usize,
+    /// The most newlines any literal form holds (a wrapped base64 form, a secret with a
+    /// newline): how many complete lines a live stream holds back (see [`Scrubber::live_stream`]).
+    form_newlines: usize,
     withheld_tail: usize,
     builtin_tokens: Vec<TokenPattern>,
     policy_tokens: Vec<TokenPattern>,
@@ -342,6 +356,11 @@ impl Scrubber {
             }
         }
         let longest_form = forms.iter().map(|form| form.bytes.len()).max().unwrap_or(0);
+        let form_newlines = forms
+            .iter()
+            .map(|form| form.bytes.iter().filter(|&&b| b == b'\n').count())
+            .max()
+            .unwrap_or(0);
         // Not the exact length: the tail a caller sees withheld must not tell it how long a
         // secret is (beyond "longer than CUT_WITHHELD_TAIL / 3 bytes").
         let withheld_tail = CUT_WITHHELD_TAIL.max(longest_form.next_power_of_two());
@@ -401,6 +420,7 @@ impl Scrubber {
             forms,
             secret_labels,
             longest_form,
+            form_newlines,
             withheld_tail,
             builtin_tokens,
             policy_tokens,
@@ -424,8 +444,21 @@ impl Scrubber {
 
     /// A scrubber for one output stream (one per stdout/stderr of one call).
     pub fn stream(&self) -> ScrubStream<'_> {
+        self.stream_of(false)
+    }
+
+    /// A scrubber for one output stream delivered while it runs (a streaming verb): complete
+    /// lines go out as soon as they cannot begin a secret form that has not fully arrived (see
+    /// the module docs, "Live streams"); end it with [`ScrubStream::finish`] or
+    /// [`ScrubStream::finish_live_cut`].
+    pub fn live_stream(&self) -> ScrubStream<'_> {
+        self.stream_of(true)
+    }
+
+    fn stream_of(&self, live: bool) -> ScrubStream<'_> {
         ScrubStream {
             scrubber: self,
+            live,
             pending: Zeroizing::new(Vec::new()),
             newline_free: 0,
             begin_searched: 0,
@@ -561,6 +594,36 @@ impl Scrubber {
             cut = self.back_off_literals(pending, forced);
         }
         cut
+    }
+
+    /// Where a live stream may cut `pending` now: after the newline that has [`Self::form_newlines`]
+    /// complete lines behind it, moved back to the start of a line until no whole literal
+    /// occurrence straddles it. A form holding k newlines that straddles a line start holds
+    /// the newline just before it, so it ends within the k complete lines held after it: it
+    /// has fully arrived and is found whole. Tokens and policy patterns never cross a newline.
+    /// Depends only on newline positions and whole occurrences (module docs, "Not an oracle").
+    fn live_cut(&self, pending: &[u8]) -> usize {
+        let Some(newline) = pending
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, byte)| **byte == b'\n')
+            .nth(self.form_newlines)
+            .map(|(at, _)| at)
+        else {
+            return 0;
+        };
+        let mut cut = newline + 1;
+        loop {
+            let backed = self.back_off_literals(pending, cut);
+            if backed == cut {
+                return cut;
+            }
+            cut = pending[..backed]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |at| at + 1);
+        }
     }
 
     /// Moves `cut` left until no literal occurrence straddles it. Only the window of one
@@ -739,6 +802,8 @@ pub struct CutOutput {
 /// Scrubs one output stream chunk by chunk; see the module docs for what is held back.
 pub struct ScrubStream<'a> {
     scrubber: &'a Scrubber,
+    /// Delivered while it runs: cut at line boundaries, not behind a withheld tail.
+    live: bool,
     pending: Zeroizing<Vec<u8>>,
     /// `pending[..newline_free]` holds no newline.
     newline_free: usize,
@@ -797,6 +862,22 @@ impl ScrubStream<'_> {
         CutOutput { bytes, withheld }
     }
 
+    /// A live stream was cut (a bound of its verb, the client gone, a signal): everything
+    /// still held — the incomplete last line, and the complete lines held behind it while a
+    /// secret form could span them — is withheld; nothing more is emitted (except that an open
+    /// private key block stays swallowed).
+    pub fn finish_live_cut(mut self) -> CutOutput {
+        if self.in_private_key {
+            let mut bytes = Vec::new();
+            self.drain(true, &mut bytes);
+            return CutOutput { bytes, withheld: 0 };
+        }
+        CutOutput {
+            bytes: Vec::new(),
+            withheld: self.pending.len() as u64,
+        }
+    }
+
     fn drain(&mut self, at_end: bool, out: &mut Vec<u8>) {
         let scrubber = self.scrubber;
         loop {
@@ -837,7 +918,10 @@ impl ScrubStream<'_> {
                 self.pending.clear();
                 return;
             }
-            let cut = scrubber.safe_cut(&self.pending, &mut self.newline_free);
+            let mut cut = scrubber.safe_cut(&self.pending, &mut self.newline_free);
+            if self.live {
+                cut = cut.max(scrubber.live_cut(&self.pending));
+            }
             if cut > 0 {
                 out.extend(scrubber.scrub_segment(&self.pending[..cut], false));
                 self.consume(cut);
@@ -985,6 +1069,106 @@ mod tests {
             String::from_utf8(rest).unwrap(),
             format!("abc [REDACTED:k] {filler} more\n")
         );
+    }
+
+    /// Every form of `secret` a live stream must never show a piece of (the forms that leak
+    /// most when cut: raw, base64 and its 76-column wrap, hex).
+    fn live_leaks(emitted: &[u8], secret: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(emitted);
+        let b64 = STANDARD.encode(secret);
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let mut leaks = Vec::new();
+        for (name, form) in [
+            ("raw", String::from_utf8_lossy(secret).into_owned()),
+            ("base64", b64.clone()),
+            ("hex", hex),
+        ] {
+            // Any 12-byte piece of a form is a leak.
+            for start in 0..form.len().saturating_sub(12) {
+                if text.contains(&form[start..start + 12]) {
+                    leaks.push(format!("{name} piece at {start}"));
+                    break;
+                }
+            }
+        }
+        leaks
+    }
+
+    /// The attack on live delivery: a verb writes the secret one byte at a time (each write a
+    /// chunk of its own), in every form, with lines around it; whatever is emitted while it
+    /// runs, and whatever a cut at any byte shows, never holds a piece of a form.
+    #[test]
+    fn a_live_stream_never_emits_a_piece_of_a_secret_written_byte_by_byte() {
+        let secret =
+            b"s3cr3t-live-stream-value-0123456789-abcdefghijklmnop-XYZ-0987654321".to_vec();
+        let secrets = store(&[("TOKEN", &secret)]);
+        let scrubber = Scrubber::new(&secrets, &[], true).unwrap();
+        let wrapped: String = STANDARD
+            .encode(&secret)
+            .as_bytes()
+            .chunks(76)
+            .map(|line| String::from_utf8_lossy(line).into_owned() + "\n")
+            .collect();
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let output = format!(
+            "first line\nraw {} end\nb64 {}\nwrapped:\n{wrapped}hex {hex}\nlast line\n",
+            String::from_utf8_lossy(&secret),
+            STANDARD.encode(&secret),
+        );
+        let bytes = output.as_bytes();
+        for cut_at in [bytes.len(), bytes.len() / 2, 7, 40, 100, 150, 200] {
+            let mut stream = scrubber.live_stream();
+            let mut emitted = Vec::new();
+            for byte in &bytes[..cut_at] {
+                emitted.extend(stream.push(std::slice::from_ref(byte)));
+                assert_eq!(live_leaks(&emitted, &secret), Vec::<String>::new());
+            }
+            if cut_at == bytes.len() {
+                emitted.extend(stream.finish());
+            } else {
+                let cut = stream.finish_live_cut();
+                emitted.extend(cut.bytes);
+            }
+            assert_eq!(
+                live_leaks(&emitted, &secret),
+                Vec::<String>::new(),
+                "cut at {cut_at}: {}",
+                String::from_utf8_lossy(&emitted)
+            );
+        }
+    }
+
+    /// A live stream delivers each complete line at once when no secret form spans lines, and
+    /// holds one line behind when a form does (a 57+ byte secret wraps in base64); what it
+    /// emits in total equals the whole-buffer scrub.
+    #[test]
+    fn a_live_stream_emits_complete_lines_at_once() {
+        let scrubber = Scrubber::new(&store(&[("SHORT", b"short-secret-1")]), &[], true).unwrap();
+        let mut stream = scrubber.live_stream();
+        assert_eq!(stream.push(b"one\ntw"), b"one\n");
+        assert_eq!(
+            stream.push(b"o short-secret-1\n"),
+            b"two [REDACTED:SHORT]\n"
+        );
+        assert_eq!(stream.push(b"partial"), b"");
+        let cut = stream.finish_live_cut();
+        assert_eq!((cut.bytes, cut.withheld), (Vec::new(), 7));
+
+        let long = [b'q'; 64];
+        let scrubber = Scrubber::new(&store(&[("LONG", &long)]), &[], true).unwrap();
+        let mut stream = scrubber.live_stream();
+        assert_eq!(stream.push(b"one\n"), b"");
+        assert_eq!(stream.push(b"two\n"), b"one\n");
+        assert_eq!(stream.finish(), b"two\n");
+
+        let text = b"a\nbb\nqqqq\n".repeat(40);
+        let mut stream = scrubber.live_stream();
+        let mut emitted = Vec::new();
+        for piece in text.chunks(3) {
+            emitted.extend(stream.push(piece));
+        }
+        emitted.extend(stream.finish());
+        assert_eq!(emitted, scrubber.scrub(&text));
     }
 
     /// A private key block split across chunks is swallowed to its END marker: the body in the
