@@ -161,6 +161,88 @@ pub struct Conflict {
     pub message: String,
 }
 
+/// A move of one proposal from state to state, named by what causes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A human approves (`proposal_approved`).
+    Approve,
+    /// A human denies, or the requester withdraws (`proposal_denied`).
+    Deny,
+    /// Its time ran out (`proposal_expired`).
+    Expire,
+    /// Found executing without an end (`proposal_unknown_outcome`).
+    Interrupt,
+    /// Approved but never started (`proposal_not_started`).
+    NotStart,
+    /// An operator resolved an unknown outcome (`proposal_resolved`).
+    Resolve,
+    /// Its run started (`exec` naming the proposal).
+    Begin,
+    /// Its run ended with exit 0 (`result`).
+    Succeed,
+    /// Its run ended otherwise (`result`).
+    Fail,
+    /// Its run was killed before its end (`cancelled`).
+    Cancel,
+}
+
+/// The transition table: for each step, the states it may find and the state it leaves. The
+/// book applies it ([`Book::apply`]) and checks against it ([`Book::check`]); nothing else says
+/// how a proposal moves. (A `start` ends what the previous daemon left open: see `apply`.)
+pub const TRANSITIONS: &[(Step, &[State], State)] = &[
+    (Step::Approve, &[State::Pending], State::Approved),
+    (Step::Deny, &[State::Pending], State::Denied),
+    (Step::Expire, &[State::Pending], State::Expired),
+    (
+        Step::Interrupt,
+        &[State::Executing, State::UnknownOutcome],
+        State::UnknownOutcome,
+    ),
+    (
+        Step::NotStart,
+        &[State::Approved, State::Failed],
+        State::Failed,
+    ),
+    (Step::Resolve, &[State::UnknownOutcome], State::Resolved),
+    (Step::Begin, &[State::Approved], State::Executing),
+    (Step::Succeed, &[State::Executing], State::Succeeded),
+    (Step::Fail, &[State::Executing], State::Failed),
+    (Step::Cancel, &[State::Executing], State::UnknownOutcome),
+];
+
+impl Step {
+    /// The states this step may find and the state it leaves, from [`TRANSITIONS`].
+    pub fn row(self) -> (&'static [State], State) {
+        TRANSITIONS
+            .iter()
+            .find(|(step, _, _)| *step == self)
+            .map(|(_, from, to)| (*from, *to))
+            .expect("every step has a row in TRANSITIONS")
+    }
+}
+
+/// Why an event cannot move its proposal (it would change nothing).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    #[error("no proposal {0}")]
+    NoProposal(u64),
+    #[error("{}", unfit_message(*id, *step, *state))]
+    State { id: u64, step: Step, state: State },
+}
+
+fn unfit_message(id: u64, step: Step, state: State) -> String {
+    match step {
+        Step::Approve => {
+            format!("proposal {id} was already decided ({state}); an approval is used once")
+        }
+        Step::Deny | Step::Expire => format!("proposal {id} was already decided ({state})"),
+        Step::Resolve => {
+            format!("proposal {id} is {state}, not unknown_outcome; nothing to resolve")
+        }
+        _ => format!("proposal {id} is {state}, cannot move to {}", step.row().1),
+    }
+}
+
 /// Proposals, idempotency keys and rate-limit history.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -288,36 +370,24 @@ impl Book {
                 Ok(())
             }
             Event::ProposalApproved { id, by, .. } => {
-                self.transition(seq, time, *id, &[State::Pending], State::Approved)?;
+                self.transition(seq, time, *id, Step::Approve)?;
                 self.with(*id, |p| p.decided_by = Some(by.clone()));
                 Ok(())
             }
             Event::ProposalDenied { id, by, reason } => {
-                self.transition(seq, time, *id, &[State::Pending], State::Denied)?;
+                self.transition(seq, time, *id, Step::Deny)?;
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
                     p.note = Some(reason.to_string());
                 });
                 Ok(())
             }
-            Event::ProposalExpired { id } => {
-                self.transition(seq, time, *id, &[State::Pending], State::Expired)
+            Event::ProposalExpired { id } => self.transition(seq, time, *id, Step::Expire),
+            Event::ProposalUnknownOutcome { id } => {
+                self.transition(seq, time, *id, Step::Interrupt)
             }
-            Event::ProposalUnknownOutcome { id } => self.transition(
-                seq,
-                time,
-                *id,
-                &[State::Executing, State::UnknownOutcome],
-                State::UnknownOutcome,
-            ),
             Event::ProposalNotStarted { id, reason } => {
-                self.transition(
-                    seq,
-                    time,
-                    *id,
-                    &[State::Approved, State::Failed],
-                    State::Failed,
-                )?;
+                self.transition(seq, time, *id, Step::NotStart)?;
                 if let Some(reason) = reason {
                     self.with(*id, |p| p.note = Some(reason.clone()));
                 }
@@ -329,7 +399,7 @@ impl Book {
                 outcome,
                 note,
             } => {
-                self.transition(seq, time, *id, &[State::UnknownOutcome], State::Resolved)?;
+                self.transition(seq, time, *id, Step::Resolve)?;
                 self.with(*id, |p| {
                     p.decided_by = Some(by.clone());
                     p.outcome = Some(*outcome);
@@ -361,7 +431,7 @@ impl Book {
                 self.open_runs.insert(seq, *proposal);
                 match proposal {
                     Some(id) => {
-                        self.transition(seq, time, *id, &[State::Approved], State::Executing)?;
+                        self.transition(seq, time, *id, Step::Begin)?;
                         self.with(*id, |p| p.exec_seq = Some(seq));
                     }
                     None => {
@@ -400,12 +470,8 @@ impl Book {
                 let failed = *exit_code != Some(0) || error.is_some();
                 match proposal {
                     Some(id) => {
-                        let to = if failed {
-                            State::Failed
-                        } else {
-                            State::Succeeded
-                        };
-                        self.transition(seq, time, id, &[State::Executing], to)?;
+                        let step = if failed { Step::Fail } else { Step::Succeed };
+                        self.transition(seq, time, id, step)?;
                         self.with(id, |p| {
                             p.exit_code = *exit_code;
                             p.signal = *signal;
@@ -437,9 +503,7 @@ impl Book {
                     ));
                 };
                 match proposal {
-                    Some(id) => {
-                        self.transition(seq, time, id, &[State::Executing], State::UnknownOutcome)
-                    }
+                    Some(id) => self.transition(seq, time, id, Step::Cancel),
                     None => {
                         self.end_keyed_run(*exec_seq, RunEnd::Cancelled);
                         Ok(())
@@ -472,27 +536,79 @@ impl Book {
         }
     }
 
+    /// The proposal `event` moves and the step it takes, if it moves one.
+    pub fn step_of(&self, event: &Event) -> Option<(u64, Step)> {
+        match event {
+            Event::ProposalApproved { id, .. } => Some((*id, Step::Approve)),
+            Event::ProposalDenied { id, .. } => Some((*id, Step::Deny)),
+            Event::ProposalExpired { id } => Some((*id, Step::Expire)),
+            Event::ProposalUnknownOutcome { id } => Some((*id, Step::Interrupt)),
+            Event::ProposalNotStarted { id, .. } => Some((*id, Step::NotStart)),
+            Event::ProposalResolved { id, .. } => Some((*id, Step::Resolve)),
+            Event::Exec {
+                proposal: Some(id), ..
+            } => Some((*id, Step::Begin)),
+            Event::Result {
+                exec_seq,
+                exit_code,
+                error,
+                ..
+            } => {
+                let id = (*self.open_runs.get(exec_seq)?)?;
+                let failed = *exit_code != Some(0) || error.is_some();
+                Some((id, if failed { Step::Fail } else { Step::Succeed }))
+            }
+            Event::Cancelled { exec_seq, .. } => {
+                let id = (*self.open_runs.get(exec_seq)?)?;
+                Some((id, Step::Cancel))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `event` fits the proposal it moves as the book stands ([`TRANSITIONS`]): what
+    /// [`Book::apply`] would refuse as a [`Conflict`], refused before it is journaled.
+    pub fn check(&self, event: &Event) -> Result<(), Unfit> {
+        match self.step_of(event) {
+            Some((id, step)) => self.fits(id, step),
+            None => Ok(()),
+        }
+    }
+
+    fn fits(&self, id: u64, step: Step) -> Result<(), Unfit> {
+        let p = self.proposals.get(&id).ok_or(Unfit::NoProposal(id))?;
+        let (from, _) = step.row();
+        if from.contains(&p.state) {
+            Ok(())
+        } else {
+            Err(Unfit::State {
+                id,
+                step,
+                state: p.state,
+            })
+        }
+    }
+
     fn transition(
         &mut self,
         seq: u64,
         time: SystemTime,
         id: u64,
-        from: &[State],
-        to: State,
+        step: Step,
     ) -> Result<(), Conflict> {
-        let Some(p) = self.proposals.get_mut(&id) else {
-            return Err(Conflict {
-                seq,
-                message: format!("no proposal {id} to move to {to}"),
-            });
-        };
-        if !from.contains(&p.state) {
-            return Err(Conflict {
-                seq,
-                message: format!("proposal {id} is {}, cannot move to {to}", p.state),
-            });
+        let (_, to) = step.row();
+        self.fits(id, step).map_err(|unfit| Conflict {
+            seq,
+            message: match unfit {
+                Unfit::NoProposal(_) => format!("no proposal {id} to move to {to}"),
+                Unfit::State { state, .. } => {
+                    format!("proposal {id} is {state}, cannot move to {to}")
+                }
+            },
+        })?;
+        if let Some(p) = self.proposals.get_mut(&id) {
+            p.state = to;
         }
-        p.state = to;
         if !to.is_open() && to != State::UnknownOutcome {
             self.ended.entry(id).or_insert(unix_ms(time));
         }

@@ -1,12 +1,14 @@
 //! Proposals and the decisions on them: propose, notify, pending, approve, deny, wait, result,
 //! resolve.
 //!
-//! Every decision follows one order: reserve it in the ledger (so no other decision on the same
-//! proposal can race it), journal it, and only then let the book change — through
-//! `Book::apply`, the same function replay uses. Nobody hears of a decision that is not durable.
+//! Every decision goes through `Ledger::decide`, which reserves the proposal (so no other
+//! decision on it can race), checks the event against the transition table
+//! (`approvals::TRANSITIONS`), journals it and lets the book change through `Book::apply`, the
+//! function replay uses; [`Daemon::undecided`] is the one answer to a decision it refused.
+//! Nobody hears of a decision that is not durable.
 #![forbid(unsafe_code)]
 
-use super::ledger::Unreservable;
+use super::ledger::Undecided;
 use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
 };
@@ -68,19 +70,35 @@ impl Daemon {
     /// Journal every pending proposal past its expiry as expired.
     pub(super) async fn expire_overdue(&self) {
         for id in self.ledger.overdue(SystemTime::now()) {
-            let reserved = self.ledger.reserve(id, |p| {
-                if p.state == State::Pending && p.expires_ms <= unix_ms(SystemTime::now()) {
-                    Ok(())
-                } else {
-                    Err(String::new())
-                }
-            });
-            if reserved.is_ok() {
-                if self.record(Event::ProposalExpired { id }).await.is_ok() {
-                    self.count_decision(id, "expired");
-                }
-                self.ledger.release(id);
+            let expired = self
+                .ledger
+                .decide(Event::ProposalExpired { id }, SystemTime::now())
+                .await;
+            if expired.is_ok() {
+                self.count_decision(id, "expired");
             }
+        }
+    }
+
+    /// The answer to a decision the ledger did not record.
+    async fn undecided(&self, undecided: Undecided) -> Response {
+        match undecided {
+            Undecided::NotFound(id) => Response::Denied {
+                reason: format!("no proposal {id}"),
+            },
+            Undecided::Busy(_) => Response::Busy {
+                message: undecided.to_string(),
+            },
+            Undecided::Unfit { id, state, .. } => decided(id, state, undecided.to_string()),
+            Undecided::Expired(id) | Undecided::NotDue(id) => {
+                self.expire_overdue().await;
+                let state = self
+                    .ledger
+                    .read(|b| b.get(id).map(|p| p.state))
+                    .unwrap_or(State::Expired);
+                decided(id, state, undecided.to_string())
+            }
+            Undecided::Journal(e) => journal_failure(&e),
         }
     }
 
@@ -312,6 +330,11 @@ impl Daemon {
                 reason: format!("no proposal {id}"),
             };
         };
+        let approval = Event::ProposalApproved {
+            id,
+            by: by.clone(),
+            hash: proposal.args_hash.clone(),
+        };
         let prepared = ctx.prepared.clone();
         let verb = prepared.policy.verbs.get(&proposal.verb);
         let refusal = if let Some(r) = approver_refusal(
@@ -329,8 +352,9 @@ impl Daemon {
             Some(format!(
                 "hash {hash:?} does not match proposal {id} (give at least {MIN_HASH_PREFIX} hex digits of the hash `verbd pending` shows)"
             ))
-        } else if proposal.state != State::Pending {
-            None // answered below with the decided state
+        } else if let Err(unfit) = self.ledger.read(|b| b.check(&approval)) {
+            let state = proposal.state;
+            return self.undecided(Undecided::Unfit { id, unfit, state }).await;
         } else {
             match verb {
                 None => Some(format!(
@@ -406,51 +430,9 @@ impl Daemon {
                 };
             }
         };
-        let reserved = self.ledger.reserve(id, |p| {
-            if p.state != State::Pending {
-                Err(format!(
-                    "proposal {id} was already decided ({}); an approval is used once",
-                    p.state
-                ))
-            } else if p.expires_ms <= unix_ms(SystemTime::now()) {
-                Err(format!("proposal {id} expired; nothing ran"))
-            } else {
-                Ok(())
-            }
-        });
-        match reserved {
-            Ok(_) => {}
-            Err(Unreservable::NotFound) => {
-                return Response::Denied {
-                    reason: format!("no proposal {id}"),
-                };
-            }
-            Err(Unreservable::Busy) => {
-                return Response::Busy {
-                    message: format!(
-                        "another decision on proposal {id} is being recorded; ask again shortly"
-                    ),
-                };
-            }
-            Err(Unreservable::Refused(message)) => {
-                self.expire_overdue().await;
-                let state = self
-                    .ledger
-                    .read(|b| b.get(id).map(|p| p.state))
-                    .unwrap_or(State::Expired);
-                return decided(id, state, message);
-            }
-        }
-        let approved = self
-            .record(Event::ProposalApproved {
-                id,
-                by,
-                hash: proposal.args_hash.clone(),
-            })
-            .await;
-        self.ledger.release(id);
-        if let Err(e) = approved {
-            return journal_failure(&e);
+        let approved = self.ledger.decide(approval, SystemTime::now()).await;
+        if let Err(undecided) = approved {
+            return self.undecided(undecided).await;
         }
         self.count_decision(id, "approved");
         let run = Run {
@@ -501,42 +483,19 @@ impl Daemon {
         {
             return Response::Denied { reason: r };
         }
-        let reserved = self.ledger.reserve(id, |p| {
-            if p.state == State::Pending {
-                Ok(())
-            } else {
-                Err(format!("proposal {id} was already decided"))
-            }
-        });
-        match reserved {
-            Ok(_) => {}
-            Err(Unreservable::NotFound) => {
-                return Response::Denied {
-                    reason: format!("no proposal {id}"),
-                };
-            }
-            Err(Unreservable::Busy) => {
-                return Response::Busy {
-                    message: format!(
-                        "another decision on proposal {id} is being recorded; ask again shortly"
-                    ),
-                };
-            }
-            Err(Unreservable::Refused(message)) => {
-                let state = self.ledger.read(|b| b.get(id).map(|p| p.state));
-                return decided(id, state.unwrap_or(State::Denied), message);
-            }
-        }
         let denied = self
-            .record(Event::ProposalDenied {
-                id,
-                by: decider(&ctx.caller),
-                reason: Bounded::new(&reason),
-            })
+            .ledger
+            .decide(
+                Event::ProposalDenied {
+                    id,
+                    by: decider(&ctx.caller),
+                    reason: Bounded::new(&reason),
+                },
+                SystemTime::now(),
+            )
             .await;
-        self.ledger.release(id);
-        if let Err(e) = denied {
-            return journal_failure(&e);
+        if let Err(undecided) = denied {
+            return self.undecided(undecided).await;
         }
         self.count_decision(id, "denied");
         decided(
@@ -624,44 +583,20 @@ impl Daemon {
         ) {
             return Response::Denied { reason: r };
         }
-        let reserved = self.ledger.reserve(id, |p| {
-            if p.state == State::UnknownOutcome {
-                Ok(())
-            } else {
-                Err(format!(
-                    "proposal {id} is not in unknown_outcome; nothing to resolve"
-                ))
-            }
-        });
-        match reserved {
-            Ok(_) => {}
-            Err(Unreservable::NotFound) => {
-                return Response::Denied {
-                    reason: format!("no proposal {id}"),
-                };
-            }
-            Err(Unreservable::Busy) => {
-                return Response::Busy {
-                    message: format!(
-                        "another decision on proposal {id} is being recorded; ask again shortly"
-                    ),
-                };
-            }
-            Err(Unreservable::Refused(message)) => {
-                return decided(id, proposal.state, message);
-            }
-        }
         let resolved = self
-            .record(Event::ProposalResolved {
-                id,
-                by: decider(&ctx.caller),
-                outcome,
-                note: Bounded::new(&note),
-            })
+            .ledger
+            .decide(
+                Event::ProposalResolved {
+                    id,
+                    by: decider(&ctx.caller),
+                    outcome,
+                    note: Bounded::new(&note),
+                },
+                SystemTime::now(),
+            )
             .await;
-        self.ledger.release(id);
-        if let Err(e) = resolved {
-            return journal_failure(&e);
+        if let Err(undecided) = resolved {
+            return self.undecided(undecided).await;
         }
         decided(
             id,

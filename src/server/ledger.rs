@@ -6,9 +6,10 @@
 //! change wakes everyone waiting in [`Ledger::changed`] (`wait` requests), so nobody polls.
 //!
 //! Beside the book the ledger keeps what is deliberately *not* journaled state:
-//! - reservations: a decision on a proposal (approve, deny, expire, resolve) is reserved here
-//!   before its record is written, so two decisions never race for one proposal, and proposal ids
-//!   are reserved before their record so two proposals never share one;
+//! - reservations: a decision on a proposal (approve, deny, expire, resolve) is reserved by
+//!   [`Ledger::decide`] while its record is written, so two decisions never race for one
+//!   proposal, and proposal ids are reserved before their record so two proposals never share
+//!   one;
 //! - outputs: the scrubbed output of proposal runs and keyed runs, for `result`/`wait` and
 //!   idempotent retries (the journal holds only sizes and hashes; a restart loses them), at
 //!   most [`MAX_KEPT_OUTPUTS`] and for at most [`OUTPUT_RETENTION`].
@@ -18,10 +19,10 @@
 //! so a restart replays from it instead of from the first record.
 #![forbid(unsafe_code)]
 
-use crate::approvals::Book;
+use crate::approvals::{Book, Step, Unfit, unix_ms};
 use crate::events::Event;
 use crate::journal::{Appended, GroupCommit, Journal, JournalError};
-use crate::proposal::Proposal;
+use crate::proposal::State;
 use crate::protocol::RunResult;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,14 +56,41 @@ pub struct Ledger {
     changes: watch::Sender<u64>,
 }
 
-/// Why a decision on a proposal cannot be reserved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unreservable {
-    NotFound,
+/// Why a decision on a proposal was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum Undecided {
+    #[error("no proposal {0}")]
+    NotFound(u64),
     /// Another decision on it is being recorded right now.
-    Busy,
-    /// The check refused it (the reason is the caller's to phrase).
-    Refused(String),
+    #[error("another decision on proposal {0} is being recorded; ask again shortly")]
+    Busy(u64),
+    /// The transition table refuses it as the proposal stands.
+    #[error("{unfit}")]
+    Unfit { id: u64, unfit: Unfit, state: State },
+    /// It approves a proposal past its expiry.
+    #[error("proposal {0} expired; nothing ran")]
+    Expired(u64),
+    /// It expires a proposal whose time has not come (or that is being decided).
+    #[error("proposal {0} is not past its expiry")]
+    NotDue(u64),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+/// Releases a decision's reservation when the decision ends, however it ends.
+struct Reservation<'a> {
+    live: &'a Mutex<Live>,
+    id: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.live
+            .lock()
+            .expect("ledger lock")
+            .reserved
+            .remove(&self.id);
+    }
 }
 
 impl Ledger {
@@ -146,25 +174,38 @@ impl Ledger {
         live.last_id
     }
 
-    /// Reserve a decision on proposal `id` if `check` accepts it as it stands now. Release with
-    /// [`Ledger::release`] once the decision's record is written (or failed).
-    pub fn reserve(
-        &self,
-        id: u64,
-        check: impl FnOnce(&Proposal) -> Result<(), String>,
-    ) -> Result<Proposal, Unreservable> {
-        let mut live = self.live();
-        let proposal = live.book.get(id).cloned().ok_or(Unreservable::NotFound)?;
-        if live.reserved.contains(&id) {
-            return Err(Unreservable::Busy);
-        }
-        check(&proposal).map_err(Unreservable::Refused)?;
-        live.reserved.insert(id);
-        Ok(proposal)
-    }
-
-    pub fn release(&self, id: u64) {
-        self.live().reserved.remove(&id);
+    /// Decide on a proposal: the only way a request handler changes one. Under the ledger's lock
+    /// it refuses a decision another is recording ([`Undecided::Busy`]), one the transition table
+    /// refuses as the proposal stands (`Book::check`), an approval past the expiry and an expiry
+    /// before it; then it reserves the proposal, journals `event`, which applies it, and releases
+    /// the reservation. Nobody hears of a decision that is not durable.
+    pub async fn decide(&self, event: Event, now: SystemTime) -> Result<Appended, Undecided> {
+        let (id, step) = self
+            .read(|b| b.step_of(&event))
+            .expect("a decision names the proposal it moves");
+        let _reservation = {
+            let mut live = self.live();
+            let proposal = live.book.get(id).ok_or(Undecided::NotFound(id))?;
+            let due = proposal.expires_ms <= unix_ms(now);
+            let state = proposal.state;
+            if live.reserved.contains(&id) {
+                return Err(Undecided::Busy(id));
+            }
+            live.book
+                .check(&event)
+                .map_err(|unfit| Undecided::Unfit { id, unfit, state })?;
+            match step {
+                Step::Approve if due => return Err(Undecided::Expired(id)),
+                Step::Expire if !due => return Err(Undecided::NotDue(id)),
+                _ => {}
+            }
+            live.reserved.insert(id);
+            Reservation {
+                live: &self.live,
+                id,
+            }
+        };
+        Ok(self.record(event).await?)
     }
 
     /// Reserve an idempotency key the book does not know yet, until the call's first record
