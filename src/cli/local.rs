@@ -130,6 +130,7 @@ pub fn sandbox_why(
             .map_or(&[][..], |(_, mounts)| mounts);
         println!("profile `{profile}` of {}, {how}", policy.origin);
         println!("connect: {}", prepared.describe_exec_connects());
+        println!("{}", prepared.describe_exec_listing());
         verbd::sandbox::explain_exec(spec, mode, mounts, path, access)?
     } else {
         let state_dir = state_dir

@@ -76,8 +76,6 @@ use landlock::{RulesetCreated, RulesetStatus};
 use super::notify::{self, Reporter, ThreadIdentity};
 use crate::protected::ProtectedNames;
 
-/// `PATH_MAX`: longer paths are `ENAMETOOLONG`, as the kernel answers.
-const PATH_MAX: usize = 4096;
 /// Open flags that create.
 const CREATING: i32 = libc::O_CREAT | libc::O_EXCL;
 
@@ -781,30 +779,9 @@ impl Caller<'_> {
         Ok(operation)
     }
 
-    /// A NUL-terminated string of the caller's, read a page at a time (a string may end just
-    /// before an unmapped page).
+    /// A NUL-terminated string of the caller's.
     fn string(&self, address: u64) -> Result<Vec<u8>, i32> {
-        if address == 0 {
-            return Err(libc::EFAULT);
-        }
-        const PAGE: u64 = 4096;
-        let mut bytes = Vec::new();
-        let mut at = address;
-        while bytes.len() <= PATH_MAX {
-            let chunk = (PAGE - at % PAGE) as usize;
-            let read = notify::read_memory(self.tid, at, chunk).map_err(|_| libc::EFAULT)?;
-            if let Some(end) = read.iter().position(|&b| b == 0) {
-                bytes.extend_from_slice(&read[..end]);
-                return if bytes.len() >= PATH_MAX {
-                    Err(libc::ENAMETOOLONG)
-                } else {
-                    Ok(bytes)
-                };
-            }
-            bytes.extend_from_slice(&read);
-            at += chunk as u64;
-        }
-        Err(libc::ENAMETOOLONG)
+        notify::read_string(self.tid, address)
     }
 
     /// The place `(dirfd, path)` names, as the kernel would resolve it for this caller.
@@ -924,7 +901,12 @@ fn open_path(dirfd: RawFd, path: &str, flags: i32) -> Result<OwnedFd, i32> {
 }
 
 /// `openat2` beneath `root`, as the caller would resolve `path`, without magic links.
-fn open_in_root(root: &OwnedFd, path: &Path, flags: i32, mode: u32) -> Result<OwnedFd, i32> {
+pub(super) fn open_in_root(
+    root: &OwnedFd,
+    path: &Path,
+    flags: i32,
+    mode: u32,
+) -> Result<OwnedFd, i32> {
     let c_path = c_string(path.as_os_str().as_bytes())?;
     // SAFETY: all-zero is a valid `open_how` (integers only).
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -1953,34 +1935,11 @@ fn answer(listener: &OwnedFd, id: u64, tid: u32, outcome: Outcome, reporter: Rep
     match outcome {
         Outcome::Errno(errno) => notify::reply(listener, id, errno),
         Outcome::Descriptor { fd, close_on_exec } => {
-            let addfd = libc::seccomp_notif_addfd {
-                id,
-                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-                srcfd: fd.as_raw_fd() as u32,
-                newfd: 0,
-                newfd_flags: if close_on_exec {
-                    libc::O_CLOEXEC as u32
-                } else {
-                    0
-                },
-            };
-            // SAFETY: the listener fd and a readable `seccomp_notif_addfd`. With
-            // `SECCOMP_ADDFD_FLAG_SEND` the kernel installs the fd and answers the syscall with
-            // its number in one step.
-            let rc = unsafe {
-                libc::ioctl(
-                    listener.as_raw_fd(),
-                    libc::SECCOMP_IOCTL_NOTIF_ADDFD,
-                    &addfd as *const libc::seccomp_notif_addfd,
-                )
-            };
-            if rc < 0 {
-                let errno = last_errno();
-                if errno != libc::ENOENT {
-                    reporter
-                        .create_refused(tid, &format!("cannot hand over the descriptor: {errno}"));
-                    notify::reply(listener, id, errno);
-                }
+            if let Err(errno) = notify::send_fd(listener, id, &fd, close_on_exec)
+                && errno != libc::ENOENT
+            {
+                reporter.create_refused(tid, &format!("cannot hand over the descriptor: {errno}"));
+                notify::reply(listener, id, errno);
             }
         }
     }

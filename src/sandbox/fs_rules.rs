@@ -913,17 +913,31 @@ fn explain_with(
             ),
         ],
     };
+    // `verbd exec` lists the directories above the roots itself (module `ancestor_listing`).
+    let listed_as_ancestor = creates_brokered
+        && access == FsAccess::Read
+        && is_dir
+        && super::ancestor_listing::AncestorListing::of(spec).names(&resolved);
     let checks = wanted
         .into_iter()
-        .map(|(action, checked_on, right, blocked_by)| RightCheck {
-            action,
-            checked_on: checked_on.to_path_buf(),
-            granted_by: grants
+        .map(|(action, checked_on, right, blocked_by)| {
+            let mut granted_by: Vec<String> = grants
                 .iter()
                 .filter(|g| checked_on.starts_with(&g.path) && g.access.contains(right))
                 .map(|g| format!("{} (rule on {})", g.origin, g.path.display()))
-                .collect(),
-            blocked_by,
+                .collect();
+            if listed_as_ancestor && right == AccessFs::ReadDir {
+                granted_by.push(
+                    "the ancestor listing of `verbd exec` (a directory above a root: its entry names only)"
+                        .into(),
+                );
+            }
+            RightCheck {
+                action,
+                checked_on: checked_on.to_path_buf(),
+                granted_by,
+                blocked_by,
+            }
         })
         .collect();
     let mut notes = Vec::new();

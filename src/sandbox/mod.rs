@@ -34,6 +34,7 @@
 //! *thread* that forked, so spawn from long-lived threads; do not use `Command::uid/gid/groups/
 //! process_group` together with `install` (std applies them before `pre_exec`).
 
+mod ancestor_listing;
 mod child;
 mod create_broker;
 pub mod exec_env;
@@ -59,6 +60,7 @@ use std::sync::Arc;
 use landlock::RulesetCreated;
 use seccompiler::BpfProgram;
 
+use ancestor_listing::AncestorListing;
 use child::{ChildPlan, RlimitTable};
 pub use child::{Stage, StageFailure};
 pub use fs_rules::{
@@ -571,6 +573,12 @@ impl PreparedSandbox {
         )
     }
 
+    /// The directories above the roots `verbd exec` lets the program list, as `--print-status`
+    /// and `verbd sandbox why --exec` show them.
+    pub fn describe_exec_listing(&self) -> String {
+        AncestorListing::of(&self.spec).describe()
+    }
+
     pub fn connect_policy(&self) -> unix_broker::ConnectPolicy {
         unix_broker::ConnectPolicy {
             unix_sockets: self.spec.unix_sockets.clone(),
@@ -988,7 +996,10 @@ pub fn exec_confined(
     } else {
         None
     };
+    let listing = AncestorListing::of(&prepared.spec);
+    let listing_status = listing.describe();
     let creates = unix_broker::CreateSetup {
+        listing,
         policy: create_policy.clone(),
         ruleset: prepared
             .template
@@ -1063,7 +1074,7 @@ pub fn exec_confined(
         };
         let worktree = worktree.map(|line| line + "\n").unwrap_or_default();
         let report = format!(
-            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{worktree}{}\nnetwork: {}\nenvironment: dropped [{}]\n",
+            "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{listing_status}\n{worktree}{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
             ConfinementStatus::parse(&after, &landlock_status),
             create_policy.describe(),

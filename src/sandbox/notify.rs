@@ -1,15 +1,18 @@
-//! Seccomp user-notification primitives shared by the two brokers (`unix_broker` for
-//! `connect`, `create_broker` for `verbd exec`'s creating calls): open the calling thread's
-//! pidfd, re-validate a notification, read the caller's memory, take one of its descriptors,
-//! answer a notification, switch a broker thread's credentials, and report refusals.
+//! Seccomp user-notification primitives shared by the brokers (`unix_broker` for `connect`,
+//! `create_broker` for `verbd exec`'s creating calls, `ancestor_listing` for its directory
+//! opens): open the calling thread's pidfd, re-validate a notification, read the caller's
+//! memory, take one of its descriptors, answer a notification (with an errno, a descriptor, or
+//! by letting the kernel continue), switch a broker thread's credentials, and report refusals.
 //!
 //! A leaf: it imports nothing of the sandbox, so both brokers stand on it and neither on the
 //! other's primitives.
 //!
 //! Invariants:
-//! - every function here acts on the one notification or thread it is given; none answers
-//!   `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the brokers never let the kernel act on the caller's
-//!   memory after a check);
+//! - every function here acts on the one notification or thread it is given; only
+//!   [`continue_call`] answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, for the ancestor listing's
+//!   read-only directory opens alone, where no check of the broker's is at stake (Landlock
+//!   decides on what the kernel then resolves); the connect and create brokers never let the
+//!   kernel act on the caller's memory after a check;
 //! - a caller re-validates with [`id_valid`] after [`pidfd_open`] and [`read_memory`], so a
 //!   recycled pid is never read or acted on.
 
@@ -169,6 +172,97 @@ pub(super) fn read_memory(tid: u32, address: u64, len: usize) -> io::Result<Vec<
         return Err(io::Error::from_raw_os_error(libc::EFAULT));
     }
     Ok(buffer)
+}
+
+/// `PATH_MAX`: longer paths are `ENAMETOOLONG`, as the kernel answers.
+const PATH_MAX: usize = 4096;
+
+/// A NUL-terminated string of the thread `tid`'s, read a page at a time (a string may end just
+/// before an unmapped page). Errors are the errno the kernel would give: `EFAULT`,
+/// `ENAMETOOLONG`.
+pub(super) fn read_string(tid: u32, address: u64) -> Result<Vec<u8>, i32> {
+    if address == 0 {
+        return Err(libc::EFAULT);
+    }
+    const PAGE: u64 = 4096;
+    let mut bytes = Vec::new();
+    let mut at = address;
+    while bytes.len() <= PATH_MAX {
+        let chunk = (PAGE - at % PAGE) as usize;
+        let read = read_memory(tid, at, chunk).map_err(|_| libc::EFAULT)?;
+        if let Some(end) = read.iter().position(|&b| b == 0) {
+            bytes.extend_from_slice(&read[..end]);
+            return if bytes.len() >= PATH_MAX {
+                Err(libc::ENAMETOOLONG)
+            } else {
+                Ok(bytes)
+            };
+        }
+        bytes.extend_from_slice(&read);
+        at += chunk as u64;
+    }
+    Err(libc::ENAMETOOLONG)
+}
+
+/// Installs `fd` in the caller of notification `id` and answers the call with its number, in
+/// one step (`SECCOMP_ADDFD_FLAG_SEND`); `O_CLOEXEC` in the caller when `close_on_exec`.
+/// The errno on failure (`ENOENT`: the caller is gone or was interrupted).
+pub(super) fn send_fd(
+    listener: &OwnedFd,
+    id: u64,
+    fd: &OwnedFd,
+    close_on_exec: bool,
+) -> Result<(), i32> {
+    let addfd = libc::seccomp_notif_addfd {
+        id,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if close_on_exec {
+            libc::O_CLOEXEC as u32
+        } else {
+            0
+        },
+    };
+    // SAFETY: the listener fd and a readable `seccomp_notif_addfd`. With
+    // `SECCOMP_ADDFD_FLAG_SEND` the kernel installs the fd and answers the syscall with its
+    // number in one step.
+    let rc = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ADDFD,
+            &addfd as *const libc::seccomp_notif_addfd,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(())
+}
+
+/// Lets the kernel perform the call of notification `id` itself
+/// (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`), with every other filter and LSM check as it would
+/// without the broker. Only for calls whose outcome the broker's reading of the caller's memory
+/// does not decide: the ancestor listing's read-only directory opens (module
+/// `ancestor_listing`), where Landlock decides whatever the caller's memory then says.
+pub(super) fn continue_call(listener: &OwnedFd, id: u64) {
+    let response = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+    };
+    // SAFETY: the listener fd and a readable response. A failure (ENOENT: the caller died or was
+    // interrupted) needs no handling.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND,
+            &response,
+        )
+    };
 }
 
 /// Answers the notification `id` with `-errno` (0: success).

@@ -35,8 +35,9 @@
 //!    `SECCOMP_FILTER_FLAG_NEW_LISTENER`. For `verbd exec` it is the **broker filter**
 //!    ([`exec_program`]) instead: `connect` and every syscall that gives a new name (`open`/
 //!    `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link`, `rename` in all
-//!    forms) notify, for the connect broker and the create broker (module `create_broker`);
-//!    `openat2` answers `ENOSYS`.
+//!    forms) notify, for the connect broker and the create broker (module `create_broker`), and
+//!    so does `open`/`openat` of a directory to list (`O_DIRECTORY` without `O_PATH`), for the
+//!    ancestor listing (module `ancestor_listing`); `openat2` answers `ENOSYS`.
 //!
 //! Why this shape (measured on a 2-vCPU VM, fork + attach + `_exit`, medians of
 //! 2000): attaching a filter makes the kernel precompute its action cache by emulating the filter
@@ -439,10 +440,12 @@ const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 
 /// `verbd exec`'s broker filter: arch check, then every [`XATTR_CHANGING_SYSCALLS`] answers
-/// `EOPNOTSUPP`; `connect`, every [`NAMING_SYSCALLS`] and `open`/`openat` with any of
-/// [`BROKERED_OPEN_FLAGS`] answer `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its
-/// flags sit behind a pointer: libc falls back to `openat`); everything else is allowed (the
-/// other filters still apply).
+/// `EOPNOTSUPP`; `connect`, every [`NAMING_SYSCALLS`], `open`/`openat` with any of
+/// [`BROKERED_OPEN_FLAGS`], and `open`/`openat` of a directory to list (`O_DIRECTORY` without
+/// `O_PATH`, for the ancestor listing of module `ancestor_listing`) answer
+/// `SECCOMP_RET_USER_NOTIF`; `openat2` answers `ENOSYS` (its flags sit behind a pointer: libc
+/// falls back to `openat`); everything else is allowed (the other filters still apply). An
+/// `open` of a file without `O_DIRECTORY` never leaves the kernel.
 pub(super) fn exec_program() -> BpfProgram {
     let always = NAMING_SYSCALLS.len() as u32 + 1;
     // Positions: 4 prefix, two per xattr call, openat2 (2), open (3), openat (3), then the
@@ -451,7 +454,7 @@ pub(super) fn exec_program() -> BpfProgram {
     let compare_start = 12 + xattrs;
     let allow_after_compares = compare_start + always;
     let check = allow_after_compares + 1;
-    let notify = check + 3;
+    let notify = check + 4;
     let mut program = vec![
         insn(LD_W_ABS, 0, 0, OFFSET_ARCH),
         insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
@@ -479,8 +482,11 @@ pub(super) fn exec_program() -> BpfProgram {
     }
     program.extend([
         insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-        insn(JSET_K, 0, 1, BROKERED_OPEN_FLAGS),
-        insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+        // check: creating, writing, truncating → notify; else a directory opened for reading
+        // (not `O_PATH`, which lists nothing) → notify; else allow.
+        insn(JSET_K, 3, 0, BROKERED_OPEN_FLAGS),
+        insn(JSET_K, 0, 1, libc::O_DIRECTORY as u32),
+        insn(JSET_K, 0, 1, libc::O_PATH as u32),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
         insn(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
     ]);
@@ -997,6 +1003,42 @@ mod tests {
             call(
                 libc::SYS_openat,
                 [0, 0, libc::O_TMPFILE as u64 | rdwr, 0, 0, 0]
+            ),
+            notify
+        );
+        // A directory opened to list it goes to the ancestor listing; `O_PATH` lists nothing and
+        // stays in the kernel, as does every open of a file without `O_DIRECTORY`.
+        let directory = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+        let nonblocking = directory | libc::O_NONBLOCK as u64;
+        assert_eq!(call(libc::SYS_openat, [0, 0, directory, 0, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_openat, [0, 0, nonblocking, 0, 0, 0]), notify);
+        assert_eq!(call(libc::SYS_open, [0, directory, 0, 0, 0, 0]), notify);
+        assert_eq!(
+            call(libc::SYS_openat, [0, 0, libc::O_TMPFILE as u64, 0, 0, 0]),
+            notify
+        );
+        for flags in [
+            directory | libc::O_PATH as u64,
+            (libc::O_PATH | libc::O_NOFOLLOW) as u64,
+            read_only,
+            libc::O_NONBLOCK as u64,
+        ] {
+            assert_eq!(
+                call(libc::SYS_openat, [0, 0, flags, 0, 0, 0]),
+                libc::SECCOMP_RET_ALLOW,
+                "openat flags {flags:#o}"
+            );
+            assert_eq!(
+                call(libc::SYS_open, [0, flags, 0, 0, 0, 0]),
+                libc::SECCOMP_RET_ALLOW,
+                "open flags {flags:#o}"
+            );
+        }
+        // Writing flags with O_DIRECTORY (or O_PATH) stay with the create broker.
+        assert_eq!(
+            call(
+                libc::SYS_openat,
+                [0, 0, directory | libc::O_PATH as u64 | rdwr, 0, 0, 0]
             ),
             notify
         );

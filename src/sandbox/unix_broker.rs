@@ -15,11 +15,14 @@
 //! connects are answered in turn; a TCP connect (`network = "full"` or `connect_tcp`) runs on a
 //! thread of its own, since a handshake can take minutes. Under `verbd exec` the same listener
 //! also carries the program's creating calls: they are read here and passed to the create
-//! broker (module `create_broker`); any other notification answers `ENOSYS`.
+//! broker (module `create_broker`); and its directory opens, answered here by the ancestor
+//! listing (module `ancestor_listing`); any other notification answers `ENOSYS`.
 //!
 //! Invariants:
-//! - the broker never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the caller's memory can change
-//!   between the check and a continued syscall, so the kernel never acts on the caller's address;
+//! - the connect broker never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the caller's memory
+//!   can change between the check and a continued syscall, so the kernel never acts on the
+//!   caller's address (only the ancestor listing continues, a read-only directory open that no
+//!   check of the broker decides: Landlock does);
 //! - the notification is re-validated (`SECCOMP_IOCTL_NOTIF_ID_VALID`) after the memory read and
 //!   the pidfd open, so a recycled pid is never read or acted on;
 //! - fail closed: whatever the broker cannot establish (memory unreadable, path unresolvable,
@@ -38,6 +41,7 @@ use std::sync::Arc;
 use landlock::RulesetCreated;
 
 use super::Network;
+use super::ancestor_listing::AncestorListing;
 use super::create_broker::{CreateBroker, CreatePolicy};
 use super::notify::{
     Reporter, ThreadIdentity, id_valid, pidfd_getfd, pidfd_open, read_memory, reply, take_identity,
@@ -352,23 +356,33 @@ pub(super) fn channel_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// What `verbd exec`'s listener carries besides connects: the creating calls, for the create
+/// broker, and the directory opens, for the ancestor listing.
+pub(super) struct ExecBrokers {
+    creates: CreateBroker,
+    listing: AncestorListing,
+}
+
 /// Daemon side: a thread that receives each listener sent on `channel` and serves it on its own
-/// thread until every process under that filter has exited. Returns at once. With `creates`
-/// (`verbd exec`, one child), that listener's creates go to the create broker.
+/// thread until every process under that filter has exited. Returns at once. With `exec`
+/// (`verbd exec`, one child), that listener's creates go to the create broker and its directory
+/// opens to the ancestor listing, and the serving thread drops its effective capabilities (after
+/// taking the run-as identity): what it opens and connects to on the program's behalf, it
+/// reaches with the program's own rights.
 pub(super) fn spawn_receiver(
     channel: OwnedFd,
     policy: Arc<ConnectPolicy>,
     identity: Option<ThreadIdentity>,
     reporter: Reporter,
-    creates: Option<CreateBroker>,
+    exec: Option<ExecBrokers>,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name("verbd-connect-broker".into())
         .spawn(move || {
-            let mut creates = creates;
+            let mut exec = exec;
             while let Ok(Some(listener)) = receive_listener(&channel) {
                 let policy = Arc::clone(&policy);
-                let creates = creates.take();
+                let exec = exec.take();
                 let spawned = std::thread::Builder::new()
                     .name("verbd-connect-serve".into())
                     .spawn(move || {
@@ -382,7 +396,16 @@ pub(super) fn spawn_receiver(
                             );
                             return;
                         }
-                        serve(&Arc::new(listener), &policy, reporter, creates.as_ref());
+                        if exec.is_some()
+                            && let Err(e) = caps::clear(None, caps::CapSet::Effective)
+                        {
+                            reporter.connect_refused(
+                                0,
+                                &format!("broker cannot drop its capabilities: {e}"),
+                            );
+                            return;
+                        }
+                        serve(&Arc::new(listener), &policy, reporter, exec.as_ref());
                     });
                 if let Err(e) = spawned {
                     reporter.connect_refused(0, &format!("cannot start a broker thread: {e}"));
@@ -399,13 +422,14 @@ pub(super) fn serve_in_background(
     policy: ConnectPolicy,
     identity: Option<ThreadIdentity>,
     creates: CreateBroker,
+    listing: AncestorListing,
 ) -> io::Result<()> {
     spawn_receiver(
         channel,
         Arc::new(policy),
         identity,
         Reporter::Stderr,
-        Some(creates),
+        Some(ExecBrokers { creates, listing }),
     )
 }
 
@@ -428,7 +452,9 @@ pub(super) fn run_launcher(
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
     let started = CreateBroker::start(creates.policy, creates.ruleset, identity, Reporter::Stderr)
-        .and_then(|creates| serve_in_background(channel, policy, identity, creates));
+        .and_then(|brokers| {
+            serve_in_background(channel, policy, identity, brokers, creates.listing)
+        });
     if let Err(e) = started {
         crate::eprintln_lossy!("verbd exec: cannot start the broker: {e}");
         // SAFETY: signalling our own child, whose pid we hold and have not reaped.
@@ -495,20 +521,34 @@ impl Drop for ConnectSlot {
     }
 }
 
+/// Is this notification an `open`/`openat` that neither creates, writes nor truncates? The
+/// broker filter sends those only for a directory to list (module `seccomp`).
+fn is_directory_open(data: &libc::seccomp_data) -> bool {
+    let flags = match i64::from(data.nr) {
+        libc::SYS_open => data.args[1],
+        libc::SYS_openat => data.args[2],
+        _ => return false,
+    } as i32;
+    flags & (libc::O_CREAT | libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) == 0
+}
+
 /// What `verbd exec`'s create broker is started with.
 pub(super) struct CreateSetup {
     pub policy: CreatePolicy,
     /// A clone of the child's Landlock ruleset, for the create thread.
     pub ruleset: RulesetCreated,
+    /// The directories above the roots the program may list.
+    pub listing: AncestorListing,
 }
 
 /// Serves one listener until every process under its filter has exited (`POLLHUP`): connects
-/// here, creates (if `creates`) on the create broker's thread; anything else `ENOSYS`.
+/// here, and with `exec` directory opens here too (the ancestor listing) and creates on the
+/// create broker's thread; anything else `ENOSYS`.
 fn serve(
     listener: &Arc<OwnedFd>,
     policy: &ConnectPolicy,
     reporter: Reporter,
-    creates: Option<&CreateBroker>,
+    exec: Option<&ExecBrokers>,
 ) {
     let tcp_slots = ConnectSlots::new(MAX_CONCURRENT_TCP_CONNECTS);
     loop {
@@ -547,8 +587,12 @@ fn serve(
             }
         }
         if notification.data.nr != libc::SYS_connect as i32 {
-            let now = match creates {
-                Some(creates) => creates.submit(listener, &notification),
+            let now = match exec {
+                Some(exec) if is_directory_open(&notification.data) => {
+                    exec.listing.answer(listener, &notification);
+                    None
+                }
+                Some(exec) => exec.creates.submit(listener, &notification),
                 None => Some(libc::ENOSYS),
             };
             if let Some(errno) = now {
