@@ -994,12 +994,13 @@ const HOSTILE: u32 = 63010;
 /// 100 MB line: its line limit (8 MiB) twice, and the runtime around it.
 const MCP_PEAK_BYTES: u64 = 64 * 1024 * 1024;
 
-fn peak_memory(child: &Child) -> u64 {
+/// A memory figure of /proc/PID/status (`VmRSS:` now, `VmHWM:` the peak), in bytes.
+fn memory(child: &Child, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .unwrap()
+        .find_map(|line| line.strip_prefix(field))
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -1066,7 +1067,7 @@ fn a_hostile_stdin_is_bounded_and_answered() {
     });
     let dropped = raw.next(Duration::from_secs(60));
     raw.stdin = Some(writer.join().unwrap());
-    let peak = peak_memory(&raw.child);
+    let peak = memory(&raw.child, "VmHWM:");
     println!(
         "after a 100 MB line: answer {dropped:?}, peak memory of verbd mcp {} MiB",
         peak / 1024 / 1024
@@ -1083,17 +1084,43 @@ fn a_hostile_stdin_is_bounded_and_answered() {
     raw.finish();
 }
 
-/// A client that sends tool calls and never reads stdout: `verbd mcp` blocks on its own
-/// stdout, but the daemon never waits on it — every call's connection is answered and closed,
-/// and another agent is served at once meanwhile. (The answers wait in `verbd mcp`, the agent's
-/// own process: its memory grows with the calls it is sent and never asked for; printed, not
-/// bounded.)
+/// The most `verbd mcp` may hold at its peak (`VmHWM`) for a client that sent 2000 calls of
+/// about 30 KiB of answer each (60 MB in all) and read none: the unread backlog
+/// (`OUTPUT_BACKLOG_BYTES`), the answers of the requests in flight (`MAX_IN_FLIGHT`), the pipes,
+/// and the runtime around them.
+const MCP_UNREAD_PEAK_BYTES: u64 = 40 * 1024 * 1024;
+
+/// How many calls the client that never reads stdout sends.
+const UNREAD_CALLS: u64 = 2000;
+
+/// A client that writes tool calls (in 1000-byte pieces, frames split anywhere) and never reads
+/// stdout. `verbd mcp` stops reading stdin once the unread answers pass its backlog limit (the
+/// client's writes block), so its memory stays bounded; the daemon never waits on it — it holds
+/// no connection of the blocked client and serves another agent at once. Then the client reads,
+/// slowly at first: every call is answered, exactly once, with its own output, and the client's
+/// remaining writes go through.
 #[test]
-fn a_client_that_never_reads_stdout_holds_nothing_in_the_daemon() {
-    if !require_root("a_client_that_never_reads_stdout_holds_nothing_in_the_daemon") {
+fn a_client_that_never_reads_stdout_is_paused_and_loses_nothing() {
+    if !require_root("a_client_that_never_reads_stdout_is_paused_and_loses_nothing") {
         return;
     }
-    let d = start();
+    // Room at the daemon for every call `verbd mcp` has in flight, and time to queue for a run,
+    // so each gets its own output (as configured for the other tests, some would be `busy`).
+    let d = Daemon::start(
+        &policy(
+            r#"
+[verb.count]
+description = "Count up to n"
+category = "read-only"
+roles = ["agent"]
+command = "/usr/bin/seq {n}"
+params.n = { type = "int", min = 1, max = 99999 }
+"#,
+        )
+        .replace("[daemon]\n", "[daemon]\nmax_connections_per_uid = 128\n")
+        .replace("queue_timeout = \"500ms\"", "queue_timeout = \"60s\""),
+    );
+    d.open_socket();
     let mut child = Command::new(BIN)
         .args(["mcp", "--socket"])
         .arg(&d.socket)
@@ -1104,28 +1131,51 @@ fn a_client_that_never_reads_stdout_holds_nothing_in_the_daemon() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // stdout stays open and is never read: its pipe fills.
-    let _unread = child.stdout.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let mut send = |message: Value| stdin.write_all(format!("{message}\n").as_bytes());
-    send(
+    let mut stream = String::new();
+    for message in [
         json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": { "name": "hostile", "version": "0" } } }),
-    )
-    .unwrap();
-    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).unwrap();
-    let mut sent = 0;
-    let writing = Instant::now();
-    while sent < 2000 && writing.elapsed() < Duration::from_secs(20) {
-        let call = json!({ "jsonrpc": "2.0", "id": 100 + sent, "method": "tools/call",
-            "params": { "name": "logs.tail", "arguments": { "unit": format!("u{sent}.service"), "lines": 5000 } } });
-        if send(call).is_err() {
-            break;
-        }
-        sent += 1;
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": { "name": "hostile", "version": "0" } } }),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+    ] {
+        stream.push_str(&format!("{message}\n"));
     }
-    std::thread::sleep(Duration::from_secs(3));
+    // Call `id` counts to 5000 + id: about 30 KiB of answer, ending in its own number.
+    for id in 1..=UNREAD_CALLS {
+        let call = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "count", "arguments": { "n": 5000 + id } } });
+        stream.push_str(&format!("{call}\n"));
+    }
+    let total = stream.len();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let written = written.clone();
+        std::thread::spawn(move || {
+            for piece in stream.as_bytes().chunks(1000) {
+                stdin.write_all(piece).unwrap();
+                written.fetch_add(piece.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+            stdin
+        })
+    };
+    // Wait until the writes stop going through (or all went through: the bound did not hold).
+    let load = || written.load(std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = (load(), Instant::now());
+    while load() < total && last.1.elapsed() < Duration::from_secs(3) {
+        assert!(
+            Instant::now() < deadline,
+            "the writes neither ended nor stopped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        if load() != last.0 {
+            last = (load(), Instant::now());
+        }
+    }
+    let stopped_at = load();
+    let (resident, peak) = (memory(&child, "VmRSS:"), memory(&child, "VmHWM:"));
     // The daemon serves another agent at once, and holds no connection of the blocked client.
     let started = Instant::now();
     let other = d.cli_as(AGENT, &["call", "echo", "text=other"]);
@@ -1138,15 +1188,65 @@ fn a_client_that_never_reads_stdout_holds_nothing_in_the_daemon() {
     let status = d.cli_as(SRE, &["status", "--json"]);
     let status: Value =
         serde_json::from_slice(&status.stdout).unwrap_or_else(|e| panic!("{e}: {status:?}"));
-    let rss = peak_memory(&child);
     println!(
-        "{sent} calls written, stdout never read: another agent's call took {took:?}; daemon \
-         connections in flight {}; verbd mcp peak memory {} MiB",
+        "stdout never read: the client's writes stopped at {stopped_at} of {total} bytes; verbd \
+         mcp memory {} MiB now, {} MiB peak; another agent's call took {took:?}; daemon \
+         connections in flight {}",
+        resident / 1024 / 1024,
+        peak / 1024 / 1024,
         status["metrics"]["connections_in_flight"],
-        rss / 1024 / 1024
+    );
+    assert!(
+        peak < MCP_UNREAD_PEAK_BYTES,
+        "verbd mcp peaked at {} MiB holding answers nobody read",
+        peak / 1024 / 1024
+    );
+    assert!(
+        stopped_at < total,
+        "verbd mcp read all of stdin while nobody read stdout"
     );
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(status["metrics"]["connections_in_flight"], 1, "{status}");
-    let _ = child.kill();
-    let _ = child.wait();
+
+    // The client reads now, the first 200 lines one every 5 ms: everything arrives, in whole
+    // lines, each call answered once with its own output.
+    let mut lines = BufReader::new(stdout).lines();
+    let mut answered = std::collections::BTreeMap::new();
+    let mut read = 0;
+    while answered.len() < UNREAD_CALLS as usize + 1 {
+        let line = lines
+            .next()
+            .expect("stdout ended before every call was answered")
+            .unwrap();
+        read += 1;
+        if read <= 200 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let message: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if message.get("method").is_some() {
+            continue;
+        }
+        let id = message["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{message}"));
+        if id > 0 {
+            let text = result_text(&message);
+            assert!(
+                text.starts_with("1\n2\n") && text.ends_with(&format!("\n{}\n", 5000 + id)),
+                "call {id} answered with {}",
+                &text[text.len().saturating_sub(40)..]
+            );
+        }
+        assert!(answered.insert(id, ()).is_none(), "{id} answered twice");
+    }
+    let stdin = writer.join().unwrap();
+    assert_eq!(load(), total);
+    drop(stdin);
+    let exited = child.wait().unwrap();
+    assert!(exited.success(), "{exited}");
+    assert!(
+        lines.next().is_none(),
+        "more on stdout after every call was answered"
+    );
 }

@@ -21,7 +21,10 @@
 //!   daemon request has a deadline. Unparsable input lines are ignored (as every official MCP SDK
 //!   does, to avoid error storms between two confused peers); JSON that is not a JSON-RPC message
 //!   gets `-32600 Invalid Request`; so does a line over `MAX_LINE_BYTES` (without an id), which is
-//!   dropped as it arrives, so memory stays bounded whatever stdin sends (`forward_lines`).
+//!   dropped as it arrives, so memory stays bounded whatever stdin sends (`stdio`).
+//! - Memory stays bounded whatever the client reads, too: answers wait for stdout in order and
+//!   none is dropped, but past [`OUTPUT_BACKLOG_BYTES`] unread, or with [`MAX_IN_FLIGHT`]
+//!   requests being handled, no more of stdin is read until the client catches up (`stdio`).
 //! - A `tools/call` the client cancels closes its daemon connection: the daemon cancels the run
 //!   (and journals it), as when a `verbd call` is interrupted.
 //! - `notifications/tools/list_changed` is sent when what the daemon lists for this caller
@@ -35,6 +38,9 @@
 pub mod catalog;
 pub mod config;
 pub mod results;
+mod stdio;
+
+pub use stdio::{MAX_IN_FLIGHT, OUTPUT_BACKLOG_BYTES};
 
 use crate::client::{ClientError, request_async};
 use crate::protocol::{Request, Response};
@@ -52,7 +58,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// How often the tools are re-checked once the client has listed them.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -66,8 +71,10 @@ const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// arrives (never buffered whole) and answered `-32600` without an id (the daemon's own request
 /// limit is 1 MiB by default).
 const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
-/// How many bytes of whole lines may wait between the stdin reader and the MCP session.
-const LINE_PIPE_BYTES: usize = 64 * 1024;
+/// How many bytes of whole lines may wait between the stdin reader and the MCP session (small:
+/// lines that are no message are answered as the session reads them, without a place among
+/// `MAX_IN_FLIGHT`, so this bounds their unread answers).
+const LINE_PIPE_BYTES: usize = 8 * 1024;
 
 /// What the server tells the model about itself (`instructions`).
 pub const INSTRUCTIONS: &str = "Each tool is a verb an operator allowed you, run by the verbd daemon with its own credentials; verbd validates and decides every call. If a call returns CONFIRM_REQUIRED, do not retry it: a human must approve it, then call verbd_wait with its id. A DENIED answer is final: do not try to achieve the same thing another way. REQUIRES_CLARIFICATION names parameters you must ask the user for.";
@@ -423,51 +430,6 @@ pub fn run(socket: PathBuf) -> u8 {
     code
 }
 
-/// The line `verbd mcp` hands the MCP session in place of a dropped over-long one: JSON that is
-/// no JSON-RPC message, so the session answers it `-32600 Invalid Request` without an id, and the
-/// client learns its message was not read instead of waiting for an answer that never comes.
-const OVERSIZED_LINE: &[u8] = b"{\"verbd\":\"a line over the 8 MiB limit was dropped\"}\n";
-
-/// Copies `input` to `output` one whole line at a time, at most `max` bytes a line (newline
-/// included). A longer line is never buffered whole: as soon as it passes `max` its bytes are
-/// dropped up to its newline, and `OVERSIZED_LINE` is written in its place. An unfinished line
-/// at the end of `input` is dropped. Returns at the end of `input` (or an error on either side).
-async fn forward_lines<R, W>(input: R, mut output: W, max: usize) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut input = tokio::io::BufReader::new(input);
-    let mut line = Vec::new();
-    let mut discarding = false;
-    loop {
-        let available = input.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(());
-        }
-        let newline = available.iter().position(|b| *b == b'\n');
-        let take = newline.map_or(available.len(), |at| at + 1);
-        let mut complete = None;
-        if discarding {
-            discarding = newline.is_none();
-        } else if line.len() + take > max {
-            line = Vec::new();
-            discarding = newline.is_none();
-            complete = Some(OVERSIZED_LINE.to_vec());
-        } else {
-            line.extend_from_slice(&available[..take]);
-            if newline.is_some() {
-                complete = Some(std::mem::take(&mut line));
-            }
-        }
-        input.consume(take);
-        if let Some(complete) = complete {
-            output.write_all(&complete).await?;
-            output.flush().await?;
-        }
-    }
-}
-
 async fn serve(socket: PathBuf) -> u8 {
     // Non-blocking pipes when stdin/stdout are pipes (as every runtime starts MCP servers): no
     // hand-off to a blocking thread per message.
@@ -495,44 +457,36 @@ where
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let server = McpServer::new(socket);
+    // Everything the session writes waits in the outbox until `output` takes it; while too much
+    // waits, no more input is read (see `stdio`).
+    let outbox = Arc::new(stdio::Outbox::default());
+    let writer = tokio::spawn(outbox.clone().write_to(output));
     // Whole lines only reach the session, none over the limit: an over-long one gets an answer.
     let (lines, line_feed) = tokio::io::duplex(LINE_PIPE_BYTES);
+    let reader_outbox = outbox.clone();
     tokio::spawn(async move {
-        if let Err(e) = forward_lines(input, line_feed, MAX_LINE_BYTES).await {
+        if let Err(e) = stdio::forward_lines(input, line_feed, MAX_LINE_BYTES, &reader_outbox).await
+        {
             tracing::warn!(error = %e, "reading stdin");
         }
     });
-    let transport = AsyncRwTransport::new(lines, output).with_max_line_length(MAX_LINE_BYTES);
-    let running = match server.clone().serve(transport).await {
-        Ok(running) => running,
-        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-        Err(e) => return Err(e),
+    let transport = stdio::Paced::new(
+        AsyncRwTransport::new(lines, stdio::OutboxWriter(outbox.clone()))
+            .with_max_line_length(MAX_LINE_BYTES),
+        outbox.clone(),
+    );
+    let started = server.clone().serve(transport).await;
+    let session = match started {
+        Ok(running) => {
+            let watcher = tokio::spawn(server.watch(running.peer().clone()));
+            let _ = running.waiting().await;
+            watcher.abort();
+            Ok(())
+        }
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(e) => Err(e),
     };
-    let watcher = tokio::spawn(server.watch(running.peer().clone()));
-    let _ = running.waiting().await;
-    watcher.abort();
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn forwarded(input: &[u8], max: usize) -> Vec<u8> {
-        let mut output = Vec::new();
-        forward_lines(input, &mut output, max).await.unwrap();
-        output
-    }
-
-    #[tokio::test]
-    async fn whole_lines_pass_and_an_over_long_one_is_replaced() {
-        let mut expected = b"short\n".to_vec();
-        expected.extend_from_slice(OVERSIZED_LINE);
-        expected.extend_from_slice(b"1234567\n");
-        // Over the limit without its newline yet, then its tail; a last line never finished.
-        let input = b"short\n0123456789abcdef\n1234567\nunfin";
-        assert_eq!(forwarded(input, 8).await, expected);
-        // A line of exactly the limit (newline included) passes.
-        assert_eq!(forwarded(b"1234567\n", 8).await, b"1234567\n");
-    }
+    outbox.finish();
+    outbox.drained_or_stalled(writer).await;
+    session
 }
