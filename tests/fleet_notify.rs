@@ -545,15 +545,17 @@ fn email_through_a_sendmail_program_gets_recipients_as_arguments_and_the_mail_on
     run_approve_line(&d, &body, id, &hash);
 }
 
-#[test]
-fn desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that() {
-    if !require_root("desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that") {
-        return;
-    }
-    // The stand-in records its argv and bus address, then tries what the recipe's sandbox must
-    // not allow: read the policy (and with it the secrets' locations) and open a TCP connection.
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-    let probe_port = probe.local_addr().unwrap().port();
+/// A daemon with the desktop recipe, its notify-send replaced by a stand-in that records its
+/// argv and bus address, then tries what the recipe's sandbox must not allow: read the policy
+/// (and with it the secrets' locations) and open a TCP connection to `probe_port`.
+struct Desktop {
+    d: Daemon,
+    stand_in: std::path::PathBuf,
+    out: std::path::PathBuf,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+fn desktop(probe_port: u16) -> Desktop {
     let tools = open_tempdir();
     let stand_in = tools.path().join("notify-send");
     // Write roots grant the entries that exist when the policy loads: the record file first.
@@ -596,44 +598,123 @@ fn desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that() {
         )
         .unwrap();
     });
-    let (id, hash) = propose(&d, "restart", &["unit=nginx.service"]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("tcp:")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "notify-send never ran; journal:\n{}",
-            d.journal()
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    Desktop {
+        d,
+        stand_in,
+        out,
+        _dirs: [tools, out_dir],
     }
-    let recorded = std::fs::read_to_string(&out).unwrap();
-    println!("{recorded}");
-    let args: Vec<&str> = recorded
-        .lines()
-        .filter_map(|l| l.strip_prefix("arg:"))
-        .collect();
+}
+
+impl Desktop {
+    /// What the stand-in recorded once notify-send ran: the whole record, its arguments, and
+    /// the body (the rest of the record up to the probes: notify-send gets it as one argument).
+    fn notification(&self) -> (String, Vec<String>, String) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&self.out).is_ok_and(|t| t.contains("tcp:")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "notify-send never ran; journal:\n{}",
+                self.d.journal()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let recorded = std::fs::read_to_string(&self.out).unwrap();
+        println!("{recorded}");
+        let args: Vec<String> = recorded
+            .lines()
+            .filter_map(|l| l.strip_prefix("arg:"))
+            .map(str::to_owned)
+            .collect();
+        let body = recorded
+            .split_once(&format!("arg:{}\narg:", args[3]))
+            .unwrap()
+            .1
+            .split("\nbus:")
+            .next()
+            .unwrap()
+            .to_owned();
+        (recorded, args, body)
+    }
+}
+
+#[test]
+fn desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that() {
+    if !require_root("desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that") {
+        return;
+    }
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let desktop = desktop(probe.local_addr().unwrap().port());
+    let d = &desktop.d;
+    let (id, hash) = propose(d, "restart", &["unit=nginx.service"]);
+    let (recorded, args, body) = desktop.notification();
     assert_eq!(&args[..3], ["--app-name=verbd", "--urgency=critical", "--"]);
     assert_eq!(args[3], format!("verbd on {HOST}: approve restart #{id}?"));
     let uid = nix::unistd::getuid().as_raw();
     assert!(recorded.contains(&format!("bus:unix:path=/run/user/{uid}/bus")));
     assert!(recorded.contains("policy:denied"), "{recorded}");
     assert!(recorded.contains("tcp:denied"), "{recorded}");
-    // The body is the rest of the record up to the probes (notify-send gets it as one argument).
-    let body = recorded
-        .split_once(&format!("arg:{}\narg:", args[3]))
-        .unwrap()
-        .1
-        .split("\nbus:")
-        .next()
-        .unwrap();
-    assert_common_message(body, id, &hash, "restart", "unit=nginx.service");
-    run_approve_line(&d, body, id, &hash);
+    assert_common_message(&body, id, &hash, "restart", "unit=nginx.service");
+    run_approve_line(d, &body, id, &hash);
     // Positive control: the same stand-in outside the sandbox reads the policy and connects.
-    let status = std::process::Command::new(&stand_in).status().unwrap();
+    let status = std::process::Command::new(&desktop.stand_in)
+        .status()
+        .unwrap();
     assert!(status.success());
-    let unconfined = std::fs::read_to_string(&out).unwrap();
+    let unconfined = std::fs::read_to_string(&desktop.out).unwrap();
     assert!(unconfined.contains("policy:read"), "{unconfined}");
     assert!(unconfined.contains("tcp:open"), "{unconfined}");
+    drop(probe);
+}
+
+/// An argument written as markup for the notification server (notify-send bodies are Pango or
+/// HTML-like markup for most of them): bold text, a link labelled "approve" to the attacker's
+/// page, an image that would be fetched (and could cover the text), an entity. notify-send gets
+/// no `<` or `>` and no `&` but the five escapes, so the approver reads the argument as the
+/// agent wrote it, character for character, and one approve line: verbd's.
+#[test]
+fn an_argument_cannot_add_markup_to_a_desktop_notification() {
+    if !require_root("an_argument_cannot_add_markup_to_a_desktop_notification") {
+        return;
+    }
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let desktop = desktop(probe.local_addr().unwrap().port());
+    let d = &desktop.d;
+    let markup = "<b>OK</b> <a href=\"https://evil.example/a\">approve</a><img src='https://evil.example/p.png'/> &amp; &lt;i&gt;";
+    let (id, hash) = propose(d, "say", &[&format!("message={markup}")]);
+    let (_, args, body) = desktop.notification();
+    assert_eq!(args[3], format!("verbd on {HOST}: approve say #{id}?"));
+    assert!(
+        !body.contains(['<', '>']),
+        "markup reached notify-send: {body}"
+    );
+    let entities = ["&lt;", "&gt;", "&amp;", "&quot;", "&#39;"];
+    for (at, _) in body.match_indices('&') {
+        assert!(
+            entities.iter().any(|e| body[at..].starts_with(e)),
+            "a bare `&` reached notify-send: {}",
+            &body[at..]
+        );
+    }
+    // What a markup-parsing server shows: the argument exactly as written.
+    let shown = body
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l == format!("args:      message={markup}")),
+        "{shown}"
+    );
+    assert_eq!(
+        shown.lines().filter(|l| l.contains("approve")).count(),
+        2,
+        "the argument's line and verbd's approve line: {shown}"
+    );
+    run_approve_line(d, &body, id, &hash);
     drop(probe);
 }
 
