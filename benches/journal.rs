@@ -154,6 +154,9 @@ fn proposal(id: u64) -> Proposal {
         expires_ms: u64::MAX,
         idempotency_key: None,
         state: State::Pending,
+        quorum: None,
+        approvals: Vec::new(),
+        break_glass: false,
         decided_by: None,
         note: None,
         outcome: None,
@@ -227,7 +230,12 @@ fn write_history(state_dir: &Path) {
                     .unwrap();
                 if id > PENDING {
                     let by = Decider { uid: 2000, user: Some("sre".into()) };
-                    record(Event::ProposalApproved { id, by, hash: format!("{:064x}", id) })
+                    record(Event::ProposalApproved {
+                        id,
+                        by,
+                        hash: format!("{:064x}", id),
+                        role: None,
+                    })
                         .await
                         .unwrap();
                     let seq = record(exec(index, Some(id), None)).await.unwrap().seq;

@@ -36,7 +36,7 @@
 
 use crate::events::Event;
 use crate::policy::units::{MAX_RATE_COUNT, Rate};
-use crate::proposal::{Proposal, State};
+use crate::proposal::{Approval, Proposal, State};
 use crate::protocol::ExitInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -164,8 +164,13 @@ pub struct Conflict {
 /// A move of one proposal from state to state, named by what causes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// A human approves (`proposal_approved`).
+    /// A human approves: the one approval it needs, or the last of its quorum
+    /// (`proposal_approved`).
     Approve,
+    /// A human approves, short of the quorum: it counts, nothing runs (`proposal_approval_given`).
+    Endorse,
+    /// Its requester runs it without approval under break-glass (`proposal_break_glass`).
+    BreakGlass,
     /// A human denies, or the requester withdraws (`proposal_denied`).
     Deny,
     /// Its time ran out (`proposal_expired`).
@@ -191,6 +196,8 @@ pub enum Step {
 /// how a proposal moves. (A `start` ends what the previous daemon left open: see `apply`.)
 pub const TRANSITIONS: &[(Step, &[State], State)] = &[
     (Step::Approve, &[State::Pending], State::Approved),
+    (Step::Endorse, &[State::Pending], State::Pending),
+    (Step::BreakGlass, &[State::Pending], State::Approved),
     (Step::Deny, &[State::Pending], State::Denied),
     (Step::Expire, &[State::Pending], State::Expired),
     (
@@ -228,11 +235,15 @@ pub enum Unfit {
     NoProposal(u64),
     #[error("{}", unfit_message(*id, *step, *state))]
     State { id: u64, step: Step, state: State },
+    /// The approval does not count: the requester's, a second one by the same person, one
+    /// beyond its role's share, or one that does not fit the quorum's count.
+    #[error("{reason}")]
+    Approval { id: u64, reason: String },
 }
 
 fn unfit_message(id: u64, step: Step, state: State) -> String {
     match step {
-        Step::Approve => {
+        Step::Approve | Step::Endorse | Step::BreakGlass => {
             format!("proposal {id} was already decided ({state}); an approval is used once")
         }
         Step::Deny | Step::Expire => format!("proposal {id} was already decided ({state})"),
@@ -241,6 +252,69 @@ fn unfit_message(id: u64, step: Step, state: State) -> String {
         }
         _ => format!("proposal {id} is {state}, cannot move to {}", step.row().1),
     }
+}
+
+/// Why an approval of `p` by `uid`, counting for `role`, does not count (`None` when it does):
+/// nobody approves their own request, one person counts once, an approval that completes the
+/// quorum is a `proposal_approved` and one short of it a `proposal_approval_given`, and under a
+/// quorum it counts for one of its roles, within that role's `max_per_role`. A break-glass is
+/// the requester's own.
+pub fn approval_unfit(p: &Proposal, uid: u32, role: Option<&str>, step: Step) -> Option<String> {
+    let id = p.id;
+    if step == Step::BreakGlass {
+        return (uid != p.requester.uid).then(|| {
+            format!(
+                "uid {uid} did not ask for proposal {id}; break-glass is the requester's own call"
+            )
+        });
+    }
+    if uid == p.requester.uid {
+        return Some("nobody approves their own request: another person must decide".into());
+    }
+    if p.approvals.iter().any(|a| a.uid == uid) {
+        return Some(format!(
+            "uid {uid} already approved proposal {id}; one person's approval counts once"
+        ));
+    }
+    let (given, needed) = (p.approvals.len() + 1, p.approvals_needed());
+    match step {
+        Step::Approve if given < needed => {
+            return Some(format!(
+                "proposal {id} needs {needed} approvals and this is approval {given}; it cannot run yet"
+            ));
+        }
+        Step::Endorse if given >= needed => {
+            return Some(format!(
+                "approval {given} of {needed} completes proposal {id}; it is recorded as its approval"
+            ));
+        }
+        _ => {}
+    }
+    let quorum = p.quorum.as_ref()?;
+    let Some(role) = role else {
+        return Some(format!(
+            "proposal {id} needs a quorum; an approval counts for one of its roles"
+        ));
+    };
+    if !quorum.from.is_empty() && !quorum.from.iter().any(|r| r == role) {
+        return Some(format!(
+            "role `{role}` is not among the roles proposal {id}'s quorum counts ({})",
+            quorum.from.join(", ")
+        ));
+    }
+    if let Some(max) = quorum.max_per_role {
+        let used = p
+            .approvals
+            .iter()
+            .filter(|a| a.role.as_deref() == Some(role))
+            .count();
+        if used >= max as usize {
+            return Some(format!(
+                "role `{role}` already gave {used} approval(s) of proposal {id} (max_per_role = {max}); the rest must come from other roles"
+            ));
+        }
+    }
+    None
 }
 
 /// Proposals, idempotency keys and rate-limit history.
@@ -369,9 +443,47 @@ impl Book {
                 self.proposals.insert(*id, (**proposal).clone());
                 Ok(())
             }
-            Event::ProposalApproved { id, by, .. } => {
+            Event::ProposalApproved { id, by, role, .. } => {
+                self.check(event).map_err(|unfit| Conflict {
+                    seq,
+                    message: unfit.to_string(),
+                })?;
                 self.transition(seq, time, *id, Step::Approve)?;
-                self.with(*id, |p| p.decided_by = Some(by.clone()));
+                self.with(*id, |p| {
+                    p.approvals.push(Approval {
+                        uid: by.uid,
+                        user: by.user.clone(),
+                        role: role.clone(),
+                    });
+                    p.decided_by = Some(by.clone());
+                });
+                Ok(())
+            }
+            Event::ProposalApprovalGiven { id, by, role, .. } => {
+                self.check(event).map_err(|unfit| Conflict {
+                    seq,
+                    message: unfit.to_string(),
+                })?;
+                self.transition(seq, time, *id, Step::Endorse)?;
+                self.with(*id, |p| {
+                    p.approvals.push(Approval {
+                        uid: by.uid,
+                        user: by.user.clone(),
+                        role: Some(role.clone()),
+                    });
+                });
+                Ok(())
+            }
+            Event::ProposalBreakGlass { id, by, .. } => {
+                self.check(event).map_err(|unfit| Conflict {
+                    seq,
+                    message: unfit.to_string(),
+                })?;
+                self.transition(seq, time, *id, Step::BreakGlass)?;
+                self.with(*id, |p| {
+                    p.break_glass = true;
+                    p.decided_by = Some(by.clone());
+                });
                 Ok(())
             }
             Event::ProposalDenied { id, by, reason } => {
@@ -540,6 +652,8 @@ impl Book {
     pub fn step_of(&self, event: &Event) -> Option<(u64, Step)> {
         match event {
             Event::ProposalApproved { id, .. } => Some((*id, Step::Approve)),
+            Event::ProposalApprovalGiven { id, .. } => Some((*id, Step::Endorse)),
+            Event::ProposalBreakGlass { id, .. } => Some((*id, Step::BreakGlass)),
             Event::ProposalDenied { id, .. } => Some((*id, Step::Deny)),
             Event::ProposalExpired { id } => Some((*id, Step::Expire)),
             Event::ProposalUnknownOutcome { id } => Some((*id, Step::Interrupt)),
@@ -568,14 +682,27 @@ impl Book {
 
     /// Whether `event` fits the proposal it moves as the book stands ([`TRANSITIONS`]): what
     /// [`Book::apply`] would refuse as a [`Conflict`], refused before it is journaled.
+    /// An approval must also count: see [`approval_unfit`].
     pub fn check(&self, event: &Event) -> Result<(), Unfit> {
-        match self.step_of(event) {
-            Some((id, step)) => self.fits(id, step),
+        let Some((id, step)) = self.step_of(event) else {
+            return Ok(());
+        };
+        self.fits(id, step)?;
+        let (by, role) = match event {
+            Event::ProposalApproved { by, role, .. } => (by, role.as_deref()),
+            Event::ProposalApprovalGiven { by, role, .. } => (by, Some(role.as_str())),
+            Event::ProposalBreakGlass { by, .. } => (by, None),
+            _ => return Ok(()),
+        };
+        let p = self.proposals.get(&id).ok_or(Unfit::NoProposal(id))?;
+        match approval_unfit(p, by.uid, role, step) {
+            Some(reason) => Err(Unfit::Approval { id, reason }),
             None => Ok(()),
         }
     }
 
-    fn fits(&self, id: u64, step: Step) -> Result<(), Unfit> {
+    /// Whether proposal `id` is in a state `step` may find ([`TRANSITIONS`]).
+    pub fn fits(&self, id: u64, step: Step) -> Result<(), Unfit> {
         let p = self.proposals.get(&id).ok_or(Unfit::NoProposal(id))?;
         let (from, _) = step.row();
         if from.contains(&p.state) {
@@ -604,6 +731,7 @@ impl Book {
                 Unfit::State { state, .. } => {
                     format!("proposal {id} is {state}, cannot move to {to}")
                 }
+                Unfit::Approval { reason, .. } => reason,
             },
         })?;
         if let Some(p) = self.proposals.get_mut(&id) {
@@ -853,6 +981,9 @@ mod tests {
             expires_ms: u64::MAX,
             idempotency_key: None,
             state: State::Pending,
+            quorum: None,
+            approvals: Vec::new(),
+            break_glass: false,
             decided_by: None,
             note: None,
             outcome: None,
@@ -901,6 +1032,7 @@ mod tests {
                     id: 7,
                     by,
                     hash: "ab".repeat(32),
+                    role: None,
                 },
             ),
             (3, now, exec(Some(7))),
@@ -946,6 +1078,7 @@ mod tests {
                     id: 1,
                     by,
                     hash: String::new(),
+                    role: None,
                 },
             )
             .unwrap_err();
@@ -1000,6 +1133,7 @@ mod tests {
                     id: 3,
                     by: by.clone(),
                     hash: String::new(),
+                    role: None,
                 },
             ),
             (6, at(5), exec(Some(3))),

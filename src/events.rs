@@ -387,11 +387,29 @@ pub enum Event {
         id: u64,
         proposal: Box<Proposal>,
     },
-    /// A human approved: the proposal is consumed.
+    /// A human approved: the proposal is consumed. Under a quorum this is the approval that
+    /// completes it (the moment the quorum is reached), and `role` the role it counts for.
     ProposalApproved {
         id: u64,
         by: Decider,
         hash: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+    },
+    /// One approval of a proposal that needs a quorum, short of it: it counts (for `role`),
+    /// nothing runs yet.
+    ProposalApprovalGiven {
+        id: u64,
+        by: Decider,
+        hash: String,
+        role: String,
+    },
+    /// A break-glass call: the requester, in one of the verb's `break_glass` roles (`roles`),
+    /// runs it without approval.
+    ProposalBreakGlass {
+        id: u64,
+        by: Decider,
+        roles: Vec<String>,
     },
     /// An approved proposal waits for an execution slot (all were busy); it runs once one frees,
     /// or ends as not started when none frees in time.
@@ -549,6 +567,10 @@ mod tests {
         ("FileWrite.path", "a validated path, at most 4096 bytes"),
         ("FileWrite.sha256", "a hash"),
         ("ProposalApproved.hash", "a hash"),
+        ("ProposalApproved.role", "a role the policy declares"),
+        ("ProposalApprovalGiven.hash", "a hash"),
+        ("ProposalApprovalGiven.role", "a role the policy declares"),
+        ("ProposalBreakGlass.roles", "roles the policy declares"),
         ("ProposalQueued.reason", "written by the daemon"),
         ("ProposalNotStarted.reason", "written by the daemon"),
         ("RefusalsCoalesced.first", "a time the daemon writes"),

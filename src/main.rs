@@ -77,6 +77,10 @@ enum Command {
         /// Replaying the same key with the same arguments returns the first outcome
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Run a verb that needs approval without it: only for people in a role the verb names
+        /// in `break_glass`; journaled as break-glass and announced by the notifier
+        #[arg(long, conflicts_with = "idempotency_key")]
+        break_glass: bool,
         /// The verb's name (`verbd list` shows the ones you may call)
         verb: String,
         /// Arguments as key=value
@@ -367,6 +371,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             reason,
             idempotency_key,
+            break_glass,
             verb,
             args,
         } => client::call(
@@ -375,6 +380,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &args,
             reason,
             idempotency_key,
+            break_glass,
             json,
         ),
         Command::List { socket, json } => client::list(&socket.path(ClientSide::Agent), json),
@@ -391,7 +397,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => client::send(
             &socket.path(ClientSide::Approver),
             &Request::Approve { id, hash },
-            None,
+            // An approval short of a quorum is recorded and leaves the proposal pending.
+            Some(State::Pending),
             json,
         ),
         Command::Deny { socket, id, reason } => client::send(

@@ -107,6 +107,49 @@ pub struct Decider {
     pub user: Option<String>,
 }
 
+/// How many distinct people must approve, from which roles (a verb's `quorum`, or its
+/// category's in `[approvals.quorum]`), recorded in the proposal when it is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quorum {
+    /// Distinct people (uids) whose approvals it takes; never the requester.
+    pub count: u32,
+    /// The roles whose approvals count, in the order an approval is attributed to them (empty:
+    /// every approver role of the verb, by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<String>,
+    /// At most this many of the approvals may count for one role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_role: Option<u32>,
+}
+
+/// One approval of a proposal: who gave it and the role it counts for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub uid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The quorum role the approval counts for (none without a quorum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+impl Quorum {
+    /// What is still missing after `given` approvals, as people read it: `1 more, from sre or
+    /// dba, at most 1 per role`.
+    pub fn missing(&self, given: usize) -> String {
+        let left = (self.count as usize).saturating_sub(given);
+        let mut text = format!("{left} more");
+        if !self.from.is_empty() {
+            text += &format!(", from {}", self.from.join(" or "));
+        }
+        if let Some(max) = self.max_per_role {
+            text += &format!(", at most {max} per role");
+        }
+        text
+    }
+}
+
 /// The requester as recorded in the proposal (roles are re-resolved at approval).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequesterRecord {
@@ -116,6 +159,13 @@ pub struct RequesterRecord {
     pub gid: u32,
     pub user: Option<String>,
     pub pid: i32,
+}
+
+impl Proposal {
+    /// How many approvals it takes to run: its quorum's count, or one.
+    pub fn approvals_needed(&self) -> usize {
+        self.quorum.as_ref().map_or(1, |q| q.count as usize)
+    }
 }
 
 /// A proposal as journaled and shown to approvers.
@@ -151,6 +201,15 @@ pub struct Proposal {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     pub state: State,
+    /// The approvals it needs beyond one person's (none: one approval runs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<Quorum>,
+    /// The approvals given so far, in order (journaled one by one; a restart keeps them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Approval>,
+    /// It ran without approval: a break-glass call by a role the verb names in `break_glass`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub break_glass: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<Decider>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,6 +31,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idempotency_key: Option<String>,
     },
+    /// Run a verb that needs approval without it, as a person in one of the verb's
+    /// `break_glass` roles: journaled as break-glass, the notifier announces it.
+    BreakGlass {
+        verb: String,
+        #[serde(default)]
+        args: BTreeMap<String, serde_json::Value>,
+        /// Why the glass is broken; stored and shown as untrusted text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// The verbs the caller may use.
     List {},
     /// Would a write to `path` (already resolved by the client) be allowed for the caller?

@@ -222,6 +222,47 @@ pub fn proposal_text(view: &ProposalView, socket: Option<&std::path::Path>) -> S
             let _ = writeln!(out, "    | {}", escape(line));
         }
     }
+    if p.break_glass {
+        let _ = writeln!(
+            out,
+            "  BREAK-GLASS: run without approval by its requester, in a break_glass role"
+        );
+    }
+    if let Some(quorum) = &p.quorum {
+        let _ = writeln!(
+            out,
+            "  quorum:      {} distinct people{}{}",
+            quorum.count,
+            if quorum.from.is_empty() {
+                String::new()
+            } else {
+                format!(" from {}", quorum.from.join(", "))
+            },
+            quorum
+                .max_per_role
+                .map_or_else(String::new, |m| format!(", at most {m} per role"))
+        );
+    }
+    for a in &p.approvals {
+        let who = a
+            .user
+            .as_deref()
+            .map_or_else(String::new, |u| format!(" ({})", escape(u)));
+        let role = a
+            .role
+            .as_deref()
+            .map_or_else(String::new, |r| format!(" as {}", escape(r)));
+        let _ = writeln!(out, "  approved by: uid {}{who}{role}", a.uid);
+    }
+    if p.state == crate::proposal::State::Pending
+        && let Some(quorum) = &p.quorum
+    {
+        let _ = writeln!(
+            out,
+            "  missing:     {} (not the requester, nobody twice)",
+            quorum.missing(p.approvals.len())
+        );
+    }
     if let Some(by) = &p.decided_by {
         let who = by
             .user

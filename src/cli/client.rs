@@ -23,21 +23,26 @@ fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
     })
 }
 
-/// `verbd call VERB key=value…`
+/// `verbd call VERB key=value…` (`--break-glass`: a [`Request::BreakGlass`])
 pub fn call(
     socket: &Path,
     verb: String,
     args: &[String],
     reason: Option<String>,
     idempotency_key: Option<String>,
+    break_glass: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let args = verbd::policy::text_args(&parse_kv(args)?);
-    let req = Request::Call {
-        verb,
-        args,
-        reason,
-        idempotency_key,
+    let req = if break_glass {
+        Request::BreakGlass { verb, args, reason }
+    } else {
+        Request::Call {
+            verb,
+            args,
+            reason,
+            idempotency_key,
+        }
     };
     send(socket, &req, None, json)
 }

@@ -594,7 +594,7 @@ pub(super) fn entry_for(record: &Record) -> Vec<u8> {
         | "journal_tail_repaired" => "4",
         "refused" | "connect_refused" | "approval_refused" | "notify_failed"
         | "refusals_coalesced" => "5",
-        "credential_failed" => "4",
+        "credential_failed" | "proposal_break_glass" => "4",
         _ => "6",
     };
     push_field(&mut out, "PRIORITY", priority);

@@ -19,6 +19,7 @@ pub mod units;
 pub use compile::{PolicyError, compile, compile_in, load_file};
 
 use crate::files::FileVerbSpec;
+pub use crate::proposal::Quorum;
 use crate::sandbox::SandboxSpec;
 use crate::scrub::ScrubPattern;
 use crate::secrets::SecretSource;
@@ -164,6 +165,9 @@ pub struct ApprovalsConfig {
     pub notify: Option<Template>,
     /// The sandbox profile the notifier runs in.
     pub notify_sandbox: String,
+    /// Per category name (`mutating`, `destructive`): the quorum its verbs need unless a verb
+    /// sets its own (already resolved into each [`Verb::quorum`]).
+    pub quorum: BTreeMap<String, Quorum>,
 }
 
 /// What a verb does to the world.
@@ -203,6 +207,10 @@ pub struct Verb {
     /// True when a call needs a human decision before it runs.
     pub needs_approval: bool,
     pub approvers: Vec<String>,
+    /// The approvals a call needs beyond one person's (the verb's own, or its category's).
+    pub quorum: Option<Quorum>,
+    /// Human roles that may run it without approval, loudly (`verbd call --break-glass`).
+    pub break_glass: Vec<String>,
     pub roles: Vec<String>,
     pub action: VerbAction,
     pub params: BTreeMap<String, Param>,
@@ -252,8 +260,14 @@ impl Verb {
                 )
             })
             .collect();
+        // A quorum joins the text only when there is one, so verbs without one keep the
+        // fingerprints their pending proposals were made with.
+        let quorum = self
+            .quorum
+            .as_ref()
+            .map_or_else(String::new, |q| format!("|quorum:{q:?}"));
         format!(
-            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}|postgres_ephemeral:{:?}",
+            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}|postgres_ephemeral:{:?}{quorum}",
             self.env,
             self.category_label(),
             self.timeout,

@@ -201,6 +201,23 @@ pub struct RawApprovals {
     /// The sandbox profile the notifier runs in (default: `default`).
     #[schemars(with = "Option<String>")]
     pub notify_sandbox: Option<Spanned<String>>,
+    /// Per category (`mutating`, `destructive`): the quorum its verbs need unless a verb sets
+    /// its own.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawQuorum>")]
+    pub quorum: BTreeMap<String, Spanned<RawQuorum>>,
+}
+
+/// `{ count = 2, from = ["sre", "dba"], max_per_role = 1 }`: distinct people, the roles that
+/// count, and at most how many approvals one role gives.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawQuorum {
+    pub count: u32,
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub from: Vec<Spanned<String>>,
+    pub max_per_role: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -381,6 +398,14 @@ pub struct RawVerb {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub approvers: Vec<Spanned<String>>,
+    /// How many distinct people must approve, from which roles (overrides the category's).
+    #[schemars(with = "Option<RawQuorum>")]
+    pub quorum: Option<Spanned<RawQuorum>>,
+    /// Human roles that may run this verb without approval (`verbd call --break-glass`),
+    /// journaled as break-glass and announced by the notifier.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub break_glass: Vec<Spanned<String>>,
     #[serde(default)]
     pub roles: Vec<String>,
     #[schemars(with = "Option<RawCommand>")]

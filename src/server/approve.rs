@@ -12,12 +12,12 @@ use super::ledger::Undecided;
 use super::{
     Cancel, Context, Daemon, NewProposal, Run, confirm_required, journal_failure, time_of_ms,
 };
-use crate::approvals::unix_ms;
+use crate::approvals::{Step, unix_ms};
 use crate::events::{Bounded, CallerRecord, Event, RefusalClass};
 use crate::exec::{self, ExecRequest};
 use crate::journal::format_rfc3339;
 use crate::loader::Prepared;
-use crate::policy::{ApprovalScope, Caller, PreparedAction, Role, Verb, Verdict};
+use crate::policy::{ApprovalScope, Caller, Policy, PreparedAction, Role, Verb, Verdict};
 use crate::proposal::{Decider, Outcome, PROPOSAL_VERSION, Proposal, RequesterRecord, State};
 use crate::protocol::{ProposalView, Response};
 use std::collections::BTreeMap;
@@ -52,6 +52,89 @@ fn approver_refusal(
     prepared
         .policy
         .approver_refusal(caller.uid, roles, scope, requester_uid)
+}
+
+/// The record of `by`'s approval of `p`: `proposal_approved` when it is the one approval `p`
+/// needs or completes its quorum, `proposal_approval_given` when more must follow. Under a
+/// quorum it counts for the first role of the quorum's (or, without `from`, of the verb's
+/// approver roles, by name) that `by` holds and that has not given its `max_per_role`; why it
+/// does not count otherwise. (`Book::check` checks the record again as it is journaled.)
+fn approval_event(
+    p: &Proposal,
+    by: Decider,
+    roles: &[Role],
+    policy: &Policy,
+    verb: &Verb,
+) -> Result<Event, String> {
+    let (id, hash) = (p.id, p.args_hash.clone());
+    let Some(quorum) = &p.quorum else {
+        return Ok(Event::ProposalApproved {
+            id,
+            by,
+            hash,
+            role: None,
+        });
+    };
+    if p.approvals.iter().any(|a| a.uid == by.uid) {
+        return Err(format!(
+            "uid {} already approved proposal {id}; a second approval by the same person does not count",
+            by.uid
+        ));
+    }
+    let counted: Vec<&String> = if quorum.from.is_empty() {
+        let all: std::collections::BTreeSet<&String> = policy
+            .approvals
+            .approvers
+            .iter()
+            .chain(&verb.approvers)
+            .collect();
+        all.into_iter().collect()
+    } else {
+        quorum.from.iter().collect()
+    };
+    let held: Vec<&String> = counted
+        .into_iter()
+        .filter(|name| roles.iter().any(|r| &&r.name == name))
+        .collect();
+    if held.is_empty() {
+        return Err(format!(
+            "none of your roles counts for proposal {id}'s quorum (it counts {})",
+            if quorum.from.is_empty() {
+                "the verb's approver roles".to_string()
+            } else {
+                quorum.from.join(", ")
+            }
+        ));
+    }
+    let share_left = |role: &&String| {
+        quorum.max_per_role.is_none_or(|max| {
+            p.approvals
+                .iter()
+                .filter(|a| a.role.as_ref() == Some(*role))
+                .count()
+                < max as usize
+        })
+    };
+    let Some(role) = held.iter().copied().find(share_left) else {
+        let names: Vec<&str> = held.iter().map(|r| r.as_str()).collect();
+        return Err(format!(
+            "your role(s) {} already gave max_per_role = {} approval(s) of proposal {id}; the missing approvals ({}) must come from people in other roles",
+            names.join(", "),
+            quorum.max_per_role.unwrap_or_default(),
+            quorum.missing(p.approvals.len())
+        ));
+    };
+    let role = role.clone();
+    Ok(if p.approvals.len() + 1 >= p.approvals_needed() {
+        Event::ProposalApproved {
+            id,
+            by,
+            hash,
+            role: Some(role),
+        }
+    } else {
+        Event::ProposalApprovalGiven { id, by, hash, role }
+    })
 }
 
 fn may_see(ctx: &Context, p: &Proposal) -> bool {
@@ -89,6 +172,13 @@ impl Daemon {
             Undecided::Busy(_) => Response::Busy {
                 message: undecided.to_string(),
             },
+            // A pending proposal the approval does not fit (it does not count): refused.
+            Undecided::Unfit {
+                state: State::Pending,
+                ..
+            } => Response::Denied {
+                reason: undecided.to_string(),
+            },
             Undecided::Unfit { id, state, .. } => decided(id, state, undecided.to_string()),
             Undecided::Expired(id) | Undecided::NotDue(id) => {
                 self.expire_overdue().await;
@@ -116,6 +206,70 @@ impl Daemon {
     }
 
     pub(super) async fn propose(self: Arc<Self>, ctx: &Context, new: NewProposal) -> Response {
+        match self.record_proposal(ctx, &new).await {
+            Ok(proposal) => {
+                self.clone().announce(&ctx.prepared, proposal.id);
+                confirm_required(&proposal)
+            }
+            Err(answer) => answer,
+        }
+    }
+
+    /// A break-glass call: the proposal is journaled, then `proposal_break_glass` (the caller
+    /// holds `roles`, the verb's `break_glass` roles), the notifier announces it and it runs
+    /// at once, as the caller's own call.
+    pub(super) async fn break_glass(
+        self: Arc<Self>,
+        ctx: &Context,
+        new: NewProposal,
+        roles: Vec<String>,
+        cancel: Cancel,
+    ) -> Response {
+        let proposal = match self.record_proposal(ctx, &new).await {
+            Ok(proposal) => proposal,
+            Err(answer) => return answer,
+        };
+        let id = proposal.id;
+        let broken = Event::ProposalBreakGlass {
+            id,
+            by: decider(&ctx.caller),
+            roles,
+        };
+        if let Err(undecided) = self.ledger.decide(broken, SystemTime::now()).await {
+            return self.undecided(undecided).await;
+        }
+        self.count_decision(id, "break_glass");
+        tracing::warn!(
+            id,
+            verb = %proposal.verb,
+            uid = ctx.caller.uid,
+            "break-glass: a verb runs without approval"
+        );
+        self.clone().announce(&ctx.prepared, id);
+        let run = Run {
+            requester: ctx.record.clone(),
+            call: new.call,
+            proposal: Some(id),
+            idempotency_key: None,
+        };
+        self.run(&ctx.prepared, run, cancel, None).await
+    }
+
+    /// Start the approval notifier for proposal `id`, if the policy has one.
+    fn announce(self: Arc<Self>, prepared: &Arc<Prepared>, id: u64) {
+        if let Some(notify) = prepared.policy.approvals.notify.clone() {
+            let prepared = prepared.clone();
+            tokio::spawn(async move { self.notify(&prepared, &notify, id).await });
+        }
+    }
+
+    /// Run the dry run (if any) and journal the new proposal; the journaled proposal, or the
+    /// answer when its record failed.
+    async fn record_proposal(
+        &self,
+        ctx: &Context,
+        new: &NewProposal,
+    ) -> Result<Proposal, Response> {
         let prepared = &ctx.prepared;
         let call = &new.call;
         let (dry_run_argv, dry_run_output) = match &call.action {
@@ -174,7 +328,7 @@ impl Daemon {
             id: self.ledger.reserve_id(),
             version: PROPOSAL_VERSION,
             verb: call.verb.clone(),
-            description: new.description,
+            description: new.description.clone(),
             category: new.category.into(),
             args: call.args.clone(),
             args_hash: call.args_hash.clone(),
@@ -188,13 +342,20 @@ impl Daemon {
                 user: ctx.record.user.clone(),
                 pid: ctx.record.pid,
             },
-            reason: new.reason.map(|r| r.chars().take(2000).collect()),
+            reason: new.reason.as_ref().map(|r| r.chars().take(2000).collect()),
             policy_hash: prepared.policy.hash.clone(),
-            verb_fingerprint: new.verb_fingerprint,
+            verb_fingerprint: new.verb_fingerprint.clone(),
             created_ms: unix_ms(now),
             expires_ms: unix_ms(now + prepared.policy.approvals.expires),
-            idempotency_key: new.idempotency_key,
+            idempotency_key: new.idempotency_key.clone(),
             state: State::Pending,
+            quorum: prepared
+                .policy
+                .verbs
+                .get(&call.verb)
+                .and_then(|v| v.quorum.clone()),
+            approvals: Vec::new(),
+            break_glass: false,
             decided_by: None,
             note: None,
             outcome: None,
@@ -209,15 +370,9 @@ impl Daemon {
             })
             .await
         {
-            return journal_failure(&e);
+            return Err(journal_failure(&e));
         }
-        if let Some(notify) = prepared.policy.approvals.notify.clone() {
-            let daemon = self.clone();
-            let prepared = prepared.clone();
-            let id = proposal.id;
-            tokio::spawn(async move { daemon.notify(&prepared, &notify, id).await });
-        }
-        confirm_required(&proposal)
+        Ok(proposal)
     }
 
     /// Run the approval notifier with the proposal on stdin (requester-written strings escaped
@@ -330,13 +485,12 @@ impl Daemon {
                 reason: format!("no proposal {id}"),
             };
         };
-        let approval = Event::ProposalApproved {
-            id,
-            by: by.clone(),
-            hash: proposal.args_hash.clone(),
-        };
         let prepared = ctx.prepared.clone();
         let verb = prepared.policy.verbs.get(&proposal.verb);
+        let approval = verb.map_or_else(
+            || Err(String::new()),
+            |v| approval_event(&proposal, by.clone(), &ctx.roles, &prepared.policy, v),
+        );
         let refusal = if let Some(r) = approver_refusal(
             &prepared,
             &ctx.caller,
@@ -352,7 +506,7 @@ impl Daemon {
             Some(format!(
                 "hash {hash:?} does not match proposal {id} (give at least {MIN_HASH_PREFIX} hex digits of the hash `verbd pending` shows)"
             ))
-        } else if let Err(unfit) = self.ledger.read(|b| b.check(&approval)) {
+        } else if let Err(unfit) = self.ledger.read(|b| b.fits(id, Step::Approve)) {
             let state = proposal.state;
             return self.undecided(Undecided::Unfit { id, unfit, state }).await;
         } else {
@@ -367,7 +521,7 @@ impl Daemon {
                         v.name
                     ))
                 }
-                Some(_) => None,
+                Some(_) => approval.as_ref().err().cloned(),
             }
         };
         if let Some(reason) = refusal {
@@ -430,9 +584,17 @@ impl Daemon {
                 };
             }
         };
+        let Ok(approval) = approval else {
+            unreachable!("a refused approval was answered above")
+        };
+        let completes = matches!(approval, Event::ProposalApproved { .. });
         let approved = self.ledger.decide(approval, SystemTime::now()).await;
         if let Err(undecided) = approved {
             return self.undecided(undecided).await;
+        }
+        if !completes {
+            self.count_decision(id, "approval_given");
+            return self.approval_given(id);
         }
         self.count_decision(id, "approved");
         let run = Run {
@@ -462,6 +624,34 @@ impl Daemon {
                 message: format!("proposal {id} approved; {reason}. `verbd wait {id}` shows the result"),
             },
         }
+    }
+
+    /// The answer to an approval short of the quorum: what it took and what is missing.
+    fn approval_given(&self, id: u64) -> Response {
+        let Some(p) = self.ledger.read(|b| b.get(id).cloned()) else {
+            return Response::Denied {
+                reason: format!("no proposal {id}"),
+            };
+        };
+        let given = p.approvals.len();
+        let missing = p
+            .quorum
+            .as_ref()
+            .map(|q| q.missing(given))
+            .unwrap_or_default();
+        let role = p
+            .approvals
+            .last()
+            .and_then(|a| a.role.clone())
+            .unwrap_or_default();
+        decided(
+            id,
+            p.state,
+            format!(
+                "approval {given} of {} recorded for proposal {id} (counts for role {role}); missing: {missing}; nothing runs until then",
+                p.approvals_needed()
+            ),
+        )
     }
 
     pub(super) async fn deny(&self, ctx: &Context, id: u64, reason: String) -> Response {

@@ -21,7 +21,7 @@ use crate::events::{
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
 use crate::loader::Prepared;
-use crate::policy::{FileCall, PreparedAction, PreparedCall, Refusal, Verdict};
+use crate::policy::{FileCall, PreparedAction, PreparedCall, Refusal, RoleKind, Verdict};
 use crate::proposal::State;
 use crate::protocol::{ExitInfo, Response, RunResult};
 use crate::slots::{FairSlots, Lane, Slot};
@@ -39,6 +39,8 @@ pub(super) struct CallRequest {
     pub args: BTreeMap<String, serde_json::Value>,
     pub reason: Option<String>,
     pub idempotency_key: Option<String>,
+    /// Run without approval under the verb's `break_glass` (`verbd call --break-glass`).
+    pub break_glass: bool,
 }
 
 /// How a run ended, before it is journaled.
@@ -88,6 +90,49 @@ fn not_started(
         }),
         response: Response::Error { message },
     }
+}
+
+/// The caller's roles that `verb` names in `break_glass`, or why the caller may not break glass:
+/// an agent role never does, and only a role the verb names does.
+fn break_glass_roles(ctx: &Context, verb: &str) -> Result<Vec<String>, String> {
+    let named = ctx
+        .prepared
+        .policy
+        .verbs
+        .get(verb)
+        .map(|v| v.break_glass.clone())
+        .unwrap_or_default();
+    let agent_roles: Vec<&str> = ctx
+        .roles
+        .iter()
+        .filter(|r| r.kind == RoleKind::Agent)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !agent_roles.is_empty() {
+        return Err(format!(
+            "break-glass refused: uid {} is in an agent role ({}); agent identities never run a verb without approval",
+            ctx.caller.uid,
+            agent_roles.join(", ")
+        ));
+    }
+    if named.is_empty() {
+        return Err(format!(
+            "break-glass refused: verb `{verb}` names no break_glass roles; it runs only when approved (call it without --break-glass to propose it)"
+        ));
+    }
+    let held: Vec<String> = ctx
+        .roles
+        .iter()
+        .filter(|r| named.contains(&r.name))
+        .map(|r| r.name.clone())
+        .collect();
+    if held.is_empty() {
+        return Err(format!(
+            "break-glass refused: verb `{verb}` may be run without approval only by roles {}, and yours are not among them (call it without --break-glass to propose it)",
+            named.join(", ")
+        ));
+    }
+    Ok(held)
 }
 
 impl Daemon {
@@ -161,6 +206,7 @@ impl Daemon {
     ) -> Response {
         let uid = ctx.record.uid;
         if proposed.is_some()
+            && !request.break_glass
             && let Some(existing) = self.ledger.read(|b| {
                 b.pending_for(uid, &call.verb, &call.args_hash, now)
                     .cloned()
@@ -181,6 +227,23 @@ impl Daemon {
             return self.refuse(ctx, request, Refusal::Denied { reason }).await;
         }
         match proposed {
+            Some((description, category, verb_fingerprint)) if request.break_glass => {
+                let roles = match break_glass_roles(ctx, &call.verb) {
+                    Ok(roles) => roles,
+                    Err(reason) => {
+                        return self.refuse(ctx, request, Refusal::Denied { reason }).await;
+                    }
+                };
+                let new = NewProposal {
+                    call,
+                    description,
+                    category,
+                    verb_fingerprint,
+                    reason: request.reason.clone(),
+                    idempotency_key: None,
+                };
+                self.break_glass(ctx, new, roles, cancel).await
+            }
             Some((description, category, verb_fingerprint)) => {
                 let waiting = self.ledger.read(|b| b.pending_count(uid));
                 if waiting >= MAX_PENDING_PER_REQUESTER {

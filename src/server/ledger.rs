@@ -195,7 +195,7 @@ impl Ledger {
                 .check(&event)
                 .map_err(|unfit| Undecided::Unfit { id, unfit, state })?;
             match step {
-                Step::Approve if due => return Err(Undecided::Expired(id)),
+                Step::Approve | Step::Endorse if due => return Err(Undecided::Expired(id)),
                 Step::Expire if !due => return Err(Undecided::NotDue(id)),
                 _ => {}
             }

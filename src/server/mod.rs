@@ -704,6 +704,27 @@ impl Daemon {
                             args,
                             reason,
                             idempotency_key,
+                            break_glass: false,
+                        },
+                        cancel,
+                    )
+                    .await;
+                self.counted.call(&label, &response, started.elapsed());
+                response
+            }
+            Request::BreakGlass { verb, args, reason } => {
+                let started = std::time::Instant::now();
+                let label = self.verb_label(&ctx, &verb).to_string();
+                let response = self
+                    .clone()
+                    .call(
+                        &ctx,
+                        call::CallRequest {
+                            verb,
+                            args,
+                            reason,
+                            idempotency_key: None,
+                            break_glass: true,
                         },
                         cancel,
                     )
