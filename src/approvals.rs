@@ -12,8 +12,13 @@
 //!   secret placeholders, the verb's fingerprint and the policy hash; approval names id + hash
 //!   prefix and is checked against the *current* policy (see `server`), so changed args or a
 //!   changed template never ride on an old approval;
-//! - a proposal's state moves only forward (see [`State`]); an event that would move it any other
-//!   way changes nothing and is reported as a [`Conflict`];
+//! - a proposal's state moves only forward, by the steps of one table ([`TRANSITIONS`]); an event
+//!   that would move it any other way changes nothing and is reported as a [`Conflict`];
+//! - an approval counts once per person and never the requester's; under a quorum a proposal
+//!   stays pending while it collects `proposal_approval_given` records, and only the approval
+//!   that completes the count (within each role's `max_per_role`) is a `proposal_approved`.
+//!   [`Book::check`] refuses an approval record that would not count ([`approval_unfit`]), so
+//!   the book never holds a proposal approved on fewer approvals than its quorum;
 //! - a `start` event ends whatever the previous daemon left open: a proposal that was executing
 //!   becomes `unknown_outcome` (never re-run automatically), one approved but never started
 //!   becomes `failed` (not run), and a keyed run without an end is remembered as unknown;
