@@ -613,17 +613,23 @@ fn build(tokens: Vec<Token>) -> Result<Vec<Pipeline>, ParseError> {
                     finish_pipeline(&mut stages, &mut pipelines, &mut after, Some(next));
                 }
                 "(" => {
+                    // A parenthesis is part of its stage's text: a stage made only of
+                    // constructs still has a span inside the line.
+                    extend_span(&mut stage, &span);
                     if stage.words.len() == 1
                         && iter.peek().is_some_and(|t| matches!(t, Token::Op(")", _)))
                     {
                         stage.constructs.push(Construct::FunctionDefinition);
-                        iter.next();
+                        if let Some(Token::Op(_, close)) = iter.next() {
+                            extend_span(&mut stage, &close);
+                        }
                     } else {
                         depth += 1;
                         stage.constructs.push(Construct::Subshell);
                     }
                 }
                 ")" => {
+                    extend_span(&mut stage, &span);
                     depth = depth.saturating_sub(1);
                     stage.constructs.push(Construct::Subshell);
                 }
