@@ -9,10 +9,13 @@
 //! - `chmod`, `fchmod`, `fchmodat`, `fchmodat2` (with and without `AT_SYMLINK_NOFOLLOW`),
 //!   `chown`, `lchown`, `fchown`, `fchownat`: refused on protected entries (`EACCES`),
 //!   performed elsewhere;
-//! - `chattr +i` / `+a` (`FS_IOC_SETFLAGS`): the kernel refuses them without
-//!   `CAP_LINUX_IMMUTABLE`, which the program never has (the other flags change no permission);
-//! - `utimensat`: not brokered; where it would matter, a tracked file changed with its mtime put
-//!   back, the human's `git status` still sees the change (git records the ctime too).
+//! - `chattr +i` / `+a` (`FS_IOC_SETFLAGS`): the broker filter refuses every inode flag change
+//!   (`EPERM`), before the kernel would (no `CAP_LINUX_IMMUTABLE`) or the read-only bind of the
+//!   mount namespace (`EROFS`);
+//! - `utimensat` on a protected entry: refused (`EACCES`); elsewhere in a write root performed,
+//!   and a tracked file changed with its mtime put back is still a change to the human's
+//!   `git status` (git records the ctime too). Outside the write roots: tests/
+//!   exec_metadata_read_roots.rs.
 //!
 //! The unconfined control, the same agent without `verbd exec`, shows the ACL and `chown`
 //! attacks work on the plain file system.
@@ -105,7 +108,7 @@ def chattr(path, flag):
     with_fd(path, op)
 attempt("chattr-immutable-memory", lambda: chattr(MEMORY, 0x10))
 attempt("chattr-append-hook", lambda: chattr(HOOK, 0x20))
-# 280 utimensat: not brokered (a time changes no permission)
+# 280 utimensat: brokered, refused on a protected entry
 attempt("utimensat-memory", lambda: os.utime(MEMORY, (0, 0)))
 "#;
 
@@ -308,20 +311,20 @@ fn under_verbd_exec_no_metadata_call_widens_a_protected_entry_in_any_mode() {
                 "{mode:?} {name}: {lines:?}"
             );
         }
-        // The kernel: no CAP_LINUX_IMMUTABLE (in the mount namespace the read-only bind
-        // answers first).
-        let chattr_errno = if mode == Some(verbd::sandbox::MOUNT_NAMESPACE_ENV) {
-            libc::EROFS
-        } else {
-            libc::EPERM
-        };
+        // The broker filter refuses every inode flag change, before the kernel (no
+        // CAP_LINUX_IMMUTABLE) or the mount namespace's read-only bind would.
         for name in ["chattr-immutable-memory", "chattr-append-hook"] {
             assert_eq!(
                 errno_of(&lines, name),
-                chattr_errno,
+                libc::EPERM,
                 "{mode:?} {name}: {lines:?}"
             );
         }
+        assert_eq!(
+            errno_of(&lines, "utimensat-memory"),
+            libc::EACCES,
+            "{mode:?}: {lines:?}"
+        );
         // Performed where nothing is protected (in the Landlock-only split `src` is granted
         // whole, so the plain file is writable there too).
         for name in ["fchmodat2-plain", "fchownat-plain"] {

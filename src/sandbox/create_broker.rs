@@ -1,8 +1,9 @@
 //! The create broker of `verbd exec`: every syscall that gives a new name to something — `open`
 //! and `openat` with `O_CREAT`, `creat`, `mkdir`, `mknod`, `symlink`, `link` and `rename` in all
 //! their forms — or changes an entry by name — `open`/`openat` for writing or with `O_TRUNC`,
-//! `unlink`, `rmdir`, `truncate`, `chmod` and `chown` and their variants — is performed outside
-//! the sandboxed program, by a thread that refuses it on a protected name (module `protected`).
+//! `unlink`, `rmdir`, `truncate`, `chmod`, `chown` and `utimensat` and their variants — is
+//! performed outside the sandboxed program, by a thread that refuses it on a protected name
+//! (module `protected`), and refuses a change of mode, owner or times outside the write roots.
 //!
 //! Why: Landlock grants rights on directories, not names, does not govern `chmod`, and a mount
 //! can only cover a name that exists. Under `verbd exec` in a mount namespace the write roots are
@@ -38,7 +39,10 @@
 //! - never `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel never acts on the caller's strings,
 //!   which can change after they were read;
 //! - a protected name is never created, and a protected entry is never written, truncated,
-//!   removed, renamed, re-moded or given a second name: `EACCES`. `mkdir`/`mknod`/`symlink`/`link`
+//!   removed, renamed, re-moded, re-owned, re-timed or given a second name: `EACCES`;
+//! - outside the write roots nothing is truncated, re-moded, re-owned or re-timed, though the
+//!   program owns it (Landlock governs none of these but `truncate`): `EACCES`. The check is made
+//!   on the descriptor the thread resolved, and the change on that same descriptor. `mkdir`/`mknod`/`symlink`/`link`
 //!   onto an existing one answer `EEXIST`; an existing one opened only for reading opens;
 //! - the kernel checks mount points only in their own namespace: the create thread refuses to
 //!   rename or remove one of the caller's (`EBUSY`), as the kernel would there;
@@ -56,12 +60,10 @@
 //! Not brokered: `bind` of a pathname Unix socket (a socket inode is no file a tool reads),
 //! descriptor-based writes (`write`, `ftruncate`): the broker never hands out a writable
 //! descriptor on a protected entry; extended attributes, which the filter refuses whole
-//! (`EOPNOTSUPP`, module `seccomp`: a POSIX ACL would grant what `chmod` may not); timestamps
-//! (`utimensat` and kin: a time changes neither who may write or execute a file, and git does
-//! not take a restored mtime for "unchanged", its index records the ctime too); `ioctl` flags
-//! (`chattr`: immutable and append-only need `CAP_LINUX_IMMUTABLE`, which the program lacks; the
-//! others change no permission). `chown` is brokered although changing the owner needs a
-//! capability: the group may be changed to any of the caller's groups.
+//! (`EOPNOTSUPP`, module `seccomp`: a POSIX ACL would grant what `chmod` may not); inode flags
+//! (`FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR`: `chattr`), which the filter refuses whole (`EPERM`).
+//! `chown` is brokered although changing the owner needs a capability: the group may be changed
+//! to any of the caller's groups.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -132,6 +134,11 @@ impl CreatePolicy {
                 }
             })
             .map(|hit| hit.to_string())
+    }
+
+    /// Does `path` (absolute, as the caller sees it) lie in a write root (or is it one)?
+    fn in_write_root(&self, path: &Path) -> bool {
+        self.write_roots.iter().any(|root| path.starts_with(root))
     }
 
     /// What `path` is to git, when it lies in a write root, in a `.git` directory that no other
@@ -407,6 +414,12 @@ enum Operation {
         place: Place,
         uid: u32,
         gid: u32,
+        follow: bool,
+    },
+    /// `utimensat` and kin: the access and modification times, `None` for "now".
+    Times {
+        place: Place,
+        times: Option<[libc::timespec; 2]>,
         follow: bool,
     },
 }
@@ -774,6 +787,32 @@ impl Caller<'_> {
                     follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
                 }
             }
+            libc::SYS_utimensat => {
+                let flags = int(3);
+                if flags & !(libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                    return Err(libc::EINVAL);
+                }
+                Operation::Times {
+                    place: self.times_place(int(0), arg(1), flags)?,
+                    times: self.timespecs(arg(2))?,
+                    follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                }
+            }
+            libc::SYS_futimesat => Operation::Times {
+                place: self.times_place(int(0), arg(1), 0)?,
+                times: self.timevals(arg(2))?,
+                follow: true,
+            },
+            libc::SYS_utimes => Operation::Times {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                times: self.timevals(arg(1))?,
+                follow: true,
+            },
+            libc::SYS_utime => Operation::Times {
+                place: self.place(libc::AT_FDCWD, arg(0), false)?,
+                times: self.utimbuf(arg(1))?,
+                follow: true,
+            },
             _ => return Err(libc::ENOSYS),
         };
         Ok(operation)
@@ -830,6 +869,65 @@ impl Caller<'_> {
         Ok(Place::Path(base.join(path)))
     }
 
+    /// What `utimensat`/`futimesat` act on: with no path, the descriptor `dirfd` itself (then
+    /// no flag is valid), as the kernel decides.
+    fn times_place(&self, dirfd: i32, address: u64, flags: i32) -> Result<Place, i32> {
+        if address != 0 || dirfd == libc::AT_FDCWD {
+            return self.place(dirfd, address, flags & libc::AT_EMPTY_PATH != 0);
+        }
+        if flags != 0 {
+            return Err(libc::EINVAL);
+        }
+        self.descriptor(dirfd)
+    }
+
+    /// The caller's `struct timespec[2]`, `None` for a null pointer ("now").
+    fn timespecs(&self, address: u64) -> Result<Option<[libc::timespec; 2]>, i32> {
+        Ok(self
+            .words::<4>(address)?
+            .map(|[a_sec, a_nsec, m_sec, m_nsec]| {
+                [timespec(a_sec, a_nsec), timespec(m_sec, m_nsec)]
+            }))
+    }
+
+    /// The caller's `struct timeval[2]`, `None` for a null pointer; microseconds out of range
+    /// are `EINVAL`, as the kernel answers.
+    fn timevals(&self, address: u64) -> Result<Option<[libc::timespec; 2]>, i32> {
+        let Some([a_sec, a_usec, m_sec, m_usec]) = self.words::<4>(address)? else {
+            return Ok(None);
+        };
+        if ![a_usec, m_usec]
+            .iter()
+            .all(|usec| (0..1_000_000).contains(usec))
+        {
+            return Err(libc::EINVAL);
+        }
+        Ok(Some([
+            timespec(a_sec, a_usec * 1000),
+            timespec(m_sec, m_usec * 1000),
+        ]))
+    }
+
+    /// The caller's `struct utimbuf` (whole seconds), `None` for a null pointer.
+    fn utimbuf(&self, address: u64) -> Result<Option<[libc::timespec; 2]>, i32> {
+        Ok(self
+            .words::<2>(address)?
+            .map(|[access, modification]| [timespec(access, 0), timespec(modification, 0)]))
+    }
+
+    /// `N` 64-bit words of the caller's at `address`, `None` for a null pointer.
+    fn words<const N: usize>(&self, address: u64) -> Result<Option<[i64; N]>, i32> {
+        if address == 0 {
+            return Ok(None);
+        }
+        let bytes = notify::read_memory(self.tid, address, N * 8).map_err(|_| libc::EFAULT)?;
+        let mut words = [0i64; N];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *word = i64::from_ne_bytes(chunk.try_into().map_err(|_| libc::EFAULT)?);
+        }
+        Ok(Some(words))
+    }
+
     fn descriptor(&self, fd: i32) -> Result<Place, i32> {
         notify::pidfd_getfd(self.pidfd, fd)
             .map(Place::Descriptor)
@@ -876,6 +974,13 @@ fn own_descriptor(path: &[u8]) -> Option<i32> {
         return None;
     }
     std::str::from_utf8(number).ok()?.parse().ok()
+}
+
+fn timespec(seconds: i64, nanoseconds: i64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: seconds,
+        tv_nsec: nanoseconds,
+    }
 }
 
 fn c_string(bytes: &[u8]) -> Result<CString, i32> {
@@ -1106,35 +1211,53 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
         }
         Operation::Unlink { place, flags } => unlink(policy, root, place, flags, &refused),
         Operation::Truncate { place, length } => {
-            alter(policy, root, place, true, None, &refused, |target| {
-                let file = open_path(libc::AT_FDCWD, &own_fd_path(target), libc::O_WRONLY)?;
-                // SAFETY: an open fd; plain syscall.
-                if unsafe { libc::ftruncate(file.as_raw_fd(), length) } == 0 {
-                    Ok(())
-                } else {
-                    Err(last_errno())
-                }
-            })
+            alter(
+                policy,
+                root,
+                place,
+                true,
+                None,
+                &refused,
+                &explained,
+                |target| {
+                    let file = open_path(libc::AT_FDCWD, &own_fd_path(target), libc::O_WRONLY)?;
+                    // SAFETY: an open fd; plain syscall.
+                    if unsafe { libc::ftruncate(file.as_raw_fd(), length) } == 0 {
+                        Ok(())
+                    } else {
+                        Err(last_errno())
+                    }
+                },
+            )
         }
         Operation::Chown {
             place,
             uid,
             gid,
             follow,
-        } => alter(policy, root, place, follow, None, &refused, |target| {
-            // SAFETY: an open fd and an empty NUL-terminated path: the call acts on the file
-            // the descriptor names (a symlink itself when it was opened without following).
-            let rc = unsafe {
-                libc::fchownat(
-                    target.as_raw_fd(),
-                    c"".as_ptr(),
-                    uid,
-                    gid,
-                    libc::AT_EMPTY_PATH,
-                )
-            };
-            if rc == 0 { Ok(()) } else { Err(last_errno()) }
-        }),
+        } => alter(
+            policy,
+            root,
+            place,
+            follow,
+            None,
+            &refused,
+            &explained,
+            |target| {
+                // SAFETY: an open fd and an empty NUL-terminated path: the call acts on the file
+                // the descriptor names (a symlink itself when it was opened without following).
+                let rc = unsafe {
+                    libc::fchownat(
+                        target.as_raw_fd(),
+                        c"".as_ptr(),
+                        uid,
+                        gid,
+                        libc::AT_EMPTY_PATH,
+                    )
+                };
+                if rc == 0 { Ok(()) } else { Err(last_errno()) }
+            },
+        ),
         Operation::Chmod { place, mode, flags } => {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
             alter(
@@ -1144,6 +1267,7 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
                 follow,
                 Some(mode),
                 &refused,
+                &explained,
                 |target| {
                     if !follow && is_symlink(target) {
                         // Linux has no mode for a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW
@@ -1161,6 +1285,31 @@ fn perform(policy: &CreatePolicy, request: Request, reporter: Reporter) -> Perfo
                 },
             )
         }
+        Operation::Times {
+            place,
+            times,
+            follow,
+        } => alter(
+            policy,
+            root,
+            place,
+            follow,
+            None,
+            &refused,
+            &explained,
+            |target| {
+                let path = c_string(own_fd_path(target).as_bytes())?;
+                let times = times.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+                // SAFETY: a NUL-terminated path and a null or two-element `timespec` array, alive
+                // for the call; the magic link leads to the file (or the symlink itself, when it
+                // was opened without following) the O_PATH descriptor names.
+                if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times, 0) } == 0 {
+                    Ok(())
+                } else {
+                    Err(last_errno())
+                }
+            },
+        ),
     };
     Performed::Now(Outcome::Errno(match result {
         Ok(()) => 0,
@@ -1704,8 +1853,13 @@ fn has_entries(at: &Resolved) -> bool {
     std::fs::read_dir(own_fd_path(&fd)).map_or(true, |mut entries| entries.next().is_some())
 }
 
-/// `truncate`, `chmod` and kin: the file they act on (following a final symlink when `follow`),
-/// opened `O_PATH` beneath the caller's root, must not be protected; then `change` acts on it.
+/// `truncate`, `chmod`, `chown`, `utimensat` and kin: the file they act on (following a final
+/// symlink when `follow`), opened `O_PATH` beneath the caller's root, must lie in a write root
+/// (Landlock governs none of these calls but `truncate`: outside, an owner could make its
+/// `~/.ssh` world-writable or put back a time) and must not be protected; then `change` acts on
+/// that descriptor. A descriptor that names no file (a pipe, a socket: its link is no path) is
+/// in no directory tree and changes nothing another program reads.
+#[allow(clippy::too_many_arguments)]
 fn alter(
     policy: &CreatePolicy,
     root: &OwnedFd,
@@ -1713,6 +1867,7 @@ fn alter(
     follow: bool,
     config_chmod: Option<u32>,
     refused: &dyn Fn(&Path, &str),
+    explained: &dyn Fn(&Path, &str),
     change: impl FnOnce(&OwnedFd) -> Result<(), i32>,
 ) -> Result<(), i32> {
     let target = match place {
@@ -1727,6 +1882,13 @@ fn alter(
         }
     };
     let located = std::fs::read_link(own_fd_path(&target)).map_err(|_| libc::EACCES)?;
+    if located.is_absolute() && !policy.in_write_root(&located) {
+        explained(
+            &located,
+            "outside every write root: its mode, owner and times are kept unchanged",
+        );
+        return Err(libc::EACCES);
+    }
     if let Some(rule) = policy.protected(&located) {
         // git probes whether the file system keeps the executable bit by flipping it on its
         // config (`git init`): a mode that lets no other uid write is harmless there.
