@@ -35,11 +35,57 @@ pub enum ClientError {
     NoAnswer,
     #[error("verbd sent an answer this client cannot read: {0}")]
     BadAnswer(protocol::DecodeError),
+    #[error(
+        "refusing to send an approver's request through {path}: the socket belongs to uid {owner}, neither root nor you (a socket another account put at that path would answer in the daemon's place: invent proposals, swallow decisions). Use the daemon's approver socket, or an SSH forward you start in a directory only you can write (docs/fleet.md)"
+    )]
+    ForeignSocket { path: PathBuf, owner: u32 },
 }
 
-/// Send one request and wait for its response, all within `deadline`.
+/// Whether `req` is one only approvers send (`pending`, `approve`, `deny`, `resolve`,
+/// `reload`): what the answer says is what a person decides on.
+fn is_approvers(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Pending {}
+            | Request::Approve { .. }
+            | Request::Deny { .. }
+            | Request::Resolve { .. }
+            | Request::Reload {}
+    )
+}
+
+/// An approver's request goes only to a socket owned by root or by the caller: the daemon's
+/// sockets are root's (bound before it drops privileges, or by systemd), a daemon run by hand
+/// is its user's, and an SSH forward's end is made by the approver's own ssh. A socket of
+/// another account at the path (planted where a forward's end was), or a symlink of another
+/// account (which it could turn elsewhere between this check and the connection), is refused
+/// before anything is sent; so is a symlink to such a socket. A path that cannot be examined is
+/// left to `connect`, which says why.
+fn check_approver_socket(socket: &Path) -> Result<(), ClientError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    for examined in [std::fs::symlink_metadata(socket), std::fs::metadata(socket)] {
+        let Ok(meta) = examined else {
+            return Ok(());
+        };
+        let owner = meta.uid();
+        if owner != 0 && owner != me {
+            return Err(ClientError::ForeignSocket {
+                path: socket.to_path_buf(),
+                owner,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Send one request and wait for its response, all within `deadline`. An approver's request
+/// goes only to a socket owned by root or the caller ([`ClientError::ForeignSocket`]).
 pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Response, ClientError> {
     let started = Instant::now();
+    if is_approvers(req) {
+        check_approver_socket(socket)?;
+    }
     let stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
         path: socket.to_path_buf(),
         source,

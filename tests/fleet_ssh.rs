@@ -9,6 +9,7 @@
 mod common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 const APPROVER_UID: u32 = 61501;
 const AGENT_UID: u32 = 61502;
 const APPROVERS_GID: u32 = 61510;
+/// A hostile account on the approver's laptop (it exists only there, not on the host).
+const LAPTOP_HOSTILE_UID: u32 = 61503;
 const SSHD: &str = "/usr/sbin/sshd";
 
 fn ci() -> bool {
@@ -203,6 +206,18 @@ impl Laptop {
     /// `ssh -N -o ExitOnForwardFailure=yes -L ./verbd-approve.sock:REMOTE user@host`, from the
     /// laptop's directory; returns the child and the local socket once it exists.
     fn forward(&self, sshd: &Sshd, server: &Path, user: &str, remote: &Path) -> (Child, PathBuf) {
+        self.forward_with(sshd, server, user, remote, &[])
+    }
+
+    /// [`Laptop::forward`] with more ssh options.
+    fn forward_with(
+        &self,
+        sshd: &Sshd,
+        server: &Path,
+        user: &str,
+        remote: &Path,
+        options: &[&str],
+    ) -> (Child, PathBuf) {
         let known_hosts = self.dir.path().join("known_hosts");
         let host_key = std::fs::read_to_string(server.join("host_key.pub")).unwrap();
         std::fs::write(
@@ -217,6 +232,7 @@ impl Laptop {
             .arg("-o")
             .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
             .args(["-p", &sshd.port.to_string()])
+            .args(options)
             .args(["-N", "-o", "ExitOnForwardFailure=yes", "-L"])
             .arg(format!("./verbd-approve.sock:{}", remote.display()))
             .arg(format!("{user}@127.0.0.1"))
@@ -239,6 +255,50 @@ impl Laptop {
         (child, local)
     }
 
+    /// `ssh -N -o ExitOnForwardFailure=yes -R REMOTE:./verbd-approve.sock user@host`: the
+    /// remote forward of a Unix socket, from the laptop to a socket on the host; how ssh ended.
+    fn remote_forward(
+        &self,
+        sshd: &Sshd,
+        server: &Path,
+        user: &str,
+        remote: &Path,
+    ) -> std::process::ExitStatus {
+        let known_hosts = self.dir.path().join("known_hosts");
+        let host_key = std::fs::read_to_string(server.join("host_key.pub")).unwrap();
+        std::fs::write(
+            &known_hosts,
+            format!("[127.0.0.1]:{} {host_key}", sshd.port),
+        )
+        .unwrap();
+        let mut child = Command::new("ssh")
+            .current_dir(self.dir.path())
+            .args(["-F", "/dev/null", "-i", "key", "-o", "IdentitiesOnly=yes"])
+            .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+            .args(["-p", &sshd.port.to_string()])
+            .args(["-N", "-o", "ExitOnForwardFailure=yes", "-R"])
+            .arg(format!("{}:./verbd-approve.sock", remote.display()))
+            .arg(format!("{user}@127.0.0.1"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("ssh-R.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                stop(child);
+                panic!("ssh -R as {user} is still up: the forward was accepted");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `verbd ARGS --socket ./verbd-approve.sock`, run on the laptop.
     fn verbd(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
@@ -248,6 +308,16 @@ impl Laptop {
             .env_remove("VERBD_SOCKET")
             .output()
             .unwrap()
+    }
+}
+
+/// A child killed when dropped (also when an assertion fails first).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -485,4 +555,190 @@ fn each_layer_holds_when_the_one_before_it_is_misconfigured() {
     let out = approver_laptop.verbd(&["approve", &id, "--hash", &hash]);
     assert!(out.status.success(), "{out:?}");
     stop(approver_ssh);
+}
+
+/// A hostile account on the approver's laptop (uid 61503: say, an agent run under another uid
+/// there), and the approver working in a directory every account may write (mode 1777, as
+/// /tmp). It connects to the live forward; then, once the session has ended, it puts its own
+/// socket (and then a symlink to it) where the approver's next forward goes, answering as if it
+/// were the daemon. And on the host, approver and agent accounts try `ssh -R` to put a socket
+/// there.
+#[test]
+fn a_hostile_account_cannot_use_or_take_the_forwarded_socket() {
+    if !require_root("a_hostile_account_cannot_use_or_take_the_forwarded_socket") || !have_tools() {
+        return;
+    }
+    let d = Daemon::start(POLICY);
+    d.open_socket();
+    let approve_socket = d.path("approve.sock");
+    chown(&approve_socket, 0, APPROVERS_GID);
+    std::fs::set_permissions(&approve_socket, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let approver_laptop = Laptop::new("approver");
+    let agent_laptop = Laptop::new("agent");
+    let server = tempfile::Builder::new()
+        .prefix("verbd-sshd-")
+        .tempdir()
+        .unwrap();
+    let sshd = Sshd::start(
+        server.path(),
+        &approver_laptop.public_key(),
+        &agent_laptop.public_key(),
+        &documented_sshd_block(),
+    );
+    let out = d.cli_as(
+        AGENT_UID,
+        &["call", "--json", "restart", "unit=nginx.service"],
+    );
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = proposal["id"].as_u64().unwrap().to_string();
+    let hash = proposal["hash"].as_str().unwrap()[..16].to_string();
+    let shared = approver_laptop.dir.path();
+    std::fs::set_permissions(shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let local = shared.join("verbd-approve.sock");
+    let as_hostile = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .arg("--socket")
+            .arg(&local)
+            .env_remove("VERBD_SOCKET")
+            .uid(LAPTOP_HOSTILE_UID)
+            .gid(LAPTOP_HOSTILE_UID)
+            .output()
+            .unwrap()
+    };
+
+    // 1. The live forward: ssh made the laptop's end the approver's alone.
+    let (approver_ssh, _) =
+        approver_laptop.forward(&sshd, server.path(), "approver", &approve_socket);
+    let out = as_hostile(&["approve", &id, "--hash", &hash]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("hostile uid on the live forward: {:?} {said}", out.status);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(said.contains("Permission denied"), "{said}");
+    stop(approver_ssh);
+    // ssh leaves the laptop's end behind when the session ends: nothing answers on it, and a
+    // new forward cannot bind over it unless told to (`StreamLocalBindUnlink`, docs/fleet.md).
+    assert!(
+        local.exists(),
+        "ssh removed its socket: the docs say it stays"
+    );
+    let out = approver_laptop.verbd(&["pending"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("the approver on the stale end: {:?} {said}", out.status);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(said.contains("Connection refused"), "{said}");
+    let (approver_ssh, _) = approver_laptop.forward_with(
+        &sshd,
+        server.path(),
+        "approver",
+        &approve_socket,
+        &["-o", "StreamLocalBindUnlink=yes"],
+    );
+    // The stale end is there already: wait for ssh to have replaced it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut out = approver_laptop.verbd(&["pending"]);
+    while !out.status.success() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        out = approver_laptop.verbd(&["pending"]);
+    }
+    assert!(
+        out.status.success(),
+        "a new forward with StreamLocalBindUnlink: {out:?}"
+    );
+    stop(approver_ssh);
+    std::fs::remove_file(&local).unwrap();
+
+    // 2. The hostile account's own socket at the path, then a symlink to one elsewhere. The
+    // approver's forward cannot bind over it (ssh exits); the approver's verbd must not take
+    // the planted server for the daemon.
+    let fake = verbd::protocol::Response::Decided {
+        id: id.parse().unwrap(),
+        state: verbd::protocol::State::Succeeded,
+        message: "approved and ran (a planted answer)".into(),
+    };
+    let fake_line = String::from_utf8(fake.encode()).unwrap();
+    let elsewhere = open_tempdir();
+    std::fs::set_permissions(elsewhere.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    for planted in ["a socket", "a symlink"] {
+        let listen_at = match planted {
+            "a socket" => local.clone(),
+            _ => elsewhere.path().join("fake.sock"),
+        };
+        let fake_daemon = Killed(Command::new("python3")
+            .args([
+                "-c",
+                "import os, socket, sys\n\
+                 s = socket.socket(socket.AF_UNIX)\n\
+                 s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); s.listen(8)\n\
+                 while True:\n    c, _ = s.accept(); c.recv(65536); c.sendall(sys.argv[2].encode()); c.close()\n",
+            ])
+            .arg(&listen_at)
+            .arg(fake_line.trim_end().to_string() + "\n")
+            .uid(LAPTOP_HOSTILE_UID)
+            .gid(LAPTOP_HOSTILE_UID)
+            .spawn()
+            .unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !listen_at.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the planted socket never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if planted == "a symlink" {
+            let link = Command::new("ln")
+                .arg("-s")
+                .arg(&listen_at)
+                .arg(&local)
+                .uid(LAPTOP_HOSTILE_UID)
+                .gid(LAPTOP_HOSTILE_UID)
+                .status()
+                .unwrap();
+            assert!(link.success());
+        }
+        let (approver_ssh, _) =
+            approver_laptop.forward(&sshd, server.path(), "approver", &approve_socket);
+        std::thread::sleep(Duration::from_millis(500));
+        let ssh_log = std::fs::read_to_string(shared.join("ssh.log")).unwrap_or_default();
+        let out = approver_laptop.verbd(&["approve", &id, "--hash", &hash]);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        println!(
+            "{planted} planted at the path: ssh said {:?}; the approver's verbd: {:?} {said}",
+            ssh_log.trim(),
+            out.status
+        );
+        assert!(
+            !said.contains("planted"),
+            "the approver read the planted answer: {said}"
+        );
+        assert_eq!(out.status.code(), Some(69), "{said}");
+        assert!(
+            said.contains(&format!("uid {LAPTOP_HOSTILE_UID}")),
+            "the refusal names the socket's owner: {said}"
+        );
+        stop(approver_ssh);
+        drop(fake_daemon);
+        let _ = std::fs::remove_file(&local);
+        let _ = std::fs::remove_file(&listen_at);
+    }
+
+    // 3. `ssh -R`: neither account may put a forwarded socket on the host.
+    for (laptop, user) in [(&agent_laptop, "agent"), (&approver_laptop, "approver")] {
+        let remote = server.path().join(format!("{user}-remote.sock"));
+        let status = laptop.remote_forward(&sshd, server.path(), user, &remote);
+        let said = std::fs::read_to_string(laptop.dir.path().join("ssh-R.log")).unwrap();
+        println!("ssh -R as {user}: {status:?} {}", said.trim());
+        assert!(!status.success(), "{user}'s remote forward was accepted");
+        assert!(said.contains("remote port forwarding failed"), "{said}");
+        assert!(!remote.exists(), "{user} put a socket on the host");
+    }
+    assert!(
+        d.journal_events()
+            .iter()
+            .all(|e| e["kind"] != "proposal_approved"),
+        "nothing was approved"
+    );
 }
