@@ -72,6 +72,7 @@ fn call(verb: String, args: BTreeMap<String, Value>) -> Request {
         args,
         reason: None,
         idempotency_key: None,
+        stream: None,
     }
 }
 

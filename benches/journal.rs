@@ -121,6 +121,7 @@ fn result(index: u64, exec_seq: u64, proposal: Option<u64>) -> Event {
             ..output()
         },
         error: None,
+        ended_by: None,
     }
 }
 

@@ -84,6 +84,7 @@ fn call(verb: &str) -> Request {
         args: Default::default(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     }
 }
 

@@ -147,6 +147,7 @@ fn echo_request() -> Request {
             .collect(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     }
 }
 

@@ -158,6 +158,7 @@ fn spawn_comparison(c: &mut Criterion) {
         args: BTreeMap::new(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     };
     group.bench_function("verb call over the socket (journaled, fsync)", |b| {
         b.iter(|| {
@@ -179,6 +180,7 @@ fn sealing_comparison(c: &mut Criterion) {
         args: BTreeMap::new(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     };
     let variants = [
         ("epochs of 1000 records (default)", 1000),
@@ -307,6 +309,7 @@ fn mcp_comparison(c: &mut Criterion) {
         args: BTreeMap::new(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     };
     let native = || match verbd::client::request(&daemon.socket, &request, Duration::from_secs(10))
         .unwrap()

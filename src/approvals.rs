@@ -1215,6 +1215,7 @@ mod tests {
                         sha256: String::new(),
                     },
                     error: None,
+                    ended_by: None,
                 },
             )
             .unwrap();

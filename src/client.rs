@@ -8,7 +8,7 @@
 //! killed mid-call, cancels the run it asked for).
 #![forbid(unsafe_code)]
 
-use crate::protocol::{self, Request, Response};
+use crate::protocol::{self, OutputStream, Request, Response};
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -82,6 +82,17 @@ fn check_approver_socket(socket: &Path) -> Result<(), ClientError> {
 /// Send one request and wait for its response, all within `deadline`. An approver's request
 /// goes only to a socket owned by root or the caller ([`ClientError::ForeignSocket`]).
 pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Response, ClientError> {
+    request_streaming(socket, req, deadline, &mut |_, _| {})
+}
+
+/// [`request`] for a call that asked for `stream`: each `chunk` answer goes to `on_chunk` as it
+/// arrives; the last answer is returned.
+pub fn request_streaming(
+    socket: &Path,
+    req: &Request,
+    deadline: Duration,
+    on_chunk: &mut dyn FnMut(OutputStream, &str),
+) -> Result<Response, ClientError> {
     let started = Instant::now();
     if is_approvers(req) {
         check_approver_socket(socket)?;
@@ -118,16 +129,21 @@ pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Respo
     // A daemon that refuses the caller may answer and close before reading everything: a
     // failed write is not final, the answer may already be waiting.
     let written = send_all(&stream, &protocol::encode_request(req));
-    stream.set_read_timeout(Some(remaining())).map_err(io_err)?;
     let mut reader = BufReader::new(&stream);
-    let mut line = Vec::new();
-    let read = reader.read_until(b'\n', &mut line);
-    if line.is_empty() {
-        written.map_err(io_err)?;
-        read.map_err(io_err)?;
-        return Err(ClientError::NoAnswer);
+    loop {
+        stream.set_read_timeout(Some(remaining())).map_err(io_err)?;
+        let mut line = Vec::new();
+        let read = reader.read_until(b'\n', &mut line);
+        if line.is_empty() {
+            written.map_err(io_err)?;
+            read.map_err(io_err)?;
+            return Err(ClientError::NoAnswer);
+        }
+        match Response::decode(&line).map_err(ClientError::BadAnswer)? {
+            Response::Chunk { stream, text } => on_chunk(stream, &text),
+            last => return Ok(last),
+        }
     }
-    Response::decode(&line).map_err(ClientError::BadAnswer)
 }
 
 /// Writes `bytes` with `MSG_NOSIGNAL`: a daemon that closed the connection gives `EPIPE`, never
@@ -154,6 +170,17 @@ pub async fn request_async(
     req: &Request,
     deadline: Duration,
 ) -> Result<Response, ClientError> {
+    request_async_streaming(socket, req, deadline, &mut |_, _| {}).await
+}
+
+/// [`request_async`] for a call that asked for `stream`: each `chunk` answer goes to
+/// `on_chunk` as it arrives; the last answer is returned.
+pub async fn request_async_streaming(
+    socket: &Path,
+    req: &Request,
+    deadline: Duration,
+    on_chunk: &mut (dyn FnMut(OutputStream, String) + Send),
+) -> Result<Response, ClientError> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::UnixStream::connect(socket)
@@ -170,14 +197,19 @@ pub async fn request_async(
         // As in `request`: a refusal may be answered before the request is read.
         let written = write_half.write_all(&protocol::encode_request(req)).await;
         let mut reader = tokio::io::BufReader::new(read_half);
-        let mut line = Vec::new();
-        let read = reader.read_until(b'\n', &mut line).await;
-        if line.is_empty() {
-            written.map_err(io_err)?;
-            read.map_err(io_err)?;
-            return Err(ClientError::NoAnswer);
+        loop {
+            let mut line = Vec::new();
+            let read = reader.read_until(b'\n', &mut line).await;
+            if line.is_empty() {
+                written.map_err(io_err)?;
+                read.map_err(io_err)?;
+                return Err(ClientError::NoAnswer);
+            }
+            match Response::decode(&line).map_err(ClientError::BadAnswer)? {
+                Response::Chunk { stream, text } => on_chunk(stream, text),
+                last => return Ok(last),
+            }
         }
-        Response::decode(&line).map_err(ClientError::BadAnswer)
     };
     tokio::time::timeout(deadline, exchange)
         .await

@@ -338,6 +338,9 @@ pub enum Event {
         stderr: OutputRecord,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The bound that ended a streaming verb's run (its child killed); absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ended_by: Option<crate::protocol::StreamEnd>,
     },
     /// A run was stopped before its end: its process group was killed. Whatever it did before
     /// is unknown, so a proposal's run ends as `unknown_outcome` and an idempotency key remembers

@@ -81,6 +81,12 @@ enum Command {
         /// in `break_glass`; journaled as break-glass and announced by the notifier
         #[arg(long, conflicts_with = "idempotency_key")]
         break_glass: bool,
+        /// A streaming verb: stop after this many lines (at most the verb's own bound)
+        #[arg(long, value_name = "N")]
+        max_lines: Option<u64>,
+        /// A streaming verb: stop after this long, e.g. 30s (at most the verb's own bound)
+        #[arg(long, value_name = "DURATION", value_parser = parse_stream_duration)]
+        max_duration: Option<u64>,
         /// The verb's name (`verbd list` shows the ones you may call)
         verb: String,
         /// Arguments as key=value
@@ -372,6 +378,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             reason,
             idempotency_key,
             break_glass,
+            max_lines,
+            max_duration,
             verb,
             args,
         } => client::call(
@@ -379,8 +387,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             verb,
             &args,
             reason,
-            idempotency_key,
-            break_glass,
+            if break_glass {
+                client::CallMode::BreakGlass
+            } else {
+                client::CallMode::Call {
+                    idempotency_key,
+                    stream: verbd::protocol::StreamAsk {
+                        max_duration_ms: max_duration,
+                        max_lines,
+                    },
+                }
+            },
             json,
         ),
         Command::List { socket, json } => client::list(&socket.path(ClientSide::Agent), json),
@@ -521,4 +538,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--max-duration`: a duration such as `30s` or `2m`, as milliseconds.
+fn parse_stream_duration(text: &str) -> Result<u64, String> {
+    verbd::policy::units::parse_duration(text).map(|d| d.as_millis() as u64)
 }

@@ -30,6 +30,10 @@ pub enum Request {
         reason: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idempotency_key: Option<String>,
+        /// The caller takes a streaming verb's output as it comes (`chunk` answers before the
+        /// last), within these bounds. Absent: one answer, as from every verb.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<StreamAsk>,
     },
     /// Run a verb that needs approval without it, as a person in one of the verb's
     /// `break_glass` roles: journaled as break-glass, the notifier announces it.
@@ -134,6 +138,47 @@ pub fn decode_request(line: &[u8]) -> Result<Request, DecodeError> {
         .map_err(|e| DecodeError::Shape(e.to_string()))
 }
 
+/// A caller's wish to take a verb's output as it comes, and its own bounds: at most the
+/// verb's (asking for more is `invalid`, rule `stream-bound`); absent, the verb's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamAsk {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lines: Option<u64>,
+}
+
+/// Which output stream a chunk is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// Which bound of a streaming verb ended its run (the child was killed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEnd {
+    /// `max_duration` passed.
+    MaxDuration,
+    /// `max_lines` lines were delivered.
+    MaxLines,
+    /// `max_output` bytes of one stream were delivered.
+    MaxOutput,
+}
+
+impl StreamEnd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::MaxDuration => "max_duration",
+            StreamEnd::MaxLines => "max_lines",
+            StreamEnd::MaxOutput => "max_output",
+        }
+    }
+}
+
 /// How a finished child ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitInfo {
@@ -164,6 +209,10 @@ pub struct RunResult {
     #[serde(default)]
     pub stderr_withheld: u64,
     pub duration_ms: u64,
+    /// A streaming verb's run that a bound ended (its child killed); absent when the child
+    /// exited by itself, and for every verb that does not stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<StreamEnd>,
 }
 
 /// One parameter of a verb as `list` shows it.
@@ -246,6 +295,9 @@ pub enum CommandDecision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Response {
+    /// Output of a streaming verb as it comes, scrubbed (only to a caller that asked for
+    /// `stream`); the last answer to the call follows.
+    Chunk { stream: OutputStream, text: String },
     /// The verb ran (whatever its exit code).
     Ok {
         #[serde(flatten)]
@@ -335,6 +387,7 @@ mod tests {
             args: [("text".to_string(), serde_json::json!("hi"))].into(),
             reason: None,
             idempotency_key: None,
+            stream: None,
         };
         let line = encode_request(&req);
         assert!(line.ends_with(b"\n"));

@@ -68,14 +68,16 @@
 //!
 //! # Live streams
 //! A streaming verb's output reaches its caller while the verb runs ([`Scrubber::live_stream`]).
-//! Such a stream holds back no fixed tail: it emits every complete line at once, except that
-//! when a loaded secret has a literal form holding newlines (a base64 form wrapped at 76 or 64
-//! columns, a secret with a newline in it) it keeps that many complete lines behind the last
-//! one, so a form split over lines — or over writes, one byte at a time — has fully arrived
-//! before any line of it could go. Where a live stream is cut (a bound of its verb, its
-//! client gone, a signal), [`ScrubStream::finish_live_cut`] withholds everything still held:
-//! the incomplete last line and those held lines. Both depend only on where the newlines are
-//! and where whole secret forms are, never on a partial form.
+//! Such a stream holds back no fixed tail: it emits every complete line at once, except that a
+//! secret form split over lines — or over writes, one byte at a time — must have fully arrived
+//! before any line of it goes. So when a loaded secret's value holds k newlines, k complete
+//! lines stay behind the last one; and when a secret is long enough for its base64 to wrap
+//! (more than 48 bytes), a line that ends with 64 or more base64 characters stays held until a
+//! line follows that does not (a log line ending in a long hash waits for the next line).
+//! Where a live stream is cut (a bound of its verb, its client gone, a signal),
+//! [`ScrubStream::finish_live_cut`] withholds everything still held: the incomplete last line
+//! and the lines held behind it. What is held depends only on the bytes (newlines, base64
+//! runs) and on where whole secret forms are, never on a partial form.
 //!
 //! # Invariants
 //! - Chunking does not change the result: a secret, an encoded form or a token split across
@@ -316,9 +318,11 @@ pub struct Scrubber {
     forms: Vec<LiteralForm>,
     secret_labels: Vec<Vec<u8>>,
     longest_form: usize,
-    /// The most newlines any literal form holds (a wrapped base64 form, a secret with a
-    /// newline): how many complete lines a live stream holds back (see [`Scrubber::live_stream`]).
-    form_newlines: usize,
+    /// The most newlines a loaded secret's value holds: how many complete lines a live stream
+    /// always holds back (see [`Scrubber::live_stream`]).
+    raw_newlines: usize,
+    /// Some secret's base64 is longer than a wrap width, so it has forms wrapped over lines.
+    wrapped_forms: bool,
     withheld_tail: usize,
     builtin_tokens: Vec<TokenPattern>,
     policy_tokens: Vec<TokenPattern>,
@@ -356,11 +360,15 @@ impl Scrubber {
             }
         }
         let longest_form = forms.iter().map(|form| form.bytes.len()).max().unwrap_or(0);
-        let form_newlines = forms
+        let raw_newlines = store
             .iter()
-            .map(|form| form.bytes.iter().filter(|&&b| b == b'\n').count())
+            .map(|(_, value)| value.expose().iter().filter(|&&b| b == b'\n').count())
             .max()
             .unwrap_or(0);
+        let wrapped_forms = store.iter().any(|(_, value)| {
+            base64::encoded_len(value.expose().len(), true).unwrap_or(usize::MAX)
+                > BASE64_LINE_WIDTHS.into_iter().min().unwrap_or(0)
+        });
         // Not the exact length: the tail a caller sees withheld must not tell it how long a
         // secret is (beyond "longer than CUT_WITHHELD_TAIL / 3 bytes").
         let withheld_tail = CUT_WITHHELD_TAIL.max(longest_form.next_power_of_two());
@@ -420,7 +428,8 @@ impl Scrubber {
             forms,
             secret_labels,
             longest_form,
-            form_newlines,
+            raw_newlines,
+            wrapped_forms,
             withheld_tail,
             builtin_tokens,
             policy_tokens,
@@ -596,34 +605,48 @@ impl Scrubber {
         cut
     }
 
-    /// Where a live stream may cut `pending` now: after the newline that has [`Self::form_newlines`]
-    /// complete lines behind it, moved back to the start of a line until no whole literal
-    /// occurrence straddles it. A form holding k newlines that straddles a line start holds
-    /// the newline just before it, so it ends within the k complete lines held after it: it
-    /// has fully arrived and is found whole. Tokens and policy patterns never cross a newline.
-    /// Depends only on newline positions and whole occurrences (module docs, "Not an oracle").
+    /// Where a live stream may cut `pending` now: at a line start with [`Self::raw_newlines`]
+    /// complete lines behind it, where no wrapped base64 form can continue and no whole
+    /// literal occurrence straddles it.
+    ///
+    /// Why that is enough: an occurrence straddling a line start holds the newline just before
+    /// it. A raw value with k newlines then has at most k - 1 after it, so it ends within the
+    /// k complete lines held: it has fully arrived and is found whole (and the cut moves back
+    /// before it). A wrapped base64 form has a newline only after a full wrap width (64 or 76)
+    /// of base64 characters, so it cannot straddle a cut whose line does not end with 64 of
+    /// them; such a line is held until a line that cannot continue a form follows it.
+    /// Tokens and policy patterns never cross a newline. The cut depends only on the bytes
+    /// (newline positions, base64 runs) and on whole occurrences, never on a partial form
+    /// (module docs, "Not an oracle").
     fn live_cut(&self, pending: &[u8]) -> usize {
-        let Some(newline) = pending
+        let Some(mut cut) = pending
             .iter()
             .enumerate()
             .rev()
             .filter(|(_, byte)| **byte == b'\n')
-            .nth(self.form_newlines)
-            .map(|(at, _)| at)
+            .nth(self.raw_newlines)
+            .map(|(at, _)| at + 1)
         else {
             return 0;
         };
-        let mut cut = newline + 1;
-        loop {
+        let line_start = |end: usize| {
+            pending[..end]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |at| at + 1)
+        };
+        while cut > 0 {
+            if self.wrapped_forms && ends_in_base64_run(&pending[..cut - 1]) {
+                cut = line_start(cut - 1);
+                continue;
+            }
             let backed = self.back_off_literals(pending, cut);
             if backed == cut {
                 return cut;
             }
-            cut = pending[..backed]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |at| at + 1);
+            cut = line_start(backed);
         }
+        0
     }
 
     /// Moves `cut` left until no literal occurrence straddles it. Only the window of one
@@ -735,6 +758,17 @@ fn literal_forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     add(percent_encode(value, b"0123456789abcdef", false));
     add(percent_encode(value, b"0123456789ABCDEF", true));
     forms
+}
+
+/// `line` ends with at least the narrowest wrap width of base64 or base64url characters: it
+/// could be a full line of a wrapped base64 form.
+fn ends_in_base64_run(line: &[u8]) -> bool {
+    let run = line
+        .iter()
+        .rev()
+        .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_'))
+        .count();
+    run >= BASE64_LINE_WIDTHS.into_iter().min().unwrap_or(0)
 }
 
 /// The base64 characters that encode only bytes of `value` when it starts `offset` bytes into a
@@ -1157,6 +1191,18 @@ mod tests {
         let long = [b'q'; 64];
         let scrubber = Scrubber::new(&store(&[("LONG", &long)]), &[], true).unwrap();
         let mut stream = scrubber.live_stream();
+        assert_eq!(stream.push(b"one\n"), b"one\n");
+        let hash_line = format!("sha {}\n", "ab12".repeat(16));
+        assert_eq!(stream.push(hash_line.as_bytes()), b"");
+        assert_eq!(
+            stream.push(b"two\n"),
+            [hash_line.as_bytes(), b"two\n"].concat()
+        );
+        assert_eq!(stream.push(b"three\n"), b"three\n");
+
+        let with_newline =
+            Scrubber::new(&store(&[("PEM", b"line-one\nline-two")]), &[], true).unwrap();
+        let mut stream = with_newline.live_stream();
         assert_eq!(stream.push(b"one\n"), b"");
         assert_eq!(stream.push(b"two\n"), b"one\n");
         assert_eq!(stream.finish(), b"two\n");

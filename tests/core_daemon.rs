@@ -240,6 +240,7 @@ fn busy_after_the_queue_deadline_and_disconnect_kills_the_child() {
             args: [("secs".to_string(), serde_json::json!("31.337"))].into(),
             reason: None,
             idempotency_key: None,
+            stream: None,
         }))
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -299,6 +300,7 @@ fn two_hundred_connections_with_ten_stalled_all_finish() {
                         args: Default::default(),
                         reason: None,
                         idempotency_key: None,
+                        stream: None,
                     },
                     Duration::from_secs(60),
                 )

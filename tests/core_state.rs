@@ -350,6 +350,7 @@ fn a_denial_is_never_visible_before_it_is_journaled() {
                             args: Default::default(),
                             reason: None,
                             idempotency_key: None,
+                            stream: None,
                         },
                         Duration::from_secs(5),
                     );
@@ -425,6 +426,7 @@ fn an_approval_waits_for_a_busy_execution_slot_and_runs_once() {
                 args: [("secs".to_string(), serde_json::json!(2))].into(),
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(30),
         )

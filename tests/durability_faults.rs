@@ -88,6 +88,7 @@ fn call_in_background(d: &Daemon, verb: &str) -> mpsc::Receiver<Response> {
             args: Default::default(),
             reason: Some("durability test".into()),
             idempotency_key: None,
+            stream: None,
         };
         let response = verbd::client::request(&socket, &request, Duration::from_secs(120))
             .expect("daemon answers");

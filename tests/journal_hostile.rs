@@ -53,6 +53,7 @@ fn call(verb: &str, args: BTreeMap<String, Value>) -> Request {
         args,
         reason: None,
         idempotency_key: None,
+        stream: None,
     }
 }
 

@@ -234,6 +234,7 @@ fn call_async(
                 args,
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(120),
         )

@@ -237,6 +237,7 @@ fn secret_files_are_private_per_call_and_removed() {
                 args: [("secs".to_string(), serde_json::json!("1"))].into(),
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(30),
         )

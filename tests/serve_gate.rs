@@ -267,6 +267,7 @@ fn socket_activation_end_to_end() {
             args: Default::default(),
             reason: None,
             idempotency_key: None,
+            stream: None,
         },
         Duration::from_secs(30),
     );
@@ -358,6 +359,7 @@ fn sigterm_kills_a_long_verb_after_the_grace_period() {
                 args: [("secs".to_string(), serde_json::json!("97.531"))].into(),
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(60),
         )

@@ -103,6 +103,7 @@ fn the_daemon_runs_its_children_through_a_single_threaded_spawner_with_its_ident
                     .collect(),
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(30),
         )
@@ -149,6 +150,7 @@ fn a_killed_spawner_is_restarted_and_the_call_it_held_fails_once_and_is_journale
                     .collect(),
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             },
             Duration::from_secs(30),
         )

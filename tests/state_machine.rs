@@ -259,6 +259,7 @@ impl World {
                     args: verbd::policy::text_args(&args),
                     reason: Some("property test".into()),
                     idempotency_key: None,
+                    stream: None,
                 };
                 if let Response::ConfirmRequired { id, hash, .. } = self.ask(AGENT, request).await
                     && !self.proposals.iter().any(|(known, _)| *known == id)
@@ -324,6 +325,7 @@ impl World {
                     args: verbd::policy::text_args(&args),
                     reason: None,
                     idempotency_key: Some(format!("tick-{key}")),
+                    stream: None,
                 };
                 self.ask(AGENT, request).await;
             }
@@ -333,6 +335,7 @@ impl World {
                     args: verbd::policy::text_args(&BTreeMap::from([("secs".into(), "30".into())])),
                     reason: None,
                     idempotency_key: Some(format!("nap-{key}")),
+                    stream: None,
                 };
                 let (client, hung_up) = tokio::sync::watch::channel(false);
                 let task = tokio::spawn(self.daemon().respond(caller(AGENT), request, hung_up));
@@ -369,6 +372,7 @@ impl World {
                             )])),
                             reason: None,
                             idempotency_key: None,
+                            stream: None,
                         },
                     ),
                 };

@@ -10,39 +10,89 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-use verbd::protocol::{ProposalView, Request, Response, State};
+use verbd::protocol::{OutputStream, ProposalView, Request, Response, State, StreamAsk};
 use verbd::terminal;
 
 /// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(15 * 60);
 
 fn request(socket: &Path, req: &Request) -> Result<Response, ExitCode> {
-    verbd::client::request(socket, req, CALL_DEADLINE).map_err(|e| {
-        eprintln!("verbd: {e}");
-        ExitCode::from(EXIT_UNAVAILABLE)
-    })
+    request_printing_chunks(socket, req, false).map(|(response, _)| response)
 }
 
-/// `verbd call VERB key=value…` (`--break-glass`: a [`Request::BreakGlass`])
+/// [`request`], printing each chunk of a streaming verb's output as it arrives (as a JSON
+/// line with `json`); also returns the text printed so, of stdout and of stderr.
+fn request_printing_chunks(
+    socket: &Path,
+    req: &Request,
+    json: bool,
+) -> Result<(Response, [String; 2]), ExitCode> {
+    let mut printed = [String::new(), String::new()];
+    let mut print = |stream: OutputStream, text: &str| {
+        printed[stream as usize].push_str(text);
+        if json {
+            let frame = Response::Chunk {
+                stream,
+                text: text.to_string(),
+            };
+            println!("{}", String::from_utf8_lossy(&frame.encode()).trim_end());
+            return;
+        }
+        let _ = match stream {
+            OutputStream::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            }
+            OutputStream::Stderr => std::io::stderr().write_all(text.as_bytes()),
+        };
+    };
+    let response = verbd::client::request_streaming(socket, req, CALL_DEADLINE, &mut print)
+        .map_err(|e| {
+            eprintln!("verbd: {e}");
+            ExitCode::from(EXIT_UNAVAILABLE)
+        })?;
+    Ok((response, printed))
+}
+
+/// What of `full` (a final answer's output) was not printed as chunks already.
+fn not_yet_printed<'a>(full: &'a str, printed: &str) -> &'a str {
+    full.strip_prefix(printed).unwrap_or_default()
+}
+
+/// How `verbd call` asks.
+pub enum CallMode {
+    /// A `call`: an idempotency key, and the stream bounds it asks for (a streaming verb's
+    /// output is printed as it comes; a verb that does not stream answers once, as always).
+    Call {
+        idempotency_key: Option<String>,
+        stream: StreamAsk,
+    },
+    /// `--break-glass`: a [`Request::BreakGlass`].
+    BreakGlass,
+}
+
+/// `verbd call VERB key=value…`
 pub fn call(
     socket: &Path,
     verb: String,
     args: &[String],
     reason: Option<String>,
-    idempotency_key: Option<String>,
-    break_glass: bool,
+    mode: CallMode,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let args = verbd::policy::text_args(&parse_kv(args)?);
-    let req = if break_glass {
-        Request::BreakGlass { verb, args, reason }
-    } else {
-        Request::Call {
+    let req = match mode {
+        CallMode::BreakGlass => Request::BreakGlass { verb, args, reason },
+        CallMode::Call {
+            idempotency_key,
+            stream,
+        } => Request::Call {
             verb,
             args,
             reason,
             idempotency_key,
-        }
+            stream: Some(stream),
+        },
     };
     send(socket, &req, None, json)
 }
@@ -55,7 +105,7 @@ pub fn send(
     wanted: Option<State>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let response = match request(socket, req) {
+    let (response, printed) = match request_printing_chunks(socket, req, json) {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
@@ -65,8 +115,17 @@ pub fn send(
     match &response {
         Response::Ok { result, .. } => {
             if !json {
-                let _ = std::io::stdout().write_all(result.stdout.as_bytes());
-                let _ = std::io::stderr().write_all(result.stderr.as_bytes());
+                // A streaming verb's output was printed as it came.
+                let stdout = not_yet_printed(&result.stdout, &printed[0]);
+                let stderr = not_yet_printed(&result.stderr, &printed[1]);
+                let _ = std::io::stdout().write_all(stdout.as_bytes());
+                let _ = std::io::stderr().write_all(stderr.as_bytes());
+                if let Some(bound) = result.ended_by {
+                    eprintln!(
+                        "verbd: the stream reached its {} bound; its process group was killed",
+                        bound.as_str()
+                    );
+                }
                 if result.stdout_truncated || result.stderr_truncated {
                     eprintln!(
                         "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
@@ -76,6 +135,10 @@ pub fn send(
             }
             if result.exit.timed_out && !json {
                 eprintln!("verbd: the verb timed out; its process group was killed");
+            }
+            if result.ended_by.is_some() {
+                // A stream that reached its bound ended as asked.
+                return Ok(ExitCode::SUCCESS);
             }
             Ok(exit_of_run(&result.exit))
         }

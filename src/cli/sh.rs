@@ -75,6 +75,7 @@ fn run_call(socket: &Path, call: &VerbCall) -> anyhow::Result<ExitCode> {
         args: verbd::policy::text_args(&call.args),
         reason: None,
         idempotency_key: None,
+        stream: None,
     };
     if filters.is_empty() {
         return client::send(socket, &request, None, false);

@@ -9,6 +9,12 @@
 //! `max_output`, the timeout, a signal that ended the child, or a failed read — is finished with
 //! [`ScrubStream::finish_cut`]: its last bytes are withheld whatever they contain, and
 //! `truncated`/`withheld` say so (see `crate::scrub`, "Not an oracle").
+//! A streaming verb's run ([`LiveRun`]) scrubs each stream as a live stream (complete lines
+//! go out as they come, see `crate::scrub`, "Live streams"), hands each scrubbed piece to its
+//! caller while the child runs, and ends at the first of: the child's exit, `max_duration`,
+//! `max_lines` lines of stdout and stderr together, `max_output` bytes of one stream; a bound
+//! kills the process group and is reported in [`ExecOutcome::ended_by`]. What it delivered is
+//! exactly what it keeps in [`Captured::bytes`].
 //! Secret placeholders are resolved here and nowhere else; `${secret_file:…}` copies are sealed
 //! memfds passed to this child only (`/proc/self/fd/N`) and live only for the duration of the
 //! call. Path parameters are pinned again here (`crate::pinned`), all of them before anything
@@ -19,8 +25,9 @@
 #![forbid(unsafe_code)]
 
 use crate::pinned::{NewFileAttributes, Pinned, PinnedPath};
+use crate::policy::StreamBounds;
 use crate::policy::template::{ArgPart, PathArg, RenderedArg, RenderedArgv};
-use crate::protocol::ExitInfo;
+use crate::protocol::{ExitInfo, OutputStream, StreamEnd};
 use crate::sandbox::PreparedSandbox;
 use crate::scrub::{ScrubStream, Scrubber};
 use crate::secrets::{SecretCopy, SecretStore, SecretValue};
@@ -29,8 +36,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{Notify, mpsc};
 
 /// How long, after the timeout, the output pipes may stay open before they are abandoned.
 const PIPE_GRACE: Duration = Duration::from_secs(5);
@@ -53,6 +63,22 @@ pub struct ExecRequest<'a> {
     pub credentials: &'a [CallCredential<'a>],
     /// Bytes for the child's stdin (the approval notifier gets the proposal); /dev/null if `None`.
     pub stdin: Option<Vec<u8>>,
+    /// Set for a streaming verb: its bounds (`timeout` is then ignored) and its caller's sink.
+    pub live: Option<LiveRun>,
+}
+
+/// A streaming verb's run.
+pub struct LiveRun {
+    pub bounds: StreamBounds,
+    /// Where the scrubbed output goes as it comes; `None` when the caller takes one answer.
+    pub chunks: Option<mpsc::Sender<LiveChunk>>,
+}
+
+/// Scrubbed output of a streaming verb, as delivered.
+#[derive(Debug, Clone)]
+pub struct LiveChunk {
+    pub stream: OutputStream,
+    pub bytes: Vec<u8>,
 }
 
 /// One variable of a call's own credential (see [`ExecRequest::credentials`]).
@@ -81,6 +107,8 @@ pub struct ExecOutcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
+    /// The bound that ended a streaming verb's run; `None` when its child exited by itself.
+    pub ended_by: Option<StreamEnd>,
     /// Each path parameter as the child saw it (`/proc/self/fd/N`) and the path it stands for:
     /// what [`with_real_paths`] puts back into text shown to a person.
     pub pinned: Vec<(String, PathBuf)>,
@@ -323,11 +351,27 @@ fn may_create(spec: &crate::sandbox::SandboxSpec, path: &Path) -> Result<(), Exe
 struct Capture<'a> {
     stream: ScrubStream<'a>,
     captured: Captured,
+    /// A live run's stream: where its last piece goes.
+    live: Option<Option<mpsc::Sender<LiveChunk>>>,
+    which: OutputStream,
 }
 
 impl Capture<'_> {
     /// Finishes the stream: withholding a tail if it was cut here or by how the child ended.
-    fn finish(mut self, child_cut: bool) -> Captured {
+    async fn finish(mut self, child_cut: bool) -> Captured {
+        if let Some(mut chunks) = self.live.take() {
+            if self.captured.truncated || child_cut {
+                let cut = self.stream.finish_live_cut();
+                self.captured.bytes.extend(cut.bytes);
+                self.captured.withheld = cut.withheld;
+                self.captured.truncated = true;
+            } else {
+                let rest = self.stream.finish();
+                deliver(&mut chunks, self.which, &rest, tokio::time::Instant::now()).await;
+                self.captured.bytes.extend(rest);
+            }
+            return self.captured;
+        }
         if self.captured.truncated || child_cut {
             let cut = self.stream.finish_cut();
             self.captured.bytes.extend(cut.bytes);
@@ -370,7 +414,130 @@ async fn capture<'a, R: AsyncRead + Unpin>(
         }
         captured.bytes.extend(stream.push(&buf[..keep]));
     }
-    Capture { stream, captured }
+    Capture {
+        stream,
+        captured,
+        live: None,
+        which: OutputStream::Stdout,
+    }
+}
+
+/// What the two streams of one live run share: the line count, and the first bound reached.
+struct LiveState {
+    max_lines: Option<u64>,
+    lines: AtomicU64,
+    ended_by: Mutex<Option<StreamEnd>>,
+    /// Wakes the reaper to kill the child once a bound is reached.
+    stop: Notify,
+    /// Sends a chunk at most until then (a caller that does not read must not stall the run).
+    deadline: tokio::time::Instant,
+}
+
+impl LiveState {
+    fn ended_by(&self) -> Option<StreamEnd> {
+        *self.ended_by.lock().expect("live state lock")
+    }
+
+    /// Records `bound` unless one was already reached, and stops the child.
+    fn end(&self, bound: StreamEnd) {
+        self.ended_by
+            .lock()
+            .expect("live state lock")
+            .get_or_insert(bound);
+        self.stop.notify_one();
+    }
+
+    /// How much of `data` is within the line bound; reaching it ends the run.
+    fn within_lines<'d>(&self, data: &'d [u8]) -> &'d [u8] {
+        let Some(max_lines) = self.max_lines else {
+            return data;
+        };
+        let newlines = data.iter().filter(|&&b| b == b'\n').count() as u64;
+        let before = self.lines.fetch_add(newlines, Ordering::SeqCst);
+        if before + newlines < max_lines {
+            return data;
+        }
+        self.end(StreamEnd::MaxLines);
+        let allowed = max_lines.saturating_sub(before) as usize;
+        if allowed == 0 {
+            return &[];
+        }
+        let end = data
+            .iter()
+            .enumerate()
+            .filter(|(_, byte)| **byte == b'\n')
+            .nth(allowed - 1)
+            .map_or(data.len(), |(at, _)| at + 1);
+        &data[..end]
+    }
+}
+
+/// Reads one stream of a live run: scrubs it as a live stream and delivers what may go, until
+/// the stream ends; after a bound, the rest is read and dropped (so the child never blocks).
+async fn capture_live<'a, R: AsyncRead + Unpin>(
+    mut reader: R,
+    which: OutputStream,
+    cap: u64,
+    scrubber: &'a Scrubber,
+    live: &LiveState,
+    chunks: Option<mpsc::Sender<LiveChunk>>,
+) -> Capture<'a> {
+    let mut stream = scrubber.live_stream();
+    let mut captured = Captured::default();
+    let mut chunks = chunks;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => {
+                captured.truncated = true;
+                break;
+            }
+        };
+        let room = cap.saturating_sub(captured.total);
+        captured.total += n as u64;
+        if live.ended_by().is_some() {
+            captured.truncated = true;
+            continue;
+        }
+        let mut data = &buf[..n];
+        if data.len() as u64 >= room {
+            data = &data[..room as usize];
+            live.end(StreamEnd::MaxOutput);
+        }
+        let data = live.within_lines(data);
+        let emitted = stream.push(data);
+        deliver(&mut chunks, which, &emitted, live.deadline).await;
+        captured.bytes.extend(emitted);
+    }
+    Capture {
+        stream,
+        captured,
+        live: Some(chunks),
+        which,
+    }
+}
+
+/// Hands `bytes` to the caller's sink; a sink that stays full until the run's deadline (or
+/// whose caller went away) gets nothing more.
+async fn deliver(
+    chunks: &mut Option<mpsc::Sender<LiveChunk>>,
+    stream: OutputStream,
+    bytes: &[u8],
+    deadline: tokio::time::Instant,
+) {
+    let (Some(sink), false) = (chunks.as_ref(), bytes.is_empty()) else {
+        return;
+    };
+    let chunk = LiveChunk {
+        stream,
+        bytes: bytes.to_vec(),
+    };
+    let sent = tokio::time::timeout_at(deadline + PIPE_GRACE, sink.send(chunk)).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        *chunks = None;
+    }
 }
 
 /// Run the call. Returns after the child exited (or was killed) and both pipes are drained.
@@ -460,48 +627,111 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
             );
         }
     };
-    let deadline = tokio::time::Instant::now() + req.timeout;
+    let timeout = req
+        .live
+        .as_ref()
+        .map_or(req.timeout, |live| live.bounds.max_duration);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let live = req.live.map(|run| {
+        let state = LiveState {
+            max_lines: run.bounds.max_lines,
+            lines: AtomicU64::new(0),
+            ended_by: Mutex::new(None),
+            stop: Notify::new(),
+            deadline,
+        };
+        (state, run.chunks)
+    });
     let reap = async {
-        let waited = tokio::time::timeout_at(deadline, child.wait()).await;
-        // The leader is gone or out of time: kill its whole group so every pipe closes.
+        let stop = async {
+            match &live {
+                Some((state, _)) => state.stop.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let waited = tokio::select! {
+            status = child.wait() => Some(status),
+            () = tokio::time::sleep_until(deadline) => None,
+            () = stop => None,
+        };
+        // The leader is gone, out of time or past a bound: kill its whole group so every pipe
+        // closes.
         kill_group();
         match waited {
-            Ok(status) => (status, false),
-            Err(_) => (child.wait().await, true),
+            Some(status) => (status, false),
+            None => {
+                let timed_out = match &live {
+                    Some((state, _)) => {
+                        state.end(StreamEnd::MaxDuration);
+                        false
+                    }
+                    None => true,
+                };
+                (child.wait().await, timed_out)
+            }
         }
     };
     // Output captured before a timeout is kept. Daemon children cannot leave their process
     // group (setsid/setpgid are denied), so the pipes close once the group is killed; the
     // grace below only guards against a descriptor passed to some other process.
     let work = async {
-        tokio::join!(
-            capture(stdout, cap, scrubber),
-            capture(stderr, cap, scrubber),
-            reap
-        )
+        match &live {
+            Some((state, chunks)) => {
+                tokio::join!(
+                    capture_live(
+                        stdout,
+                        OutputStream::Stdout,
+                        cap,
+                        scrubber,
+                        state,
+                        chunks.clone()
+                    ),
+                    capture_live(
+                        stderr,
+                        OutputStream::Stderr,
+                        cap,
+                        scrubber,
+                        state,
+                        chunks.clone()
+                    ),
+                    reap
+                )
+            }
+            None => tokio::join!(
+                capture(stdout, cap, scrubber),
+                capture(stderr, cap, scrubber),
+                reap
+            ),
+        }
     };
     let (stdout, stderr, (status, timed_out)) =
         match tokio::time::timeout_at(deadline + PIPE_GRACE, work).await {
             Ok((out, err, (status, timed_out))) => {
                 let status = status.map_err(ExecError::Wait)?;
-                // Killed by the timeout or any signal: the child may have been mid-write.
-                let child_cut = timed_out || status.signal().is_some();
+                // Killed by the timeout, a bound or any signal: the child may have been
+                // mid-write.
+                let bound = live.as_ref().and_then(|(state, _)| state.ended_by());
+                let child_cut = timed_out || bound.is_some() || status.signal().is_some();
                 (
-                    out.finish(child_cut),
-                    err.finish(child_cut),
+                    out.finish(child_cut).await,
+                    err.finish(child_cut).await,
                     (status, timed_out),
                 )
             }
             Err(_) => {
                 kill_group();
+                if let Some((state, _)) = &live {
+                    state.end(StreamEnd::MaxDuration);
+                }
                 let status = child.wait().await.map_err(ExecError::Wait)?;
                 let abandoned = Captured {
                     truncated: true,
                     ..Captured::default()
                 };
-                (abandoned.clone(), abandoned, (status, true))
+                (abandoned.clone(), abandoned, (status, live.is_none()))
             }
         };
+    let ended_by = live.as_ref().and_then(|(state, _)| state.ended_by());
     let (mut stdout, mut stderr) = (stdout, stderr);
     for credential in req.credentials.iter().filter(|c| c.secret) {
         let label = format!("[REDACTED:{}]", credential.key);
@@ -526,6 +756,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         stdout,
         stderr,
         duration: started.elapsed(),
+        ended_by,
         pinned,
     })
 }

@@ -1277,6 +1277,10 @@ fn build_verb(
         roles,
     );
     let break_glass = verb_break_glass(ctx, name, raw, needs_approval, roles);
+    let stream = raw
+        .stream
+        .as_ref()
+        .and_then(|stream| stream_bounds(ctx, name, stream, raw, &action));
     let examples_accept = example_maps(ctx, span.clone(), name, &raw.examples.accept);
     let examples_reject = example_maps(ctx, span.clone(), name, &raw.examples.reject);
 
@@ -1295,7 +1299,10 @@ fn build_verb(
         action,
         params,
         env,
-        timeout: duration_or(ctx, &raw.timeout, Duration::from_secs(30)),
+        timeout: match stream {
+            Some(bounds) => bounds.max_duration,
+            None => duration_or(ctx, &raw.timeout, Duration::from_secs(30)),
+        },
         max_output: size_or(ctx, &raw.max_output, 1 << 20),
         cwd,
         sandbox,
@@ -1304,8 +1311,74 @@ fn build_verb(
         sha256: raw.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
         max_concurrent: raw.max_concurrent,
         postgres_ephemeral: raw.postgres_ephemeral.clone(),
+        stream,
         examples_accept,
         examples_reject,
+    })
+}
+
+/// A verb's `stream` table: a command verb, bounded by a `max_duration` of at most
+/// [`StreamBounds::MAX_DURATION`] (which replaces `timeout`) and optionally `max_lines`; never
+/// with `postgres_ephemeral` (its per-call password is cut out of the whole output after the
+/// run, which a stream has already delivered).
+fn stream_bounds(
+    ctx: &mut Ctx,
+    name: &str,
+    stream: &toml::Spanned<crate::policy::schema::RawStream>,
+    raw: &RawVerb,
+    action: &VerbAction,
+) -> Option<StreamBounds> {
+    let span = stream.span();
+    let stream = stream.get_ref();
+    let errors_before = ctx.diagnostics.len();
+    let refuse =
+        |ctx: &mut Ctx, what: String| ctx.at(span.clone(), format!("verb `{name}`: {what}"));
+    if matches!(action, VerbAction::File(_)) {
+        refuse(
+            ctx,
+            "stream is for command verbs, not built-in file verbs".into(),
+        );
+    }
+    if raw.postgres_ephemeral.is_some() {
+        refuse(
+            ctx,
+            "stream and postgres_ephemeral cannot be combined (the per-call password is cut out of the whole output, which a stream has already delivered)".into(),
+        );
+    }
+    if raw.timeout.is_some() {
+        refuse(
+            ctx,
+            "a streaming verb is bounded by stream.max_duration; remove timeout".into(),
+        );
+    }
+    let max_duration = match parse_duration(&stream.max_duration) {
+        Ok(d) if d.is_zero() => {
+            refuse(ctx, "stream.max_duration must be above 0".into());
+            Duration::ZERO
+        }
+        Ok(d) if d > StreamBounds::MAX_DURATION => {
+            refuse(
+                ctx,
+                format!(
+                    "stream.max_duration {} is above {}s, the deadline clients give a verb call",
+                    stream.max_duration,
+                    StreamBounds::MAX_DURATION.as_secs()
+                ),
+            );
+            d
+        }
+        Ok(d) => d,
+        Err(e) => {
+            refuse(ctx, format!("stream.max_duration: {e}"));
+            Duration::ZERO
+        }
+    };
+    if stream.max_lines == Some(0) {
+        refuse(ctx, "stream.max_lines must be at least 1".into());
+    }
+    (ctx.diagnostics.len() == errors_before).then_some(StreamBounds {
+        max_duration,
+        max_lines: stream.max_lines,
     })
 }
 

@@ -225,6 +225,8 @@ pub struct Verb {
     pub max_concurrent: Option<usize>,
     /// The `[postgres_ephemeral.NAME]` each call of this verb gets a role from.
     pub postgres_ephemeral: Option<String>,
+    /// Set when the verb streams: its bounds (they replace `timeout`).
+    pub stream: Option<StreamBounds>,
     pub examples_accept: Vec<BTreeMap<String, String>>,
     pub examples_reject: Vec<BTreeMap<String, String>>,
 }
@@ -266,15 +268,20 @@ impl Verb {
             .quorum
             .as_ref()
             .map_or_else(String::new, |q| format!("|quorum:{q:?}"));
+        // Likewise a stream.
+        let stream = self
+            .stream
+            .as_ref()
+            .map_or_else(String::new, |s| format!("|stream:{s:?}"));
         format!(
-            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}|postgres_ephemeral:{:?}{quorum}",
+            "{action}|env:{:?}|params:{params:?}|category:{}|timeout:{:?}|max_output:{}|cwd:{:?}|sandbox:{}|postgres_ephemeral:{:?}{quorum}{stream}",
             self.env,
             self.category_label(),
             self.timeout,
             self.max_output,
             self.cwd,
             self.sandbox,
-            self.postgres_ephemeral
+            self.postgres_ephemeral,
         )
     }
 }
@@ -344,6 +351,20 @@ pub struct ProposedCall {
     pub verb_fingerprint: String,
 }
 
+/// A streaming verb's bounds: a run ends when its child exits or at the first bound reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBounds {
+    pub max_duration: Duration,
+    /// Lines of stdout and stderr together.
+    pub max_lines: Option<u64>,
+}
+
+impl StreamBounds {
+    /// The longest `max_duration` a policy may give: the deadline `verbd call` and `verbd mcp`
+    /// give a verb call.
+    pub const MAX_DURATION: Duration = Duration::from_secs(15 * 60);
+}
+
 /// The verb's settings a run needs, copied from the policy when the call is prepared.
 #[derive(Debug, Clone)]
 pub struct CallLimits {
@@ -357,6 +378,8 @@ pub struct CallLimits {
     pub max_concurrent: Option<usize>,
     /// The `[postgres_ephemeral.NAME]` the run gets its own database role from.
     pub postgres_ephemeral: Option<String>,
+    /// The verb streams: the bounds of this run (the policy's, or less when the caller asked).
+    pub stream: Option<StreamBounds>,
 }
 
 /// What a prepared call does: run a rendered argv, or one built-in file operation.
@@ -617,6 +640,7 @@ impl Policy {
                 rate_global: verb.rate_global,
                 max_concurrent: verb.max_concurrent,
                 postgres_ephemeral: verb.postgres_ephemeral.clone(),
+                stream: verb.stream,
             },
         };
         if !verb.needs_approval {

@@ -446,8 +446,21 @@ pub struct RawVerb {
     pub max_concurrent: Option<usize>,
     /// A `[postgres_ephemeral.NAME]`: each call gets its own role as `PGUSER`/`PGPASSWORD`.
     pub postgres_ephemeral: Option<String>,
+    /// The verb streams (`tail -f`): its output goes to the caller as it comes, within bounds.
+    #[schemars(with = "Option<RawStream>")]
+    pub stream: Option<Spanned<RawStream>>,
     #[serde(default)]
     pub examples: RawExamples,
+}
+
+/// `stream = { max_duration = "60s", max_lines = 1000 }`: a streaming verb's bounds.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawStream {
+    /// The longest a run streams (required; at most `15m`).
+    pub max_duration: String,
+    /// The most lines (stdout and stderr together) a run delivers.
+    pub max_lines: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]

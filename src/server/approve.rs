@@ -251,6 +251,7 @@ impl Daemon {
             call: new.call,
             proposal: Some(id),
             idempotency_key: None,
+            chunks: None,
         };
         self.run(&ctx.prepared, run, cancel, None).await
     }
@@ -291,6 +292,7 @@ impl Daemon {
                             scrubber: &prepared.scrubber,
                             credentials: &[],
                             stdin: None,
+                            live: None,
                         })
                         .await;
                         // The approver reads the paths the call names, not the descriptors
@@ -417,6 +419,7 @@ impl Daemon {
                     secrets: &prepared.secrets,
                     scrubber: &prepared.scrubber,
                     credentials: &[],
+                    live: None,
                     stdin: Some(serde_json::to_vec(&payload).unwrap_or_default()),
                 })
                 .await;
@@ -608,6 +611,7 @@ impl Daemon {
             call,
             proposal: Some(id),
             idempotency_key: None,
+            chunks: None,
         };
         // The run belongs to the daemon, not to the approver's connection.
         let daemon = self.clone();

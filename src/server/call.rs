@@ -21,9 +21,12 @@ use crate::events::{
 use crate::exec::{self, Captured, ExecRequest};
 use crate::files::{FileOp, WriteReceipt};
 use crate::loader::Prepared;
-use crate::policy::{FileCall, PreparedAction, PreparedCall, Refusal, RoleKind, Verdict};
+use crate::policy::params::ParamRejection;
+use crate::policy::{
+    CallLimits, FileCall, PreparedAction, PreparedCall, Refusal, RoleKind, Verdict,
+};
 use crate::proposal::State;
-use crate::protocol::{ExitInfo, Response, RunResult};
+use crate::protocol::{ExitInfo, Response, RunResult, StreamAsk};
 use crate::slots::{FairSlots, Lane, Slot};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +44,10 @@ pub(super) struct CallRequest {
     pub idempotency_key: Option<String>,
     /// Run without approval under the verb's `break_glass` (`verbd call --break-glass`).
     pub break_glass: bool,
+    /// The caller takes a streaming verb's output as it comes, within these bounds.
+    pub stream: Option<StreamAsk>,
+    /// Where that output goes (set with `stream`).
+    pub chunks: Option<tokio::sync::mpsc::Sender<crate::exec::LiveChunk>>,
 }
 
 /// How a run ended, before it is journaled.
@@ -87,6 +94,7 @@ fn not_started(
             stdout: OutputRecord::of(&empty),
             stderr: OutputRecord::of(&empty),
             error: Some(message.clone()),
+            ended_by: None,
         }),
         response: Response::Error { message },
     }
@@ -146,7 +154,7 @@ impl Daemon {
             .prepared
             .policy
             .evaluate(&ctx.role_refs(), &request.verb, &request.args);
-        let (call, proposed) = match verdict {
+        let (mut call, proposed) = match verdict {
             Verdict::Refuse(refusal) => return self.refuse(ctx, &request, refusal).await,
             Verdict::Run(call) => (call, None),
             Verdict::Propose(proposed) => {
@@ -158,6 +166,13 @@ impl Daemon {
                 (proposed.call, Some(facts))
             }
         };
+        if let Some(ask) = &request.stream
+            && let Err(rejection) = lower_stream_bounds(&call.verb, &mut call.limits, ask)
+        {
+            return self
+                .refuse(ctx, &request, Refusal::Invalid(rejection))
+                .await;
+        }
         let now = SystemTime::now();
         self.expire_overdue().await;
         let uid = ctx.record.uid;
@@ -271,6 +286,7 @@ impl Daemon {
                     call,
                     proposal: None,
                     idempotency_key: request.idempotency_key.clone(),
+                    chunks: request.chunks.clone(),
                 };
                 self.run(&ctx.prepared, run, cancel, None).await
             }
@@ -321,6 +337,7 @@ impl Daemon {
                         stdout_withheld: 0,
                         stderr_withheld: 0,
                         duration_ms,
+                        ended_by: None,
                     }),
                     proposal: None,
                 },
@@ -385,6 +402,7 @@ impl Daemon {
             call,
             proposal,
             idempotency_key,
+            chunks,
         } = run;
         let keyed = idempotency_key.is_some();
         let exec_seq = match self
@@ -421,6 +439,7 @@ impl Daemon {
                                 exec_seq,
                                 proposal,
                                 credentials.as_ref().map_or(&[][..], |c| &c[..]),
+                                chunks,
                             ) => ended,
                             // Dropping the execution kills the child's process group.
                             cause = cancel.cancelled() => Ended::Cancelled(cause),
@@ -624,6 +643,7 @@ impl Daemon {
         exec_seq: u64,
         proposal: Option<u64>,
         credentials: &[crate::exec::CallCredential<'_>],
+        chunks: Option<tokio::sync::mpsc::Sender<crate::exec::LiveChunk>>,
     ) -> Ended {
         let PreparedAction::Exec { argv, env, .. } = &call.action else {
             unreachable!("execute is only called for argv actions");
@@ -640,6 +660,10 @@ impl Daemon {
                 scrubber: &prepared.scrubber,
                 credentials,
                 stdin: None,
+                live: call
+                    .limits
+                    .stream
+                    .map(|bounds| exec::LiveRun { bounds, chunks }),
             })
             .await
             .map_err(|e| e.to_string()),
@@ -656,6 +680,7 @@ impl Daemon {
                     stdout_withheld: outcome.stdout.withheld,
                     stderr_withheld: outcome.stderr.withheld,
                     duration_ms: outcome.duration.as_millis() as u64,
+                    ended_by: outcome.ended_by,
                 };
                 Ended::Finished {
                     result: Box::new(Event::Result {
@@ -669,6 +694,7 @@ impl Daemon {
                         stdout: OutputRecord::of(&outcome.stdout),
                         stderr: OutputRecord::of(&outcome.stderr),
                         error: None,
+                        ended_by: outcome.ended_by,
                     }),
                     response: Response::Ok { result, proposal },
                 }
@@ -734,6 +760,7 @@ impl Daemon {
             stdout: OutputRecord::of(&captured),
             stderr: OutputRecord::of(&Captured::default()),
             error: error.clone(),
+            ended_by: None,
         });
         let response = match error {
             // A refused path is the caller's to fix: say why, like any other refusal.
@@ -752,6 +779,7 @@ impl Daemon {
                     stdout_withheld: 0,
                     stderr_withheld: 0,
                     duration_ms,
+                    ended_by: None,
                 },
                 proposal,
             },
@@ -838,6 +866,55 @@ fn file_operation(file: &FileCall) -> Result<FileOutcome, crate::files::FileErro
             FileOutcome::Read(text.into_bytes())
         }),
     }
+}
+
+/// A streaming call's bounds: the verb's, lowered where the caller asked (never raised). A
+/// caller that asks for bounds of a verb that does not stream is refused; one that asks for
+/// none gets the verb's (and one answer from a verb that does not stream).
+fn lower_stream_bounds(
+    verb: &str,
+    limits: &mut CallLimits,
+    ask: &StreamAsk,
+) -> Result<(), ParamRejection> {
+    let refuse = |param: &str, message: String| ParamRejection {
+        param: param.into(),
+        rule: "stream-bound",
+        message,
+    };
+    let Some(bounds) = &mut limits.stream else {
+        return match (ask.max_duration_ms, ask.max_lines) {
+            (None, None) => Ok(()),
+            _ => Err(refuse(
+                "stream",
+                format!("verb `{verb}` does not stream, so it takes no stream bounds"),
+            )),
+        };
+    };
+    if let Some(ms) = ask.max_duration_ms {
+        let asked = Duration::from_millis(ms);
+        if ms == 0 || asked > bounds.max_duration {
+            return Err(refuse(
+                "stream.max_duration_ms",
+                format!(
+                    "{ms} is not within 1..={} (the verb's stream.max_duration)",
+                    bounds.max_duration.as_millis()
+                ),
+            ));
+        }
+        bounds.max_duration = asked;
+    }
+    if let Some(lines) = ask.max_lines {
+        let most = bounds.max_lines.unwrap_or(u64::MAX);
+        if lines == 0 || lines > most {
+            return Err(refuse(
+                "stream.max_lines",
+                format!("{lines} is not within 1..={most} (the verb's stream.max_lines)"),
+            ));
+        }
+        bounds.max_lines = Some(lines);
+    }
+    limits.timeout = bounds.max_duration;
+    Ok(())
 }
 
 /// Arguments as journaled: file content is recorded as its size and sha256, never verbatim.

@@ -63,6 +63,8 @@ fn outcome(response: &Response) -> &'static str {
     match response {
         Response::Ok { result, .. } if result.exit.timed_out => "timed_out",
         Response::Ok { result, .. } if result.exit.code == Some(0) => "ok",
+        // A stream that reached its bound ended as it should.
+        Response::Ok { result, .. } if result.ended_by.is_some() => "ok",
         Response::Ok { .. } => "failed",
         Response::Invalid { .. } => "invalid",
         Response::Denied { .. } => "denied",
@@ -71,6 +73,7 @@ fn outcome(response: &Response) -> &'static str {
         Response::Proposals { .. } => "replayed",
         Response::Error { .. } => "error",
         Response::Verbs { .. }
+        | Response::Chunk { .. }
         | Response::Check { .. }
         | Response::Command { .. }
         | Response::Decided { .. }

@@ -61,7 +61,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// Answers up to this size fit a Unix stream socket's default send buffer (208 KiB on Linux),
 /// so writing them never waits on the peer.
@@ -139,6 +139,18 @@ pub struct Daemon {
     refusals: refusals::RefusalWindows,
     /// The counters `status` reports.
     counted: metrics::Counted,
+}
+
+/// Chunks of a streaming verb's output queued for its client before the run waits for it.
+const LIVE_CHUNKS_QUEUED: usize = 16;
+
+/// One `chunk` answer: scrubbed output of a streaming verb, lossily UTF-8.
+fn chunk_frame(chunk: &crate::exec::LiveChunk) -> Vec<u8> {
+    Response::Chunk {
+        stream: chunk.stream,
+        text: String::from_utf8_lossy(&chunk.bytes).into_owned(),
+    }
+    .encode()
 }
 
 /// The cancellation signal a request's task watches: its client hanging up (unless the work
@@ -541,7 +553,19 @@ impl Daemon {
         }
         let (hung_up, client) = watch::channel(false);
         let cancel = self.cancel_for_connection(client);
-        let mut task = tokio::spawn(self.clone().dispatch(ctx, request, cancel));
+        // A caller that asked for `stream` gets a streaming verb's output as `chunk` answers
+        // before the last one.
+        let (chunks, mut delivered) = match &request {
+            Request::Call {
+                stream: Some(_), ..
+            } => {
+                let (sink, delivered) = mpsc::channel(LIVE_CHUNKS_QUEUED);
+                (Some(sink), Some(delivered))
+            }
+            _ => (None, None),
+        };
+        let write_timeout = ctx.prepared.policy.daemon.request_timeout;
+        let mut task = tokio::spawn(self.clone().dispatch(ctx, request, cancel, chunks));
         // The client must not send anything after its line: any byte, the end of the stream or an
         // error means it is gone.
         let hangup = async {
@@ -553,16 +577,47 @@ impl Daemon {
                 }
             }
         };
-        let response = tokio::select! {
-            finished = &mut task => finished.unwrap_or_else(|e| Response::Error {
-                message: format!("request task failed: {e}"),
-            }),
-            () = hangup => {
-                // The task keeps running to its journaled end; it only learns it may stop.
-                hung_up.send_replace(true);
-                return;
+        tokio::pin!(hangup);
+        let response = loop {
+            tokio::select! {
+                finished = &mut task => break finished.unwrap_or_else(|e| Response::Error {
+                    message: format!("request task failed: {e}"),
+                }),
+                () = &mut hangup => {
+                    // The task keeps running to its journaled end; it only learns it may stop.
+                    hung_up.send_replace(true);
+                    return;
+                }
+                Some(chunk) = async {
+                    match delivered.as_mut() {
+                        Some(delivered) => delivered.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    // A client that does not read its chunks is treated as gone.
+                    let written = tokio::time::timeout(
+                        write_timeout,
+                        write_half.write_all(&chunk_frame(&chunk)),
+                    )
+                    .await;
+                    if !matches!(written, Ok(Ok(()))) {
+                        hung_up.send_replace(true);
+                        return;
+                    }
+                }
             }
         };
+        // Chunks the run queued before it ended go before its answer.
+        if let Some(delivered) = &mut delivered {
+            while let Ok(chunk) = delivered.try_recv() {
+                let written =
+                    tokio::time::timeout(write_timeout, write_half.write_all(&chunk_frame(&chunk)))
+                        .await;
+                if !matches!(written, Ok(Ok(()))) {
+                    return;
+                }
+            }
+        }
         // The caller's place must be free before it can act on the answer: a client that
         // reconnects the moment it hears must never meet its own finished connection (32
         // one-at-a-time clients of one uid got `busy` answers from that race: the write wakes
@@ -644,7 +699,7 @@ impl Daemon {
             return self.refuse_connection(&ctx).await;
         }
         let cancel = self.cancel_for_connection(hung_up);
-        self.dispatch(ctx, request, cancel).await
+        self.dispatch(ctx, request, cancel, None).await
     }
 
     /// The first records of a daemon's life: `start`, which ends whatever the previous daemon
@@ -674,7 +729,13 @@ impl Daemon {
         Ok(())
     }
 
-    async fn dispatch(self: Arc<Self>, ctx: Context, request: Request, cancel: Cancel) -> Response {
+    async fn dispatch(
+        self: Arc<Self>,
+        ctx: Context,
+        request: Request,
+        cancel: Cancel,
+        chunks: Option<mpsc::Sender<crate::exec::LiveChunk>>,
+    ) -> Response {
         match request {
             Request::List {} => {
                 let roles: Vec<&Role> = ctx.roles.iter().collect();
@@ -692,6 +753,7 @@ impl Daemon {
                 args,
                 reason,
                 idempotency_key,
+                stream,
             } => {
                 let started = std::time::Instant::now();
                 let label = self.verb_label(&ctx, &verb).to_string();
@@ -705,6 +767,8 @@ impl Daemon {
                             reason,
                             idempotency_key,
                             break_glass: false,
+                            stream,
+                            chunks,
                         },
                         cancel,
                     )
@@ -725,6 +789,8 @@ impl Daemon {
                             reason,
                             idempotency_key: None,
                             break_glass: true,
+                            stream: None,
+                            chunks: None,
                         },
                         cancel,
                     )
@@ -781,6 +847,8 @@ pub(crate) struct Run {
     pub call: PreparedCall,
     pub proposal: Option<u64>,
     pub idempotency_key: Option<String>,
+    /// Where a streaming verb's output goes as it comes (its caller asked for `stream`).
+    pub chunks: Option<tokio::sync::mpsc::Sender<crate::exec::LiveChunk>>,
 }
 
 /// What a new proposal is made of (from `Verdict::Propose` and the request).

@@ -290,6 +290,7 @@ pub fn call(verb: &str, args: &[(&str, &str)]) -> Request {
             .collect(),
         reason: None,
         idempotency_key: None,
+        stream: None,
     }
 }
 

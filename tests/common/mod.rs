@@ -213,6 +213,7 @@ impl Daemon {
             args,
             reason: None,
             idempotency_key: None,
+            stream: None,
         })
     }
 

@@ -352,6 +352,7 @@ impl ServerHandler for McpServer {
                 args,
                 reason: None,
                 idempotency_key: None,
+                stream: None,
             };
             (call, CALL_DEADLINE)
         };

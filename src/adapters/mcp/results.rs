@@ -255,6 +255,7 @@ fn proposal_state(view: ProposalView) -> CallToolResult {
 fn response_kind(response: &Response) -> &'static str {
     match response {
         Response::Ok { .. } => "ok",
+        Response::Chunk { .. } => "chunk",
         Response::Invalid { .. } => "invalid",
         Response::Denied { .. } => "denied",
         Response::ConfirmRequired { .. } => "confirm_required",
@@ -298,6 +299,7 @@ mod tests {
                 stdout_withheld: 0,
                 stderr_withheld: 0,
                 duration_ms: 3,
+                ended_by: None,
             },
             proposal: None,
         }
