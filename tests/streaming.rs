@@ -434,3 +434,67 @@ fn stream_declarations_are_checked() {
         );
     }
 }
+
+/// One caller cannot hold every execution slot with streams: with 4 slots, one uid gets one
+/// stream (a quarter), all streams together two (half); the other half stays for calls that end
+/// on their own.
+#[test]
+fn streams_cannot_take_every_execution_slot() {
+    if !require_root("streams_cannot_take_every_execution_slot") {
+        return;
+    }
+    const OTHER: u32 = 61202;
+    const THIRD: u32 = 61203;
+    let policy = POLICY
+        .replace("allow_root = true", "allow_root = true\nmax_executions = 4")
+        .replace(
+            "uids = [61201]",
+            &format!("uids = [61201, {OTHER}, {THIRD}]"),
+        );
+    let daemon = Daemon::start_with(&policy, |dir| {
+        std::fs::write(dir.join("tok"), SECRET).unwrap();
+        std::fs::set_permissions(dir.join("tok"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::create_dir(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("logs/app.log"), "ready\n").unwrap();
+    });
+    daemon.open_socket();
+    let first = Caller::start(&daemon, &["follow"]);
+    assert_eq!(chunk_text(&first.next().1), "ready\n");
+    let refused = daemon.cli_as(AGENT, &["call", "follow"]);
+    assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("uid 61201 already has 1 streaming"),
+        "{refused:?}"
+    );
+    let mut second = Command::new(BIN)
+        .args(["call", "--json", "follow"])
+        .env("VERBD_SOCKET", &daemon.socket)
+        .uid(OTHER)
+        .gid(OTHER)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(second.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready"), "{line}");
+    let refused = daemon.cli_as(THIRD, &["call", "follow"]);
+    assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("maximum of 2 streaming calls"),
+        "{refused:?}"
+    );
+    // The slots streams may not take still run everyone's other calls, at once.
+    let started = Instant::now();
+    let hello = daemon.cli_as(THIRD, &["call", "hello"]);
+    assert_eq!(String::from_utf8_lossy(&hello.stdout), "hello\n");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert!(no_process_follows(&daemon), "tail outlived its caller");
+}

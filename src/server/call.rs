@@ -393,6 +393,19 @@ impl Daemon {
         mut cancel: Cancel,
         queued: Option<tokio::sync::oneshot::Sender<String>>,
     ) -> Response {
+        // A direct call of a streaming verb needs a stream place first (an approved run was
+        // decided by a human and is bounded by the approvals).
+        let _stream_place = match (&run.call.limits.stream, run.proposal) {
+            (Some(_), None) => match self.stream_places.take(run.requester.uid) {
+                Ok(place) => Some(place),
+                Err(refused) => {
+                    return Response::Busy {
+                        message: refused.to_string(),
+                    };
+                }
+            },
+            _ => None,
+        };
         let _slots = match self.slots(prepared, &run, &mut cancel, queued).await {
             Ok(slots) => slots,
             Err(response) => return response,

@@ -38,6 +38,7 @@ pub mod pacing;
 pub mod peer;
 mod refusals;
 pub mod socket;
+pub mod streams;
 
 use crate::approvals::{Book, Interrupted};
 use crate::events::{CallerRecord, CancelCause, Event};
@@ -125,6 +126,8 @@ pub struct Daemon {
     prepared: RwLock<Arc<Prepared>>,
     ledger: Ledger,
     exec_slots: Arc<FairSlots>,
+    /// Streaming runs hold a slot for long: at most half of them, a quarter per caller.
+    stream_places: streams::StreamPlaces,
     /// The agent socket's pool of connection places.
     agent_pool: Arc<Pool>,
     /// The approver socket's own pool: no agent takes a place an approver needs.
@@ -198,6 +201,7 @@ impl Daemon {
         let daemon_cfg = &prepared.policy.daemon;
         Arc::new(Daemon {
             exec_slots: FairSlots::new(daemon_cfg.max_executions),
+            stream_places: streams::StreamPlaces::new(daemon_cfg.max_executions),
             agent_pool: Pool::new(SocketKind::Agent),
             approver_pool: Pool::new(SocketKind::Approver),
             pacer: Pacer::new(pacing::held_budget(open_files_limit())),
