@@ -282,6 +282,7 @@ impl World {
                     args: verbd::policy::text_args(&args),
                     reason: Some("property test".into()),
                     idempotency_key: None,
+                    stream: None,
                 };
                 if let Response::ConfirmRequired { id, hash, .. } = self.ask(AGENT, request).await
                     && !self.proposals.iter().any(|(known, _)| *known == id)
