@@ -1160,11 +1160,17 @@ params.n = { type = "int", min = 1, max = 99999 }
             stdin
         })
     };
-    // Wait until the writes stop going through (or all went through: the bound did not hold).
+    // Wait until the writes stop going through with the daemon idle: `verbd mcp` is paused on
+    // its unread answers, not busy with calls (or all went through: the bound did not hold).
     let load = || written.load(std::sync::atomic::Ordering::SeqCst);
+    let daemon_idle = || {
+        let status = d.cli_as(SRE, &["status", "--json"]);
+        serde_json::from_slice::<Value>(&status.stdout)
+            .is_ok_and(|s| s["metrics"]["connections_in_flight"] == 1)
+    };
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = (load(), Instant::now());
-    while load() < total && last.1.elapsed() < Duration::from_secs(3) {
+    while load() < total && (last.1.elapsed() < Duration::from_secs(3) || !daemon_idle()) {
         assert!(
             Instant::now() < deadline,
             "the writes neither ended nor stopped"
