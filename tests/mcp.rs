@@ -491,6 +491,71 @@ command = "/bin/true"
     tool(&steps[15]["tools"], "added");
 }
 
+/// A verb that streams three ticks, half a second apart.
+const TICKS: &str = r#"
+[verb.ticks]
+description = "Streams three ticks, half a second apart"
+category = "read-only"
+roles = ["agent"]
+allow_interpreter = true
+command = ["/bin/sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.5; done"]
+stream = { max_duration = "30s" }
+"#;
+
+/// A streaming verb called with a progress token: each chunk arrives as
+/// `notifications/progress` (the text as `message`, the count rising) while the verb runs, the
+/// result is the usual one; without a token, one result and no progress.
+fn streaming_progress(mode: &str) {
+    let test = format!("streaming_progress_{mode}");
+    let Some(python) = python(&test) else {
+        return;
+    };
+    if !require_root(&test) {
+        return;
+    }
+    let d = Daemon::start(&policy(TICKS));
+    d.open_socket();
+    let steps = json!([
+        { "op": "list" },
+        { "op": "call_progress", "tool": "ticks" },
+        { "op": "call", "tool": "ticks" },
+    ]);
+    let report = drive(&python, &d, AGENT, mode, steps);
+    let steps = report["steps"].as_array().unwrap();
+    let streamed = &steps[1];
+    let progress = streamed["progress"].as_array().unwrap();
+    let messages: Vec<&str> = progress
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages.concat(), "tick 1\ntick 2\ntick 3\n", "{streamed}");
+    let counts: Vec<f64> = progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
+    let first_at = progress[0]["at_s"].as_f64().unwrap();
+    let result_at = streamed["result_at_s"].as_f64().unwrap();
+    assert!(
+        first_at + 0.7 < result_at,
+        "the first tick came {first_at}s in, the result {result_at}s: not as it came"
+    );
+    assert_eq!(text_of(streamed), "tick 1\ntick 2\ntick 3\n");
+    assert!(!is_error(streamed));
+    let once = &steps[2];
+    assert_eq!(text_of(once), "tick 1\ntick 2\ntick 3\n");
+}
+
+#[test]
+fn streaming_progress_legacy_era() {
+    streaming_progress("legacy");
+}
+
+#[test]
+fn streaming_progress_2026_era() {
+    streaming_progress("auto");
+}
+
 #[test]
 fn official_client_legacy_era() {
     end_to_end("legacy", "2025-11-25");

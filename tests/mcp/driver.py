@@ -19,6 +19,9 @@ Steps (each adds one entry to the report's "steps", in order):
   {"op": "list"}                                    -> {"tools": [wire-format tools]} | {"error"}
   {"op": "call", "tool": T, "args": {...}}          -> {"result": wire-format result} | {"error"}
   {"op": "call_from", "tool": T, "from": I}         -> calls T with {"id": <id of step I>}
+  {"op": "call_progress", "tool": T, "args": {...}} -> the call with a progress callback:
+        {"result", "progress": [{"progress", "message", "at_s"}], "result_at_s"} (seconds since
+        the call started)
   {"op": "concurrent", "first": CALL, "second": CALL, "after_ms": M}
         -> starts the first call, starts the second M ms later, reports both
   {"op": "approve", "uid": N, "from": I}            -> `verbd approve ID --hash PREFIX` as uid N
@@ -85,6 +88,15 @@ async def run(plan):
                     steps.append({"error": {"code": e.code, "message": e.message, "data": e.data}})
             elif op == "call":
                 steps.append(await call(client, step["tool"], step.get("args", {})))
+            elif op == "call_progress":
+                started = time.monotonic()
+                seen = []
+
+                async def on_progress(progress, total, message):
+                    seen.append({"progress": progress, "message": message, "at_s": time.monotonic() - started})
+
+                outcome = dump(await client.call_tool(step["tool"], step.get("args", {}), progress_callback=on_progress))
+                steps.append({"result": outcome, "progress": seen, "result_at_s": time.monotonic() - started})
             elif op == "call_from":
                 source = steps[step["from"]]["result"]["structuredContent"]
                 steps.append(await call(client, step["tool"], {"id": source["id"], **step.get("args", {})}))

@@ -250,6 +250,7 @@ fn output_schema() -> JsonObject {
         ("stdout_withheld", int.clone()),
         ("stderr_withheld", int.clone()),
         ("duration_ms", int.clone()),
+        ("ended_by", string.clone()),
         ("id", int.clone()),
         ("args_hash", string.clone()),
         ("expires_at", string.clone()),

@@ -25,6 +25,10 @@
 //! - Memory stays bounded whatever the client reads, too: answers wait for stdout in order and
 //!   none is dropped, but past [`OUTPUT_BACKLOG_BYTES`] unread, or with [`MAX_IN_FLIGHT`]
 //!   requests being handled, no more of stdin is read until the client catches up (`stdio`).
+//! - A `tools/call` with a `progressToken` asks the daemon for a streaming verb's output as it
+//!   comes: each chunk is sent as `notifications/progress` (that token, a progress count that
+//!   rises by one per chunk, the chunk's text as `message`), all before the call's result, which
+//!   is built as for any call. Without a token the daemon answers once.
 //! - A `tools/call` the client cancels closes its daemon connection: the daemon cancels the run
 //!   (and journals it), as when a `verbd call` is interrupted.
 //! - `notifications/tools/list_changed` is sent when what the daemon lists for this caller
@@ -42,13 +46,13 @@ mod stdio;
 
 pub use stdio::{MAX_IN_FLIGHT, OUTPUT_BACKLOG_BYTES};
 
-use crate::client::{ClientError, request_async};
-use crate::protocol::{Request, Response};
+use crate::client::{ClientError, request_async, request_async_streaming};
+use crate::protocol::{Request, Response, StreamAsk};
 use catalog::{Catalog, CatalogError, MAX_WAIT_SECS, RESULT_TOOL, WAIT_TOOL};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SubscriptionFilter,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -352,12 +356,42 @@ impl ServerHandler for McpServer {
                 args,
                 reason: None,
                 idempotency_key: None,
-                stream: None,
+                stream: context
+                    .meta
+                    .get_progress_token()
+                    .map(|_| StreamAsk::default()),
             };
             (call, CALL_DEADLINE)
         };
+        // A streaming verb's chunks go to the client as progress, in order, before the result.
+        let (chunks, mut delivered) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let progress = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let mut sent = 0u64;
+                while let Some(text) = delivered.recv().await {
+                    sent += 1;
+                    let note = ProgressNotificationParam::new(token.clone(), sent as f64)
+                        .with_message(text);
+                    if peer.notify_progress(note).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        });
+        let socket = &self.shared.socket;
+        let exchange = async move {
+            // Owned here: the chunk sender closes when the exchange ends.
+            let mut on_chunk = move |_stream, text: String| {
+                let _ = chunks.send(text);
+            };
+            request_async_streaming(socket, &daemon_request, deadline, &mut on_chunk).await
+        };
         let response = tokio::select! {
-            answer = request_async(&self.shared.socket, &daemon_request, deadline) => {
+            answer = exchange => {
+                if let Some(progress) = progress {
+                    let _ = progress.await;
+                }
                 answer.map_err(|e| unavailable(&e))?
             }
             () = context.ct.cancelled() => {

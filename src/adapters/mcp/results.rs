@@ -110,7 +110,9 @@ fn denied(reason: String, id: Option<u64>) -> CallToolResult {
 /// A finished run: stdout, stderr, and a status line unless it exited 0 with output.
 fn ran(run: &RunResult, proposal: Option<u64>) -> CallToolResult {
     let exit = &run.exit;
-    let clean = exit.code == Some(0) && exit.signal.is_none() && !exit.timed_out;
+    // A stream that reached its bound ended as asked.
+    let clean =
+        run.ended_by.is_some() || exit.code == Some(0) && exit.signal.is_none() && !exit.timed_out;
     let mut text = Vec::new();
     if !run.stdout.is_empty() {
         text.push(run.stdout.clone());
@@ -119,7 +121,12 @@ fn ran(run: &RunResult, proposal: Option<u64>) -> CallToolResult {
         text.push(format!("stderr:\n{}", run.stderr));
     }
     let mut status = Vec::new();
-    if exit.timed_out {
+    if let Some(bound) = run.ended_by {
+        status.push(format!(
+            "the stream reached its {} bound; verbd killed its process group",
+            bound.as_str()
+        ));
+    } else if exit.timed_out {
         status.push("the verb timed out; verbd killed its process group".to_string());
     } else if let Some(signal) = exit.signal {
         status.push(format!("killed by signal {signal}"));
@@ -154,6 +161,9 @@ fn ran(run: &RunResult, proposal: Option<u64>) -> CallToolResult {
     });
     if let Some(id) = proposal {
         structured["proposal"] = json!(id);
+    }
+    if let Some(bound) = run.ended_by {
+        structured["ended_by"] = json!(bound.as_str());
     }
     result(!clean, text, structured)
 }
