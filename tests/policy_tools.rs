@@ -755,7 +755,7 @@ fn packs_load_and_their_tests_pass() {
     assert!(xml.starts_with("<?xml"), "{xml}");
     assert!(
         xml.contains(
-            "<testsuite name=\"policy/packs/tests/kubectl.toml\" tests=\"12\" failures=\"0\">"
+            "<testsuite name=\"policy/packs/tests/kubectl.toml\" tests=\"14\" failures=\"0\">"
         ),
         "{xml}"
     );
