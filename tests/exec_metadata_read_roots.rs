@@ -13,8 +13,9 @@
 //! - `truncate`: Landlock's own `EACCES`;
 //!
 //! in every isolation mode, and nothing about the entries changed. The same calls in the write
-//! root keep working (a script made executable runs, `touch`, git's own `chmod`s), and the
-//! unconfined control shows every attack working on the plain file system.
+//! root keep working (a script made executable runs, `touch`, git's own `chmod`s), a symlink
+//! swapped between a file of the write root and `~/.bashrc` during the calls never carries a
+//! change out, and the unconfined control shows every attack working on the plain file system.
 mod common;
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -134,6 +135,38 @@ r = subprocess.run(["git", "-C", "repo", "ls-files", "-s"], capture_output=True,
 print("git-mode", 0 if r.stdout.startswith("100755") else 1, flush=True)
 "##;
 
+/// `race.py WORK HOME`: one thread swaps `link` between a file of the write root and the home's
+/// `.bashrc`, the other changes the mode and times through `link`; `changed N` counts the calls
+/// performed.
+const RACE: &str = r#"
+import os, sys, threading
+os.chdir(sys.argv[1] + "/sub")
+targets = ["mine.txt", sys.argv[2] + "/.bashrc"]
+with open("mine.txt", "w") as f:
+    f.write("mine\n")
+os.symlink(targets[0], "link")
+done = threading.Event()
+def swap():
+    i = 0
+    while not done.is_set():
+        os.symlink(targets[i % 2], "next")
+        os.replace("next", "link")
+        i += 1
+swapper = threading.Thread(target=swap)
+swapper.start()
+changed = 0
+for i in range(1500):
+    for op in (lambda: os.chmod("link", 0o666), lambda: os.utime("link", (0, 0))):
+        try:
+            op()
+            changed += 1
+        except OSError:
+            pass
+done.set()
+swapper.join()
+print("changed", changed, flush=True)
+"#;
+
 struct Layout {
     _dir: tempfile::TempDir,
     home: PathBuf,
@@ -147,6 +180,7 @@ fn layout() -> Layout {
     std::fs::create_dir(&tools).unwrap();
     std::fs::write(tools.join("attempts.py"), ATTEMPTS).unwrap();
     std::fs::write(tools.join("write_root.py"), IN_WRITE_ROOT).unwrap();
+    std::fs::write(tools.join("race.py"), RACE).unwrap();
     let home = dir.path().join("home");
     let work = home.join("work");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
@@ -245,10 +279,10 @@ fn inode_flags(path: &Path) -> i32 {
 fn run(
     layout: &Layout,
     script: &str,
-    arg: &Path,
+    args: &[&Path],
     confined: Option<Option<&str>>,
 ) -> Vec<(String, i32)> {
-    let program = [
+    let mut program = vec![
         PYTHON.to_string(),
         layout
             .policy
@@ -256,8 +290,8 @@ fn run(
             .join(script)
             .display()
             .to_string(),
-        arg.display().to_string(),
     ];
+    program.extend(args.iter().map(|arg| arg.display().to_string()));
     let mut cmd = match confined {
         Some(mode) => {
             let mut cmd = Command::new(BIN);
@@ -328,7 +362,7 @@ fn unconfined_the_agent_changes_what_it_owns_in_its_home() {
         return;
     }
     let layout = layout();
-    let lines = run(&layout, "attempts.py", &layout.home, None);
+    let lines = run(&layout, "attempts.py", &[&layout.home], None);
     for kind in KINDS {
         for call in
             MODE_OWNER_TIME_CALLS
@@ -366,7 +400,7 @@ fn under_verbd_exec_nothing_outside_the_write_roots_is_re_moded_re_owned_or_re_t
             .iter()
             .map(|e| std::fs::metadata(layout.home.join(e)).unwrap())
             .collect();
-        let lines = run(&layout, "attempts.py", &layout.home, Some(mode));
+        let lines = run(&layout, "attempts.py", &[&layout.home], Some(mode));
         for kind in KINDS {
             for call in MODE_OWNER_TIME_CALLS {
                 let name = format!("{call}-{kind}");
@@ -432,7 +466,7 @@ fn in_the_write_root_modes_owners_and_times_still_change() {
         Some(verbd::sandbox::LANDLOCK_ONLY_ENV),
     ] {
         let layout = layout();
-        let lines = run(&layout, "write_root.py", &layout.work, Some(mode));
+        let lines = run(&layout, "write_root.py", &[&layout.work], Some(mode));
         for name in [
             "chmod-x-script",
             "script-ran",
@@ -454,5 +488,41 @@ fn in_the_write_root_modes_owners_and_times_still_change() {
         let script = std::fs::metadata(layout.work.join("sub/run.sh")).unwrap();
         assert_eq!(script.mode() & 0o777, 0o600, "{mode:?}");
         assert_eq!(script.mtime(), 5, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_symlink_swapped_during_the_call_never_lets_a_change_out_of_the_write_root() {
+    if !require_root("a_symlink_swapped_during_the_call_never_lets_a_change_out_of_the_write_root")
+    {
+        return;
+    }
+    for mode in [
+        None,
+        Some(verbd::sandbox::MOUNT_NAMESPACE_ENV),
+        Some(verbd::sandbox::LANDLOCK_ONLY_ENV),
+    ] {
+        let layout = layout();
+        let bashrc = layout.home.join(".bashrc");
+        let was = std::fs::metadata(&bashrc).unwrap();
+        let lines = run(
+            &layout,
+            "race.py",
+            &[&layout.work, &layout.home],
+            Some(mode),
+        );
+        // Both outcomes seen: the calls that met the write root's file were performed.
+        let changed = errno_of(&lines, "changed");
+        assert!(changed > 0 && changed < 3000, "{mode:?}: {changed}");
+        let now = std::fs::metadata(&bashrc).unwrap();
+        assert_eq!(now.mode(), was.mode(), "{mode:?}");
+        assert_eq!(now.mtime(), 1_000_000_000, "{mode:?}");
+        assert_eq!(
+            (now.ctime(), now.ctime_nsec()),
+            (was.ctime(), was.ctime_nsec()),
+            "{mode:?}"
+        );
+        let mine = std::fs::metadata(layout.work.join("sub/mine.txt")).unwrap();
+        assert_eq!(mine.mode() & 0o777, 0o666, "{mode:?}");
     }
 }

@@ -1885,7 +1885,7 @@ fn alter(
     if located.is_absolute() && !policy.in_write_root(&located) {
         explained(
             &located,
-            "outside every write root: its mode, owner and times are kept unchanged",
+            "outside every write root: its mode, owner, times and size are kept unchanged",
         );
         return Err(libc::EACCES);
     }
