@@ -438,10 +438,19 @@ const XATTR_CHANGING_SYSCALLS: &[i64] = &[
 /// broker filter on every file: `FS_IOC_SETFLAGS` (`chattr`: an owner may set e.g. `nodump`,
 /// `noatime`, `nocow` on any file it owns, in a read root too; immutable and append-only need
 /// `CAP_LINUX_IMMUTABLE`), its 32-bit spelling `FS_IOC32_SETFLAGS`, and `FS_IOC_FSSETXATTR`
-/// (the same flags, and the project id an owner may change to leave a project quota). A
-/// request sits in a register, so the filter decides without the broker; reading the flags
-/// (`FS_IOC_GETFLAGS`, `FS_IOC_FSGETXATTR`) stays allowed.
-const INODE_FLAG_SETTING_IOCTLS: &[u32] = &[0x4008_6602, 0x4004_6602, 0x401c_5820];
+/// (the same flags, and the project id an owner may change to leave a project quota); and two
+/// that change an inode for good where the file system offers them: `FS_IOC_ENABLE_VERITY`
+/// (a file anyone may write becomes read-only forever) and `FS_IOC_SET_ENCRYPTION_POLICY`
+/// (an empty directory the program owns would encrypt what a human later puts there with the
+/// program's key). A request sits in a register, so the filter decides without the broker;
+/// reading the flags (`FS_IOC_GETFLAGS`, `FS_IOC_FSGETXATTR`) stays allowed.
+const INODE_FLAG_SETTING_IOCTLS: &[u32] = &[
+    0x4008_6602,
+    0x4004_6602,
+    0x401c_5820,
+    0x4080_6685,
+    0x800c_6613,
+];
 
 /// `open`/`openat` flags that make the call brokered: creating, writing or truncating.
 const BROKERED_OPEN_FLAGS: u32 =
@@ -1083,6 +1092,22 @@ mod tests {
         for &request in INODE_FLAG_SETTING_IOCTLS {
             assert_eq!(
                 call(libc::SYS_ioctl, [3, request as u64, 0, 0, 0, 0]),
+                ret_errno(libc::EPERM),
+                "ioctl {request:#x}"
+            );
+        }
+        // The literal numbers, written independently of the list: FS_IOC_SETFLAGS,
+        // FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR, FS_IOC_ENABLE_VERITY,
+        // FS_IOC_SET_ENCRYPTION_POLICY.
+        for request in [
+            0x4008_6602u64,
+            0x4004_6602,
+            0x401c_5820,
+            0x4080_6685,
+            0x800c_6613,
+        ] {
+            assert_eq!(
+                call(libc::SYS_ioctl, [3, request, 0, 0, 0, 0]),
                 ret_errno(libc::EPERM),
                 "ioctl {request:#x}"
             );
