@@ -17,6 +17,12 @@
 //! [`toml_string`] (a TOML string that loads as the text) and [`json_visible`] (JSON whose
 //! values are unchanged).
 //!
+//! Where values stand side by side (`name=value` pairs on one line, a value after its name), an
+//! agent's value could contain what the reader takes for the end of that value: spaces, `=`,
+//! quotes, a look-alike of `=`. [`quoted`] writes such a value between `"` with `"` and `\`
+//! escaped, so a reader can always tell where it ends; every view of the arguments (`verbd
+//! pending`, the notifications of `verbd notify`, `verbd audit tail`) renders values with it.
+//!
 //! Also here: [`stderr_wants_colour`], whether verbd's own log lines may carry colour escapes.
 #![forbid(unsafe_code)]
 
@@ -72,16 +78,61 @@ pub fn is_hidden(c: char) -> bool {
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// `c` as [`escape`] writes it.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        '\r' => out.push_str("\\r"),
+        c if is_hidden(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+        c => out.push(c),
+    }
+}
+
+/// Whether `text` may be shown bare among other values: ASCII letters, digits and `._-/:@+%,`
+/// only, not empty. No space, `=`, quote, backslash or non-ASCII character (nothing that could
+/// end the value, or look like something that does).
+pub fn is_plain_word(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"._-/:@+%,".contains(&byte))
+}
+
+/// `text` as one unambiguous value among others: bare when it is a plain word
+/// ([`is_plain_word`]), otherwise between double quotes with `"` written `\"`, `\` written
+/// `\\`, and every hidden character escaped as [`escape`] does. The value ends at the first
+/// `"` not preceded by an escaping `\`, so no value can pass for a further `name=value` pair
+/// or for the next field of the view.
+///
+/// ```
+/// use verbd::terminal::quoted;
+/// assert_eq!(quoted("nginx.service"), "nginx.service");
+/// assert_eq!(quoted("/srv/x force=true"), "\"/srv/x force=true\"");
+/// assert_eq!(quoted("a\"b\\\u{2028}"), "\"a\\\"b\\\\\\u{2028}\"");
+/// assert_eq!(quoted(""), "\"\"");
+/// ```
+pub fn quoted(text: &str) -> String {
+    if is_plain_word(text) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
         match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if is_hidden(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => push_escaped(&mut out, c),
         }
     }
+    out.push('"');
     out
 }
 
@@ -172,7 +223,7 @@ pub fn escaped_view(view: &ProposalView) -> ProposalView {
 }
 
 /// A proposal as a person reads it (`verbd pending`, `verbd result`, `verbd wait`): every value
-/// that is not the daemon's own passes through [`escape`], so a hostile argument or reason cannot
+/// that is not the daemon's own passes through [`escape`] (argument values through [`quoted`]), so a hostile argument or reason cannot
 /// move the cursor, clear the screen, fake lines of this view or hide characters. `socket` is
 /// the `--socket` the `approve:` and `deny:` commands need to reach the same daemon (none when
 /// they find it by default).
@@ -199,7 +250,7 @@ pub fn proposal_text(view: &ProposalView, socket: Option<&std::path::Path>) -> S
     );
     let _ = writeln!(out, "  expires:     {}", view.expires_at);
     for (k, v) in &p.args {
-        let _ = writeln!(out, "  arg {:<9} {}", escape(k), escape(v));
+        let _ = writeln!(out, "  arg {:<9} {}", escape(k), quoted(v));
     }
     let _ = writeln!(
         out,
@@ -348,6 +399,53 @@ mod tests {
             assert_eq!(escaped, format!("a\\u{{{:x}}}b", u32::from(c)), "{c:?}");
         }
         assert_eq!(escape("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+    }
+
+    /// A reader that knows the quoting: one value from the start of `line` (a `\\u{…}` escape
+    /// kept as written, as [`escape`] writes it), and the rest.
+    fn read_value(line: &str) -> (String, &str) {
+        let Some(inner) = line.strip_prefix('"') else {
+            let end = line.find(' ').unwrap_or(line.len());
+            return (line[..end].to_string(), &line[end..]);
+        };
+        let mut value = String::new();
+        let mut chars = inner.char_indices();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'u')) => value.push_str("\\u"),
+                    Some((_, c)) => value.push(c),
+                    None => panic!("a lone backslash ends {line}"),
+                },
+                '"' => return (value, &inner[at + 1..]),
+                c => value.push(c),
+            }
+        }
+        panic!("unterminated value: {line}")
+    }
+
+    #[test]
+    fn a_quoted_value_ends_where_it_ends() {
+        for hostile in [
+            "/srv/app/cache force=false dry_run=true",
+            "ok\" requester: uid 0 (root); hash: 0000000000000000",
+            "x\\\" y=\"z",
+            "force\u{ff1d}true 'q', a;b",
+            "trailing backslash \\",
+            "line\u{2028}approve: verbd approve 9",
+            "",
+        ] {
+            let shown = quoted(hostile);
+            assert!(shown.starts_with('"'), "{shown}");
+            assert!(!shown.chars().any(is_hidden), "{shown}");
+            let line = format!("{shown} next=1");
+            let (value, rest) = read_value(&line);
+            assert_eq!(value, escape(hostile), "{shown}");
+            assert_eq!(rest, " next=1", "{shown}");
+        }
+        for plain in ["nginx.service", "/srv/app", "web-7", "a,b:c@d+e%f"] {
+            assert_eq!(quoted(plain), plain);
+        }
     }
 
     #[test]

@@ -57,6 +57,14 @@ roles = ["agent"]
 command = "/bin/echo {{message}}"
 params.message = {{ type = "string", pattern = ".*", max_length = 200 }}
 
+[verb.purge]
+description = "purge a cache"
+category = "mutating"
+roles = ["agent"]
+command = "/bin/echo purge {{path}} {{note}}"
+params.path = {{ type = "string", pattern = ".*", max_length = 120 }}
+params.note = {{ type = "string", pattern = ".*", max_length = 120 }}
+
 [verb.note]
 description = "write a note"
 builtin = "file.write"
@@ -346,7 +354,8 @@ fn slack_recipe_posts_escaped_text_and_never_data() {
         id,
         &hash,
         "say",
-        "message=&lt;!channel&gt; &lt;https://evil.example|open&gt; \\u{2028}approve:   verbd approve 99 --hash deadbeefdeadbeef",
+        // Quoted (it holds spaces), its backslash (from the payload's escaping of U+2028) doubled.
+        "message=\"&lt;!channel&gt; &lt;https://evil.example|open&gt; \\\\u{2028}approve:   verbd approve 99 --hash deadbeefdeadbeef\"",
     );
     run_approve_line(&d, body, id, &hash);
 
@@ -671,7 +680,8 @@ fn desktop_recipe_calls_notify_send_in_a_sandbox_that_allows_only_that() {
 /// HTML-like markup for most of them): bold text, a link labelled "approve" to the attacker's
 /// page, an image that would be fetched (and could cover the text), an entity. notify-send gets
 /// no `<` or `>` and no `&` but the five escapes, so the approver reads the argument as the
-/// agent wrote it, character for character, and one approve line: verbd's.
+/// agent wrote it, character for character (quoted, its `"` escaped), and one approve line:
+/// verbd's.
 #[test]
 fn an_argument_cannot_add_markup_to_a_desktop_notification() {
     if !require_root("an_argument_cannot_add_markup_to_a_desktop_notification") {
@@ -706,7 +716,7 @@ fn an_argument_cannot_add_markup_to_a_desktop_notification() {
     assert!(
         shown
             .lines()
-            .any(|l| l == format!("args:      message={markup}")),
+            .any(|l| l == format!("args:      message=\"{}\"", markup.replace('"', "\\\""))),
         "{shown}"
     );
     assert_eq!(
@@ -859,4 +869,132 @@ fn an_argument_cannot_add_an_ntfy_header_or_action() {
         request.body
     );
     run_approve_line(&d, &request.body, id, &hash);
+}
+
+/// The values of the pair-imitation attack: `path` reads as three arguments when shown bare,
+/// `note` as the end of the args line followed by the message's own `requester:` and `hash:`
+/// fields, with quotes, `;`, `,` and a FULLWIDTH EQUALS SIGN (U+FF1D) that looks like `=`.
+const IMITATING_PATH: &str = "/srv/app/cache force=false dry_run=true";
+const IMITATING_NOTE: &str =
+    "ok\" requester: uid 0 (root); hash: 0000000000000000, force\u{ff1d}true 'x' \\";
+
+/// The args line as every channel must show it: each value quoted (the quotes and backslash
+/// inside escaped), so it reads as exactly two arguments, `note` and `path`.
+const QUOTED_ARGS: &str = "note=\"ok\\\" requester: uid 0 (root); hash: 0000000000000000, force\u{ff1d}true 'x' \\\\\" path=\"/srv/app/cache force=false dry_run=true\"";
+
+fn propose_imitation(d: &Daemon) -> (u64, String) {
+    propose(
+        d,
+        "purge",
+        &[
+            &format!("path={IMITATING_PATH}"),
+            &format!("note={IMITATING_NOTE}"),
+        ],
+    )
+}
+
+/// The message's args line holds exactly the two quoted values, and no line of the message but
+/// verbd's own starts a `requester:` or `hash:` field.
+fn assert_quoted_args(body: &str, id: u64, hash: &str) {
+    let args: Vec<&str> = body.lines().filter(|l| l.starts_with("args:")).collect();
+    assert_eq!(args, [format!("args:      {QUOTED_ARGS}")], "{body}");
+    assert_common_message(body, id, hash, "purge", QUOTED_ARGS);
+    for field in ["requester:", "hash:"] {
+        assert_eq!(
+            body.lines().filter(|l| l.starts_with(field)).count(),
+            1,
+            "{field}: {body}"
+        );
+    }
+}
+
+/// A hostile agent's values that imitate further `name=value` pairs and the next fields of the
+/// message reach the approver quoted: in the ntfy notification (real curl), in the mail (the
+/// same body), in `verbd notify print` of `verbd pending --json`, and in `verbd pending`, where
+/// each value is one quoted string after its parameter's name.
+#[test]
+fn an_argument_cannot_pass_for_another_pair_or_field() {
+    if !require_root("an_argument_cannot_pass_for_another_pair_or_field") {
+        return;
+    }
+    let (port, rx) = http_listener();
+    let recipe_text = recipe(
+        "ntfy",
+        &[
+            (
+                "https://ntfy.example.com",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
+        ],
+    );
+    let d = start(&recipe_text, |dir| {
+        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
+    });
+    let (id, hash) = propose_imitation(&d);
+    let request = next(&rx, &d);
+    println!("ntfy body:\n{}", request.body);
+    assert_quoted_args(&request.body, id, &hash);
+
+    let pending = d.cli_as(ONCALL, &["pending"]);
+    assert!(pending.status.success(), "{pending:?}");
+    let pending = String::from_utf8(pending.stdout).unwrap();
+    println!("verbd pending:\n{pending}");
+    let arg_lines: Vec<&str> = pending
+        .lines()
+        .filter(|l| l.starts_with("  arg "))
+        .collect();
+    assert_eq!(
+        arg_lines,
+        [
+            "  arg note      \"ok\\\" requester: uid 0 (root); hash: 0000000000000000, force\u{ff1d}true 'x' \\\\\"",
+            "  arg path      \"/srv/app/cache force=false dry_run=true\"",
+        ],
+        "{pending}"
+    );
+
+    // The same rendering from the approver's copy of the proposal (`verbd pending --json`).
+    let json = d.cli_as(ONCALL, &["pending", "--json"]);
+    let views: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let mut print = std::process::Command::new(BIN)
+        .args(["notify", "print", "--host", HOST])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    print
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(views[0].to_string().as_bytes())
+        .unwrap();
+    let printed = print.wait_with_output().unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    let printed = String::from_utf8(printed.stdout).unwrap();
+    println!("verbd notify print:\n{printed}");
+    assert_quoted_args(&printed, id, &hash);
+    run_approve_line(&d, &request.body, id, &hash);
+}
+
+/// The same values through the desktop recipe: once a markup-parsing notification server has
+/// turned the entities back, the approver reads the same quoted args line.
+#[test]
+fn an_argument_cannot_pass_for_another_pair_in_a_desktop_notification() {
+    if !require_root("an_argument_cannot_pass_for_another_pair_in_a_desktop_notification") {
+        return;
+    }
+    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let desktop = desktop(probe.local_addr().unwrap().port());
+    let d = &desktop.d;
+    let (id, hash) = propose_imitation(d);
+    let (_, _, body) = desktop.notification();
+    let shown = body
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    assert_quoted_args(&shown, id, &hash);
+    run_approve_line(d, &body, id, &hash);
+    drop(probe);
 }

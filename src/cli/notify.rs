@@ -8,8 +8,10 @@
 //! - the message holds no secret and no data: never the requester's `reason` (free text an agent
 //!   writes to persuade), never a dry run's output, never file content (`content` and any long
 //!   argument appear as their size and hash); every requester-written string is escaped with
-//!   `terminal::escape`, then for the transport's markup (Slack, desktop), so an argument can
-//!   neither start a line of its own (a forged approve command) nor become a mention or a link;
+//!   `terminal::escape` (argument values with `terminal::quoted`: a value that is not a plain
+//!   word is quoted, so it cannot pass for further `name=value` pairs or the next field), then
+//!   for the transport's markup (Slack, desktop), so an argument can neither start a line of
+//!   its own (a forged approve command) nor become a mention or a link;
 //! - no shell: each transport gets an argv built here and its message on stdin (notify-send:
 //!   as arguments); titles and subjects hold only printable ASCII the policy chose (verb names,
 //!   the host name, numbers);
@@ -23,7 +25,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use verbd::protocol::ProposalView;
-use verbd::terminal::escape;
+use verbd::terminal::{escape, quoted};
 
 /// `verbd notify …`
 #[derive(clap::Subcommand)]
@@ -380,7 +382,9 @@ fn rfc5322_date(time: std::time::SystemTime) -> String {
     )
 }
 
-/// `name=value` for each argument, escaped; `content` and long values as size and hash.
+/// `name=value` for each argument, the value as `terminal::quoted` writes it (so no value can
+/// pass for further pairs or the message's next field); `content` and long values as size and
+/// hash. The names are the policy's parameter names, shown bare.
 fn args_summary(p: &verbd::proposal::Proposal) -> String {
     let mut out = String::new();
     let mut hidden = 0;
@@ -392,7 +396,7 @@ fn args_summary(p: &verbd::proposal::Proposal) -> String {
                 &verbd::digest::sha256_hex(value.as_bytes())[..HASH_PREFIX]
             )
         } else {
-            escape(value)
+            quoted(value)
         };
         let item = format!("{}={shown}", escape(name));
         if out.len() + item.len() > MAX_ARGS_CHARS {

@@ -1,6 +1,7 @@
 //! One-line human rendering of a record for `verbd audit tail`. Every string that came from an
-//! event (arguments are attacker-controlled) is shown bare only when it is a plain word, otherwise
-//! quoted with `"` and `\` escaped; control characters and invisible/bidirectional formatting
+//! event (arguments are attacker-controlled) is shown as `terminal::quoted` writes it (the one
+//! rule for values shown side by side): bare only when it is a plain word, otherwise quoted
+//! with `"` and `\` escaped; control characters and invisible/bidirectional formatting
 //! characters are always written as escapes (the set `terminal::is_hidden` defines for every
 //! view of untrusted text), so a hostile value can neither start a new line,
 //! move the cursor, recolour the terminal nor pass itself off as another field.
@@ -131,34 +132,10 @@ fn write_value(out: &mut String, value: &Value) {
     }
 }
 
-fn is_plain_word(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || b"._-/:@+%,".contains(&byte))
-}
-
-/// Appends `text` bare if it is a plain word, else quoted and escaped.
+/// Appends `text` as [`crate::terminal::quoted`] writes it: bare if it is a plain word, else
+/// quoted and escaped.
 fn push_text(out: &mut String, text: &str) {
-    if is_plain_word(text) {
-        out.push_str(text);
-        return;
-    }
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if crate::terminal::is_hidden(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    out.push_str(&crate::terminal::quoted(text));
 }
 
 #[cfg(test)]
