@@ -998,3 +998,56 @@ fn an_argument_cannot_pass_for_another_pair_in_a_desktop_notification() {
     run_approve_line(d, &body, id, &hash);
     drop(probe);
 }
+
+/// The same values through the Slack recipe (the text of the JSON a real listener received)
+/// and the email recipe over SMTP (the mail's body): the same quoted args line.
+#[test]
+fn an_argument_cannot_pass_for_another_pair_in_slack_or_mail() {
+    if !require_root("an_argument_cannot_pass_for_another_pair_in_slack_or_mail") {
+        return;
+    }
+    let (port, rx) = http_listener();
+    let hook_path = "/services/T000/B000/XXXXsecretXXXX";
+    let recipe_text = recipe(
+        "slack",
+        &[(
+            "/etc/verbd/secrets/slack_webhook",
+            "@DIR@/slack_webhook".into(),
+        )],
+    );
+    let d = start(&recipe_text, |dir| {
+        write_secret(
+            &dir.join("slack_webhook"),
+            &format!("http://127.0.0.1:{port}{hook_path}\n"),
+        )
+    });
+    let (id, hash) = propose_imitation(&d);
+    let request = next(&rx, &d);
+    let payload: Value = serde_json::from_str(&request.body).unwrap();
+    let text = payload["text"].as_str().unwrap();
+    println!("slack text:\n{text}");
+    let body = text.split_once('\n').unwrap().1;
+    assert_quoted_args(body, id, &hash);
+    run_approve_line(&d, body, id, &hash);
+    drop(d);
+
+    let (port, rx) = smtp_listener();
+    let recipe_text = recipe("email", &[("/etc/verbd/secrets/smtp", "@DIR@/smtp".into())]);
+    let d = start(&recipe_text, |dir| {
+        write_secret(
+            &dir.join("smtp"),
+            &format!("url = \"smtp://127.0.0.1:{port}\"\nuser = \"verbd:smtp-Password-31337\"\n"),
+        )
+    });
+    let (id, hash) = propose_imitation(&d);
+    let mail = next(&rx, &d);
+    let body = mail
+        .data
+        .split_once("\r\n\r\n")
+        .unwrap()
+        .1
+        .replace("\r\n", "\n");
+    println!("mail body:\n{body}");
+    assert_quoted_args(&body, id, &hash);
+    run_approve_line(&d, &body, id, &hash);
+}
