@@ -47,7 +47,11 @@ impl SocketArg {
     }
 }
 
+/// `defer`: a subcommand's arguments are built only when it is the one invoked, so `verbd call`
+/// does not first build every other subcommand's arguments and help (a quarter of its start's
+/// instructions, docs/PERFORMANCE.md). Completions and man pages build the whole tree.
 #[derive(Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Run the daemon (embedded demo policy when no --policy is given)
     Serve {
@@ -242,6 +246,30 @@ enum Command {
         #[arg(long)]
         private: Vec<PathBuf>,
     },
+    // The subcommands that have subcommands of their own, and the two between them, are built
+    // eagerly (see `Tools`); their place here keeps their place in the help.
+    #[command(flatten)]
+    Tools(Tools),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (verbd.1 and one per subcommand) into DIR/man1, so `MANPATH=DIR`
+    /// finds them
+    Man {
+        /// The man directory (DIR/man1/ is created)
+        dir: PathBuf,
+    },
+}
+
+/// The subcommands with subcommands of their own (and `sh` and `mcp`, between them in the help),
+/// not deferred: clap copies the tree for `verbd help …` before it expands deferred ones, and
+/// the completion scripts complete `verbd help audit …` from that copy. Their own subcommands'
+/// arguments are deferred instead (`defer` on their enums; not on `notify`'s, whose arguments'
+/// own doc comments would then replace its subcommands' help).
+#[derive(Subcommand)]
+enum Tools {
     /// The audit journal
     Audit {
         #[command(subcommand)]
@@ -287,17 +315,6 @@ enum Command {
         #[command(subcommand)]
         command: cli::notify::NotifyCommand,
     },
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    Completions {
-        /// The shell to complete for
-        shell: clap_complete::Shell,
-    },
-    /// Write the man pages (verbd.1 and one per subcommand) into DIR/man1, so `MANPATH=DIR`
-    /// finds them
-    Man {
-        /// The man directory (DIR/man1/ is created)
-        dir: PathBuf,
-    },
 }
 
 fn main() -> ExitCode {
@@ -335,10 +352,10 @@ impl Command {
             | Command::Exec { .. }
             | Command::Selftest { .. }
             | Command::Canary { .. }
-            | Command::Hook { .. }
-            | Command::Sh { .. }
-            | Command::Mcp { .. }
-            | Command::Notify { .. } => false,
+            | Command::Tools(Tools::Hook { .. })
+            | Command::Tools(Tools::Sh { .. })
+            | Command::Tools(Tools::Mcp { .. })
+            | Command::Tools(Tools::Notify { .. }) => false,
             Command::Call { .. }
             | Command::List { .. }
             | Command::Pending { .. }
@@ -349,9 +366,9 @@ impl Command {
             | Command::Resolve { .. }
             | Command::Status { .. }
             | Command::Reload { .. }
-            | Command::Audit { .. }
-            | Command::Sandbox { .. }
-            | Command::Policy { .. }
+            | Command::Tools(Tools::Audit { .. })
+            | Command::Tools(Tools::Sandbox { .. })
+            | Command::Tools(Tools::Policy { .. })
             | Command::Completions { .. }
             | Command::Man { .. } => true,
         }
@@ -511,20 +528,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bounding_kept,
             private,
         })),
-        Command::Sandbox { command } => cli::local::sandbox(command),
-        Command::Audit { command } => cli::audit::run(command),
-        Command::Hook { command } => cli::local::hook(command),
-        Command::Sh { socket, command } => cli::sh::run(&socket.path(ClientSide::Agent), &command),
-        Command::Mcp {
+        Command::Tools(Tools::Sandbox { command }) => cli::local::sandbox(command),
+        Command::Tools(Tools::Audit { command }) => cli::audit::run(command),
+        Command::Tools(Tools::Hook { command }) => cli::local::hook(command),
+        Command::Tools(Tools::Sh { socket, command }) => {
+            cli::sh::run(&socket.path(ClientSide::Agent), &command)
+        }
+        Command::Tools(Tools::Mcp {
             socket,
             print_config,
-        } => cli::mcp::run(
+        }) => cli::mcp::run(
             &socket.path(ClientSide::Agent),
             socket.socket.as_deref(),
             print_config,
         ),
-        Command::Policy { command } => cli::policy_tools::run(command),
-        Command::Notify { command } => cli::notify::run(command),
+        Command::Tools(Tools::Policy { command }) => cli::policy_tools::run(command),
+        Command::Tools(Tools::Notify { command }) => cli::notify::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout())?;

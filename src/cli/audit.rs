@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 /// `verbd audit …`
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum AuditCommand {
     /// Check every segment: hash chain, sequence, epochs and seals, the heads published to the
     /// witness, and (with --verify-key) every sealed epoch's MACs; names each edited, deleted,

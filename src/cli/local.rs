@@ -243,6 +243,7 @@ pub fn gemini_cli_hook(
 }
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum HookCommand {
     /// Claude Code PreToolUse hook: reads the hook JSON on stdin; exit 0 allows, exit 2 denies
     /// (and every failure denies)
@@ -265,6 +266,7 @@ pub enum HookCommand {
 }
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum SandboxCommand {
     /// Does PROFILE allow ACCESS (read, write or exec) to PATH, and which Landlock rule decides?
     /// As the daemon builds the profile for its verbs (write roots whole, the daemon's private

@@ -10,6 +10,7 @@ use verbd::policy::{self, PreparedAction, ProposedCall, Verdict};
 
 /// `verbd policy …`
 #[derive(clap::Subcommand)]
+#[command(defer = true)]
 pub enum PolicyCommand {
     /// Check a policy file: compile it (errors show file:line:col), then run the self-test's
     /// checks that need no sandbox (examples, hostile values, accounts, file roots); exit 1 on
