@@ -525,6 +525,10 @@ async fn serve_async(
     let grace = prepared.policy.daemon.shutdown_grace;
     let state_dir = settings.state_dir.clone();
     let interrupted = book.interrupted();
+    // The stop and reload signals are caught from here on, before the start record and the
+    // listen: a SIGTERM that arrives once the socket accepts (or while the start record is
+    // written) stops the daemon the graceful way, never by the signal's default action.
+    let mut signals = StopSignals::install()?;
     let daemon = Daemon::new(prepared, journal, book, settings);
     daemon
         .record_start(interrupted)
@@ -596,7 +600,7 @@ async fn serve_async(
         });
     }
     let (reason, deaf) = tokio::select! {
-        reason = wait_for_stop_signal(&daemon) => (reason?, None),
+        reason = signals.wait_for_stop(&daemon) => (reason, None),
         Some(stopped) = deaf.recv() => {
             tracing::error!("{stopped}; stopping");
             ("a socket was no longer served", Some(stopped))
@@ -648,20 +652,36 @@ async fn serve_async(
     }
 }
 
-async fn wait_for_stop_signal(daemon: &std::sync::Arc<Daemon>) -> Result<&'static str, StartError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(os("installing signal handlers"))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(os("installing signal handlers"))?;
-    let mut hup = signal(SignalKind::hangup()).map_err(os("installing signal handlers"))?;
-    Ok(loop {
-        tokio::select! {
-            _ = term.recv() => break "SIGTERM",
-            _ = int.recv() => break "SIGINT",
-            _ = hup.recv() => match daemon.clone().reload().await {
-                Ok(message) | Err(message) => tracing::info!("reload: {message}"),
-            },
+/// SIGTERM, SIGINT (stop) and SIGHUP (reload), caught by the runtime once installed.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, StartError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind| signal(kind).map_err(os("installing signal handlers"));
+        Ok(Self {
+            term: install(SignalKind::terminate())?,
+            int: install(SignalKind::interrupt())?,
+            hup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// Reload on each SIGHUP until SIGTERM or SIGINT; a signal that came before the call counts.
+    async fn wait_for_stop(&mut self, daemon: &std::sync::Arc<Daemon>) -> &'static str {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => break "SIGTERM",
+                _ = self.int.recv() => break "SIGINT",
+                _ = self.hup.recv() => match daemon.clone().reload().await {
+                    Ok(message) | Err(message) => tracing::info!("reload: {message}"),
+                },
+            }
         }
-    })
+    }
 }
 
 #[cfg(test)]

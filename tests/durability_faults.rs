@@ -267,3 +267,55 @@ fn a_proposal_is_journaled_before_the_agent_hears_confirm_required() {
         "nothing ran before approval"
     );
 }
+
+#[test]
+fn a_sigterm_while_the_start_record_is_written_stops_the_daemon_gracefully() {
+    // SIGTERM arrives before the daemon listens (its `start` record held before the fdatasync):
+    // the daemon must catch it, not die of the signal's default action, and stop the graceful
+    // way once the record is durable: exit 0, a `stop` record after the `start`, socket removed.
+    if !require_root("durability_faults") {
+        return;
+    }
+    let dir = open_tempdir();
+    std::fs::create_dir_all(dir.path().join("work/sub")).unwrap();
+    let control = dir.path().join("control");
+    std::fs::create_dir(&control).unwrap();
+    let fault = format!("start:block:{}", control.display());
+    let mut d = Daemon::spawn_in(dir, POLICY, &[("VERBD_TEST_JOURNAL_FAULT", &fault)]);
+    wait_for(&control.join("blocked.start"), "the held start record");
+    let pid = d.child.as_ref().unwrap().id() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // Give a default action time to act before the record is released.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(control.join("release.start"), b"").unwrap();
+    let mut child = d.child.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the daemon did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the daemon ended by {status:?}, not by its own stop; log:\n{log}"
+    );
+    let kinds = kinds(&d);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "start").count(),
+        1,
+        "{kinds:?}"
+    );
+    let stop = kinds.iter().position(|k| k == "stop");
+    let start = kinds.iter().position(|k| k == "start");
+    assert!(stop > start, "no stop record after the start: {kinds:?}");
+    assert!(!d.socket.exists(), "the socket file was left behind");
+    assert!(log.contains("stopped (SIGTERM)"), "{log}");
+}
