@@ -369,6 +369,48 @@ fn each_role_gets_its_mode() {
 }
 
 #[test]
+fn commands_mode_is_every_agent_roles_default_and_a_role_of_its_own_keeps_its_own() {
+    // `[commands] mode = "rewrite"` in a fragment appended to a policy whose roles set no mode
+    // (the way an operator turns transparent verbs on for a whole site): the agent role without
+    // a mode of its own is rewritten; a role that says `off` stays off.
+    if !require_root(
+        "commands_mode_is_every_agent_roles_default_and_a_role_of_its_own_keeps_its_own",
+    ) {
+        return;
+    }
+    let policy = POLICY
+        .replace("commands = \"rewrite\"\n", "")
+        .replace("commands = \"advise\"\n", "commands = \"off\"\n")
+        .replace("[commands]\n", "[commands]\nmode = \"rewrite\"\n");
+    assert!(!policy.contains("\"advise\""), "{policy}");
+    let daemon = Daemon::start_with(&policy, |dir| {
+        std::fs::create_dir(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("logs/app.log"), "1 ok\n2 ERROR a\n3 ERROR b\n").unwrap();
+    });
+    daemon.open_socket();
+    let log = daemon.path("logs/app.log");
+    let input = bash_call(
+        &format!("sudo tail -n 3 {} | grep -c ERROR", log.display()),
+        Path::new("/tmp"),
+    );
+    // roles.agent (uid 0) sets no mode: the policy-wide `rewrite` applies.
+    let command = rewritten(&hook(&daemon, None, &input));
+    assert!(
+        command.contains("log-tail") && command.ends_with("| grep -c ERROR"),
+        "{command}"
+    );
+    let ran = run_in_bash(&command);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "2\n", "{ran:?}");
+    // roles.advised now says `off` itself: no decision, whatever `[commands] mode` says.
+    let output = hook(&daemon, Some(ADVISED_UID), &input);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    // roles.plain sets nothing either: it is an agent role, so it is rewritten too.
+    let command = rewritten(&hook(&daemon, Some(OFF_UID), &input));
+    assert!(command.contains("log-tail"), "{command}");
+}
+
+#[test]
 fn bash_calls_fail_closed() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-daemon.sock");

@@ -335,7 +335,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
         );
     }
     let daemon = build_daemon(ctx, &raw.daemon);
-    let roles = build_roles(&raw.roles);
+    let roles = build_roles(&raw.roles, raw.commands.mode);
     let approvals = build_approvals(ctx, &raw.approvals, &roles);
     let secrets = build_secrets(ctx, &raw.secrets);
     let postgres_ephemeral = build_postgres_ephemeral(ctx, &raw.postgres_ephemeral, &secrets);
@@ -532,22 +532,31 @@ fn build_commands(ctx: &mut Ctx, raw: &RawCommands) -> CommandsConfig {
     }
 }
 
-fn build_roles(raw: &BTreeMap<String, toml::Spanned<RawRole>>) -> BTreeMap<String, Role> {
+/// The roles; an agent role without its own `commands` takes `default_mode` (`[commands] mode`).
+fn build_roles(
+    raw: &BTreeMap<String, toml::Spanned<RawRole>>,
+    default_mode: Option<RawCommandMode>,
+) -> BTreeMap<String, Role> {
     raw.iter()
         .map(|(name, r)| {
             let r = r.get_ref();
+            let kind = match r.kind {
+                RawRoleKind::Agent => RoleKind::Agent,
+                RawRoleKind::Human => RoleKind::Human,
+            };
+            let inherited = match kind {
+                RoleKind::Agent => default_mode,
+                RoleKind::Human => None,
+            };
             (
                 name.clone(),
                 Role {
                     name: name.clone(),
-                    kind: match r.kind {
-                        RawRoleKind::Agent => RoleKind::Agent,
-                        RawRoleKind::Human => RoleKind::Human,
-                    },
+                    kind,
                     users: r.users.clone(),
                     groups: r.groups.clone(),
                     uids: r.uids.clone(),
-                    commands: match r.commands {
+                    commands: match r.commands.or(inherited).unwrap_or_default() {
                         RawCommandMode::Off => CommandMode::Off,
                         RawCommandMode::Advise => CommandMode::Advise,
                         RawCommandMode::Rewrite => CommandMode::Rewrite,

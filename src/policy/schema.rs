@@ -55,6 +55,9 @@ pub struct RawPolicy {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCommands {
+    /// The mode of every agent role that sets no `commands` of its own (default `off`).
+    #[serde(default)]
+    pub mode: Option<RawCommandMode>,
     /// Program names (e.g. `psql`, `kubectl`) the agent reaches only through verbs.
     #[serde(default)]
     pub privileged_programs: Vec<String>,
@@ -172,9 +175,10 @@ pub struct RawRole {
     pub groups: Vec<String>,
     #[serde(default)]
     pub uids: Vec<u32>,
-    /// Shell commands this role's agents type: `off` (default), `advise` or `rewrite`.
+    /// Shell commands this role's agents type: `off`, `advise` or `rewrite`; unset, an agent
+    /// role takes `[commands] mode` (default `off`).
     #[serde(default)]
-    pub commands: RawCommandMode,
+    pub commands: Option<RawCommandMode>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
