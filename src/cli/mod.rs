@@ -1,7 +1,7 @@
-//! The command line's work, one module per group of commands; `main.rs` only parses and
-//! dispatches. Adding a subcommand: a variant in `main.rs`'s `Command` (its flags are the
-//! documentation), one arm in `main.rs`'s `run`, and a function here (in the module of its
-//! group, or a new one).
+//! The command line's work, one module per group of commands; `args` holds what the command
+//! line accepts and `main.rs` only parses and dispatches. Adding a subcommand: a variant in
+//! `args::Command` (its flags are the documentation), one arm in `main.rs`'s `run`, and a
+//! function here (in the module of its group, or a new one).
 //!
 //! Exit codes of client commands (stable, documented in docs/protocol.md): the child's own exit
 //! code for a verb that ran (128+N when killed by signal N, 124 on timeout); 65 invalid
@@ -10,6 +10,7 @@
 //! (see `verbd::serve`). The constants live in `verbd::cli_docs`, with the man pages' table.
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod audit;
 pub mod client;
 pub mod local;
