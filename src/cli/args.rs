@@ -274,7 +274,8 @@ pub(crate) enum Tools {
     },
     /// A drop-in for an agent runtime's shell tool that never runs a shell: `verbd sh -c
     /// 'COMMAND'` runs the verb the command stands for (its `| grep …` filters applied), or
-    /// refuses with the closest verb. Needs `commands = "rewrite"` on the caller's role
+    /// refuses with the closest verb. Needs the mode `rewrite` for the caller's role (its
+    /// `commands`, or `[commands] mode`)
     Sh {
         #[command(flatten)]
         socket: SocketArg,
