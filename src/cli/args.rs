@@ -2,11 +2,11 @@
 //! `--help` texts, the man pages and the completions; `main.rs` dispatches each variant.
 #![forbid(unsafe_code)]
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use verbd::paths::ClientSide;
 
 use crate::cli;
+use crate::cli::socket_arg::SocketArg;
 
 #[derive(Parser)]
 #[command(
@@ -17,31 +17,6 @@ use crate::cli;
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
-}
-
-#[derive(Args, Clone)]
-pub(crate) struct SocketArg {
-    /// Daemon socket (default: $VERBD_SOCKET, else the socket `verbd serve` binds by default
-    /// for you if it is there, else the packaged daemon's /run/verbd/verbd.sock for agents'
-    /// commands, /run/verbd/approve.sock for approvers')
-    #[arg(long, global = true)]
-    pub(crate) socket: Option<PathBuf>,
-}
-
-impl SocketArg {
-    /// The socket a command on `side` connects to.
-    pub(crate) fn path(&self, side: ClientSide) -> PathBuf {
-        self.socket
-            .clone()
-            .or_else(|| std::env::var_os("VERBD_SOCKET").map(PathBuf::from))
-            .unwrap_or_else(|| verbd::paths::client_socket(side))
-    }
-
-    /// What the commands this one prints (`verbd approve …`) need to reach the same daemon:
-    /// the `--socket` given here, since the default or `VERBD_SOCKET` finds it again by itself.
-    pub(crate) fn for_next_command(&self) -> Option<&std::path::Path> {
-        self.socket.as_deref()
-    }
 }
 
 /// `defer`: a subcommand's arguments are built only when it is the one invoked, so `verbd call`

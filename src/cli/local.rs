@@ -249,7 +249,7 @@ pub enum HookCommand {
     /// (and every failure denies)
     ClaudeCode {
         #[command(flatten)]
-        socket: crate::cli::args::SocketArg,
+        socket: crate::cli::socket_arg::SocketArg,
         /// Print the settings.json snippet instead
         #[arg(long)]
         print_settings: bool,
@@ -258,7 +258,7 @@ pub enum HookCommand {
     /// in Gemini's terms; exit 0 allows or rewrites, exit 2 denies (and every failure denies)
     GeminiCli {
         #[command(flatten)]
-        socket: crate::cli::args::SocketArg,
+        socket: crate::cli::socket_arg::SocketArg,
         /// Print the settings.json snippet instead
         #[arg(long)]
         print_settings: bool,

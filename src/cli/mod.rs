@@ -18,6 +18,7 @@ pub mod mcp;
 pub mod notify;
 pub mod policy_tools;
 pub mod sh;
+pub mod socket_arg;
 pub mod status;
 
 use anyhow::{Context, bail};
