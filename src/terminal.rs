@@ -138,8 +138,8 @@ pub fn quoted(text: &str) -> String {
 
 /// `text` as a TOML basic string (quoted) that decodes to exactly `text` and shows no hidden
 /// character: the same characters [`escape`] makes visible are written as TOML escapes (`\n`,
-/// `\t`, `\r`, `\uXXXX`, `\UXXXXXXXX`), so a drafted policy line reads on a terminal as it
-/// loads. For agent-derived values in TOML that `verbd policy suggest` prints.
+/// `\t`, `\r`, `\u` and four hex digits, `\U` and eight), so a drafted policy line reads on a
+/// terminal as it loads. For agent-derived values in TOML that `verbd policy suggest` prints.
 ///
 /// ```
 /// assert_eq!(verbd::terminal::toml_string("a\u{202e}b\"c"), "\"a\\u202Eb\\\"c\"");
@@ -168,9 +168,9 @@ pub fn toml_string(text: &str) -> String {
 }
 
 /// JSON text (as serde_json writes it) with every hidden character inside its strings written as
-/// a `\uXXXX` escape (a surrogate pair beyond the BMP), so the values are unchanged for a parser
-/// and a person who prints the report sees no character that acts on the terminal. serde_json
-/// escapes the C0 controls itself; this adds DEL, C1, bidi, invisible and separator characters.
+/// a `\u` escape of four hex digits (a surrogate pair beyond the BMP), so the values are
+/// unchanged for a parser and a person who prints the report sees no character that acts on the
+/// terminal. serde_json escapes the C0 controls itself; this adds DEL, C1, bidi, invisible and separator characters.
 /// Outside strings JSON has only ASCII punctuation and whitespace, which pass unchanged.
 pub fn json_visible(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
