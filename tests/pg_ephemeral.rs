@@ -2,7 +2,8 @@
 //! PostgreSQL with password authentication: each call runs as a role of its own that exists only
 //! while the call runs; its password, read out of the running child by root, stops working when
 //! the call ends; a daemon killed with SIGKILL mid-call leaves a role that the next start drops;
-//! 100 concurrent calls leave no role behind; a mint that fails fails the call, never falls back.
+//! 100 concurrent calls leave no role behind; a mint that fails fails the call, never falls back;
+//! an approved mutating verb runs as a role that holds the one privilege that verb needs.
 mod common;
 #[path = "common/pg.rs"]
 mod pg;
@@ -14,6 +15,8 @@ use verbd::protocol::{Request, Response};
 
 const REAL_PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
 const ADMIN_PASSWORD: &str = "admin-Password-for-the-tests-0123";
+/// The human who approves the mutating verbs (the requester is root).
+const APPROVER: u32 = 63_321;
 
 fn policy(pg: &pg::PgCluster, secrets: &std::path::Path) -> String {
     let dir = pg.socket_dir().display().to_string();
@@ -23,7 +26,7 @@ fn policy(pg: &pg::PgCluster, secrets: &std::path::Path) -> String {
             r#"["{REAL_PSQL}", "-X", "--no-password", "-v", "ON_ERROR_STOP=1", "--csv", "-h", "{dir}", "-p", "5432", "-d", "verbd", "-c", "{sql}"]"#
         )
     };
-    let source = |name: &str, secret: &str| {
+    let source = |name: &str, secret: &str, template: &str| {
         format!(
             r#"
 [postgres_ephemeral.{name}]
@@ -32,7 +35,7 @@ host = "{dir}"
 database = "verbd"
 admin_user = "verbd_admin"
 admin_secret = "{secret}"
-template = "reporting_ro"
+template = "{template}"
 slack = "5s"
 "#
         )
@@ -50,12 +53,22 @@ max_connections_per_uid = 128
 kind = "human"
 uids = [0]
 
+[roles.ops]
+kind = "human"
+uids = [{APPROVER}]
+
+[approvals]
+approvers = ["ops"]
+expires = "30m"
+notify = "/bin/false {{id}}"
+
 [secrets.pg_admin]
 file = "{secrets}/pg_admin"
 [secrets.pg_wrong]
 file = "{secrets}/pg_wrong"
 {reports}
 {broken}
+{tickets}
 [sandbox.pg]
 read = ["/usr", "/lib", "/etc", "{dir}"]
 unix_sockets = ["{dir}/.s.PGSQL.5432"]
@@ -85,9 +98,28 @@ roles = ["me"]
 sandbox = "pg"
 postgres_ephemeral = "broken"
 command = {count}
+
+[verb.add-ticket]
+description = "insert a ticket, after approval, as a role that may only insert tickets"
+category = "mutating"
+roles = ["me"]
+sandbox = "pg"
+postgres_ephemeral = "tickets"
+command = {add_ticket}
+
+[verb.overreach]
+description = "the same source used for a write its template was not granted"
+category = "mutating"
+roles = ["me"]
+sandbox = "pg"
+postgres_ephemeral = "tickets"
+command = {overreach}
 "#,
-        reports = source("reports", "pg_admin"),
-        broken = source("broken", "pg_wrong"),
+        reports = source("reports", "pg_admin", "reporting_ro"),
+        broken = source("broken", "pg_wrong", "reporting_ro"),
+        tickets = source("tickets", "pg_admin", "ticket_writer"),
+        add_ticket = psql("INSERT INTO tickets VALUES ('approved ticket')"),
+        overreach = psql("INSERT INTO t VALUES (99, 'planted')"),
         report = psql(
             "SELECT current_user LIKE 'verbd_eph_%' AS own_role, pg_sleep({seconds})::text AS slept, count(*) AS n FROM t"
         ),
@@ -112,7 +144,10 @@ fn start() -> Option<Setup> {
         "CREATE ROLE verbd_admin LOGIN CREATEROLE PASSWORD '{ADMIN_PASSWORD}';\n\
          GRANT pg_signal_backend TO verbd_admin;\n\
          CREATE ROLE reporting_ro NOLOGIN;\n\
-         GRANT SELECT ON t TO reporting_ro;"
+         GRANT SELECT ON t TO reporting_ro;\n\
+         CREATE TABLE tickets (note text NOT NULL);\n\
+         CREATE ROLE ticket_writer NOLOGIN;\n\
+         GRANT INSERT ON tickets TO ticket_writer;"
     ));
     pg.require_passwords();
     let secrets = tempfile::Builder::new()
@@ -129,6 +164,7 @@ fn start() -> Option<Setup> {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let daemon = Daemon::start(&policy(&pg, secrets.path()));
+    daemon.open_socket();
     Some(Setup {
         daemon,
         pg,
@@ -396,4 +432,73 @@ fn a_hundred_concurrent_calls_leave_no_role_behind() {
     assert_eq!(count("credential_minted"), 100);
     assert_eq!(count("credential_dropped"), 100);
     assert_eq!(count("credential_failed"), 0);
+}
+
+/// Proposes `verb` as root (CONFIRM_REQUIRED), approves it as [`APPROVER`], and returns what
+/// `verbd approve` said and the proposal as `verbd result --json` shows it after the run.
+fn propose_and_approve(s: &Setup, verb: &str) -> (std::process::Output, serde_json::Value) {
+    let out = s.daemon.cli(&["call", "--json", verb]);
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = proposal["id"].as_u64().unwrap();
+    let hash = proposal["hash"].as_str().unwrap();
+    assert!(
+        minted_roles(&s.pg).is_empty(),
+        "a role was minted before the approval"
+    );
+    let out = s.daemon.cli_as(
+        APPROVER,
+        &["approve", &id.to_string(), "--hash", &hash[..12]],
+    );
+    let view = s.daemon.cli(&["result", &id.to_string(), "--json"]);
+    let view = serde_json::from_slice(&view.stdout).unwrap_or_else(|e| panic!("{e}: {view:?}"));
+    (out, view)
+}
+
+#[test]
+fn an_approved_mutating_verb_runs_as_a_role_holding_only_its_one_privilege() {
+    let Some(s) = start() else { return };
+    let tickets = || {
+        let out = s.pg.psql(&["-At", "-c", "SELECT note FROM tickets"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+
+    // The approved write runs as a role minted for it, from the `ticket_writer` template.
+    let (approved, result) = propose_and_approve(&s, "add-ticket");
+    assert!(approved.status.success(), "{approved:?}");
+    assert_eq!(result["state"], "succeeded", "{result}");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(tickets(), "approved ticket");
+    let minted: Vec<_> = s
+        .daemon
+        .journal_events()
+        .into_iter()
+        .filter(|e| e["kind"] == "credential_minted")
+        .collect();
+    assert_eq!(minted.len(), 1, "{minted:?}");
+    assert_eq!(minted[0]["source"], "tickets", "{minted:?}");
+    assert_eq!(minted[0]["exec_seq"], result["exec_seq"], "{minted:?}");
+
+    // The same source for a write its template was not granted: the server refuses it.
+    let (approved, result) = propose_and_approve(&s, "overreach");
+    assert!(!approved.status.success(), "{approved:?}");
+    assert_ne!(result["exit_code"], 0, "{result}");
+    let stderr = result["result"]["stderr"].as_str().unwrap_or_default();
+    assert!(
+        stderr.contains("permission denied for table t"),
+        "the server did not refuse the overreaching insert: {result}"
+    );
+    let planted =
+        s.pg.psql(&["-At", "-c", "SELECT count(*) FROM t WHERE id = 99"]);
+    assert_eq!(String::from_utf8_lossy(&planted.stdout).trim(), "0");
+
+    // Neither role outlives its call.
+    assert_eq!(minted_roles(&s.pg), Vec::<String>::new());
+    let dropped = s
+        .daemon
+        .journal_events()
+        .into_iter()
+        .filter(|e| e["kind"] == "credential_dropped")
+        .count();
+    assert_eq!(dropped, 2);
 }
