@@ -4,11 +4,12 @@
 #![forbid(unsafe_code)]
 
 use super::{Ctx, size_or};
-use crate::policy::schema::{RawNetwork, RawNetworkMode, RawRunAs, RawSandbox};
+use crate::policy::schema::{RawNetwork, RawNetworkMode, RawRlimits, RawRunAs, RawSandbox};
 use crate::policy::units::{parse_duration, parse_mode};
 use crate::protected::ProtectedNames;
 use crate::sandbox::{Network, Rlimits, RunAs, SandboxSpec};
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 
 pub(super) fn build_sandboxes(
@@ -103,6 +104,40 @@ fn sandbox_spec(
     if let Some(write) = &raw.write {
         spec.write = write.clone();
     }
+    check_paths(ctx, name, &span, &spec);
+    if let Some(network) = &raw.network {
+        spec.network = network_mode(ctx, name, &span, network);
+    }
+    if let Some(sockets) = &raw.unix_sockets {
+        check_unix_sockets(ctx, name, &span, sockets);
+        spec.unix_sockets = sockets.clone();
+    }
+    if let Some(keep_env) = &raw.keep_env {
+        spec.keep_env = keep_env.clone();
+    }
+    if let Some(caps) = &raw.capabilities {
+        spec.keep_capabilities = capabilities(ctx, name, &span, caps);
+    }
+    if let Some(r) = &raw.rlimits {
+        apply_rlimits(ctx, r, &mut spec.rlimits);
+    }
+    if let Some(umask) = &raw.umask {
+        match parse_mode(umask.get_ref()) {
+            Ok(m) => spec.umask = Some(m),
+            Err(e) => ctx.at(umask.span(), e),
+        }
+    }
+    if let Some(run_as) = &raw.run_as {
+        match resolve_run_as(run_as) {
+            Ok(r) => spec.run_as = Some(r),
+            Err(e) => ctx.at(span.clone(), format!("sandbox `{name}`: {e}")),
+        }
+    }
+    spec
+}
+
+/// Every read and write root is absolute and exists (verbd never skips a missing path silently).
+fn check_paths(ctx: &mut Ctx, name: &str, span: &Range<usize>, spec: &SandboxSpec) {
     for path in spec.read.iter().chain(&spec.write) {
         if !path.is_absolute() {
             ctx.at(
@@ -119,86 +154,80 @@ fn sandbox_spec(
             );
         }
     }
-    if let Some(network) = &raw.network {
-        spec.network = match network {
-            RawNetwork::Mode(RawNetworkMode::None) => Network::None,
-            RawNetwork::Mode(RawNetworkMode::Full) => Network::Full,
-            RawNetwork::Ports(ports) => {
-                if ports.connect_tcp.is_empty() || ports.connect_tcp.contains(&0) {
-                    ctx.at(
-                        span.clone(),
-                        format!("sandbox `{name}`: network.connect_tcp lists ports 1-65535 (at least one); for no network write network = \"none\""),
-                    );
-                }
-                Network::ConnectTcp(ports.connect_tcp.clone())
-            }
-        };
-    }
-    if let Some(sockets) = &raw.unix_sockets {
-        for path in sockets {
-            if !path.is_absolute() || path.as_os_str().len() >= 108 {
+}
+
+/// `network`: none, full, or a non-empty list of TCP ports 1-65535.
+fn network_mode(ctx: &mut Ctx, name: &str, span: &Range<usize>, network: &RawNetwork) -> Network {
+    match network {
+        RawNetwork::Mode(RawNetworkMode::None) => Network::None,
+        RawNetwork::Mode(RawNetworkMode::Full) => Network::Full,
+        RawNetwork::Ports(ports) => {
+            if ports.connect_tcp.is_empty() || ports.connect_tcp.contains(&0) {
                 ctx.at(
                     span.clone(),
-                    format!("sandbox `{name}`: unix_sockets entry {path:?} must be an absolute path shorter than 108 bytes"),
+                    format!("sandbox `{name}`: network.connect_tcp lists ports 1-65535 (at least one); for no network write network = \"none\""),
                 );
             }
-        }
-        spec.unix_sockets = sockets.clone();
-    }
-    if let Some(keep_env) = &raw.keep_env {
-        spec.keep_env = keep_env.clone();
-    }
-    if let Some(caps) = &raw.capabilities {
-        spec.keep_capabilities = caps
-            .iter()
-            .filter_map(|c| {
-                let upper = c.to_ascii_uppercase();
-                let full = if upper.starts_with("CAP_") {
-                    upper
-                } else {
-                    format!("CAP_{upper}")
-                };
-                full.parse::<caps::Capability>()
-                    .map_err(|_| {
-                        ctx.at(
-                            span.clone(),
-                            format!("sandbox `{name}`: unknown capability {c:?}"),
-                        )
-                    })
-                    .ok()
-            })
-            .collect();
-    }
-    if let Some(r) = &raw.rlimits {
-        let limits = &mut spec.rlimits;
-        if let Some(cpu) = &r.cpu {
-            match parse_duration(cpu.get_ref()) {
-                Ok(d) => limits.cpu_seconds = d.as_secs().max(1),
-                Err(e) => ctx.at(cpu.span(), e),
-            }
-        }
-        limits.address_space_bytes = size_or(ctx, &r.address_space, limits.address_space_bytes);
-        limits.file_size_bytes = size_or(ctx, &r.file_size, limits.file_size_bytes);
-        if let Some(n) = r.open_files {
-            limits.open_files = n;
-        }
-        if let Some(n) = r.processes {
-            limits.processes = n;
+            Network::ConnectTcp(ports.connect_tcp.clone())
         }
     }
-    if let Some(umask) = &raw.umask {
-        match parse_mode(umask.get_ref()) {
-            Ok(m) => spec.umask = Some(m),
-            Err(e) => ctx.at(umask.span(), e),
+}
+
+/// Each Unix socket path is absolute and fits `sun_path`.
+fn check_unix_sockets(ctx: &mut Ctx, name: &str, span: &Range<usize>, sockets: &[PathBuf]) {
+    for path in sockets {
+        if !path.is_absolute() || path.as_os_str().len() >= 108 {
+            ctx.at(
+                span.clone(),
+                format!("sandbox `{name}`: unix_sockets entry {path:?} must be an absolute path shorter than 108 bytes"),
+            );
         }
     }
-    if let Some(run_as) = &raw.run_as {
-        match resolve_run_as(run_as) {
-            Ok(r) => spec.run_as = Some(r),
-            Err(e) => ctx.at(span.clone(), format!("sandbox `{name}`: {e}")),
+}
+
+/// The capabilities kept, each a known name with or without `CAP_`, in any case.
+fn capabilities(
+    ctx: &mut Ctx,
+    name: &str,
+    span: &Range<usize>,
+    caps: &[String],
+) -> Vec<caps::Capability> {
+    caps.iter()
+        .filter_map(|c| {
+            let upper = c.to_ascii_uppercase();
+            let full = if upper.starts_with("CAP_") {
+                upper
+            } else {
+                format!("CAP_{upper}")
+            };
+            full.parse::<caps::Capability>()
+                .map_err(|_| {
+                    ctx.at(
+                        span.clone(),
+                        format!("sandbox `{name}`: unknown capability {c:?}"),
+                    )
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// The limits the profile sets, over those it inherited; CPU time at least one second.
+fn apply_rlimits(ctx: &mut Ctx, r: &RawRlimits, limits: &mut Rlimits) {
+    if let Some(cpu) = &r.cpu {
+        match parse_duration(cpu.get_ref()) {
+            Ok(d) => limits.cpu_seconds = d.as_secs().max(1),
+            Err(e) => ctx.at(cpu.span(), e),
         }
     }
-    spec
+    limits.address_space_bytes = size_or(ctx, &r.address_space, limits.address_space_bytes);
+    limits.file_size_bytes = size_or(ctx, &r.file_size, limits.file_size_bytes);
+    if let Some(n) = r.open_files {
+        limits.open_files = n;
+    }
+    if let Some(n) = r.processes {
+        limits.processes = n;
+    }
 }
 
 fn resolve_run_as(raw: &RawRunAs) -> Result<RunAs, String> {
