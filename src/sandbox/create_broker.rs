@@ -53,6 +53,10 @@
 //!   a drain thread, confined as this one, reads it to the end, checks it and creates the file;
 //!   the create thread joins every drain whose writer closed before it performs the next call,
 //!   and the launcher before it exits, so a call after the close finds the file in place;
+//! - the directories of a linked worktree's git directory followed out of the write roots
+//!   (module `git_dirs`) count as in a write root, each path judged as the same path in a `.git`
+//!   there (`.git/worktrees/NAME/…`, `.git/objects/…`): what git obeys in them is kept the same
+//!   way; the rest of that repository is in no write root;
 //! - fail closed: a path that cannot be read, a working directory that cannot be named, a
 //!   directory whose name does not lead back to the same inode, a create through a dangling
 //!   symlink — refused. When the broker is gone, the kernel answers `ENOSYS`.
@@ -75,6 +79,7 @@ use std::sync::{Arc, mpsc};
 
 use landlock::{RulesetCreated, RulesetStatus};
 
+use super::git_dirs::{GitArea, GitLink};
 use super::notify::{self, Reporter, ThreadIdentity};
 use crate::protected::ProtectedNames;
 
@@ -91,14 +96,19 @@ pub struct CreatePolicy {
     /// binds and pinned directories). The kernel refuses to rename a mount point only in the
     /// namespace it is mounted in, and the create thread lives outside: it refuses these itself.
     pub mount_points: Vec<(u64, u64)>,
+    /// The directories of linked worktrees' git directories followed out of the write roots
+    /// (module `git_dirs`), each judged as the same path in a `.git` of a write root.
+    pub git_areas: Vec<GitArea>,
 }
 
 impl CreatePolicy {
     /// The policy for `spec`: its write roots made canonical, the inodes of the mount points
-    /// `mounts` (the paths of the program's protected mounts).
+    /// `mounts` (the paths of the program's protected mounts), the git directories `followed`
+    /// out of the write roots.
     pub fn of<'a>(
         spec: &super::SandboxSpec,
         mounts: impl IntoIterator<Item = &'a Path>,
+        followed: &[GitLink],
     ) -> CreatePolicy {
         use std::os::unix::fs::MetadataExt;
         CreatePolicy {
@@ -113,7 +123,31 @@ impl CreatePolicy {
                 .filter_map(|path| std::fs::symlink_metadata(path).ok())
                 .map(|meta| (meta.dev(), meta.ino()))
                 .collect(),
+            git_areas: followed
+                .iter()
+                .filter_map(|link| link.outcome.as_ref().ok())
+                .flat_map(|followed| followed.areas())
+                .collect(),
         }
+    }
+
+    /// `path` (absolute, as the caller sees it) relative to each write root containing it, and
+    /// as the same path in a write root's `.git` where it lies in a followed git directory.
+    fn relatives<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {
+        let in_roots = self
+            .write_roots
+            .iter()
+            .filter_map(move |root| path.strip_prefix(root).ok())
+            .map(Path::to_path_buf);
+        let in_git_areas = self.git_areas.iter().filter_map(move |area| {
+            let rest = path.strip_prefix(&area.dir).ok()?;
+            Some(if rest.as_os_str().is_empty() {
+                area.as_in_root.clone()
+            } else {
+                area.as_in_root.join(rest)
+            })
+        });
+        in_roots.chain(in_git_areas)
     }
 
     /// The protected rule `path` (absolute, as the caller sees it) hits, relative to any write
@@ -123,12 +157,10 @@ impl CreatePolicy {
         if let Some(hit) = self.protected.paths().iter().find(|p| path.starts_with(p)) {
             return Some(format!("protected path {}", hit.display()));
         }
-        self.write_roots
-            .iter()
-            .filter_map(|root| path.strip_prefix(root).ok())
+        self.relatives(path)
             .find_map(|relative| {
-                let hit = self.protected.match_path(relative)?;
-                match self.git_place_in_root(relative) {
+                let hit = self.protected.match_path(&relative)?;
+                match self.git_place_in_root(&relative) {
                     Some(place) if place.is_data() => None,
                     _ => Some(hit),
                 }
@@ -136,18 +168,17 @@ impl CreatePolicy {
             .map(|hit| hit.to_string())
     }
 
-    /// Does `path` (absolute, as the caller sees it) lie in a write root (or is it one)?
+    /// Does `path` (absolute, as the caller sees it) lie in a write root (or is it one), or in
+    /// a directory of a followed git directory?
     fn in_write_root(&self, path: &Path) -> bool {
-        self.write_roots.iter().any(|root| path.starts_with(root))
+        self.relatives(path).next().is_some()
     }
 
     /// What `path` is to git, when it lies in a write root, in a `.git` directory that no other
     /// rule protects.
     fn git_place(&self, path: &Path) -> Option<GitPlace> {
-        self.write_roots
-            .iter()
-            .filter_map(|root| path.strip_prefix(root).ok())
-            .find_map(|relative| self.git_place_in_root(relative))
+        self.relatives(path)
+            .find_map(|relative| self.git_place_in_root(&relative))
     }
 
     fn git_place_in_root(&self, relative: &Path) -> Option<GitPlace> {
@@ -221,10 +252,8 @@ impl CreatePolicy {
     /// Is `path` a proper prefix of a protected rule (`.git` for `.git/hooks`) in a write root?
     /// A directory renamed there would bring protected names into being all at once.
     fn leads_to_protected(&self, path: &Path) -> bool {
-        self.write_roots
-            .iter()
-            .filter_map(|root| path.strip_prefix(root).ok())
-            .any(|relative| !relative.as_os_str().is_empty() && self.protected.leads_to(relative))
+        self.relatives(path)
+            .any(|relative| !relative.as_os_str().is_empty() && self.protected.leads_to(&relative))
     }
 
     /// For `--print-status`, when `cwd` lies in a linked worktree (or a submodule: a `.git`
@@ -243,9 +272,16 @@ impl CreatePolicy {
             Ok(common) => std::fs::canonicalize(git_dir.join(common.trim_end())).ok()?,
             Err(_) => git_dir.clone(),
         };
+        let followed = |dir: &Path| {
+            self.git_areas
+                .iter()
+                .any(|area| area.dir == dir || area.dir.parent() == Some(dir))
+        };
         let place = |dir: &Path| {
             if self.write_roots.iter().any(|root| dir.starts_with(root)) {
                 "in a write root: its working data writable, what git obeys kept"
+            } else if followed(dir) {
+                "outside the write roots, followed from the worktree's `.git` file: its working data writable, what git obeys kept"
             } else {
                 "outside the write roots: read-only here, git cannot commit in this worktree"
             }
@@ -2136,6 +2172,7 @@ mod tests {
             write_roots: vec![PathBuf::from("/work/project")],
             protected: ProtectedNames::builtin(),
             mount_points: Vec::new(),
+            git_areas: Vec::new(),
         };
         for hit in [
             "/work/project/AGENTS.md",
@@ -2160,11 +2197,59 @@ mod tests {
     }
 
     #[test]
+    fn a_followed_git_directory_is_judged_as_in_a_write_root() {
+        let area = |dir: &str, as_in_root: &str| GitArea {
+            dir: PathBuf::from(dir),
+            as_in_root: PathBuf::from(as_in_root),
+        };
+        let policy = CreatePolicy {
+            write_roots: vec![PathBuf::from("/h/proj-agent")],
+            protected: ProtectedNames::builtin(),
+            mount_points: Vec::new(),
+            git_areas: vec![
+                area("/h/proj/.git/worktrees/a", ".git/worktrees/a"),
+                area("/h/proj/.git/objects", ".git/objects"),
+                area("/h/proj/.git/refs", ".git/refs"),
+            ],
+        };
+        for data in [
+            "/h/proj/.git/worktrees/a/index.lock",
+            "/h/proj/.git/worktrees/a/HEAD",
+            "/h/proj/.git/worktrees/a/logs/HEAD",
+            "/h/proj/.git/worktrees/a/rebase-merge/git-rebase-todo",
+            "/h/proj/.git/objects/ab/cdef",
+            "/h/proj/.git/refs/heads/side.lock",
+        ] {
+            assert!(policy.in_write_root(Path::new(data)), "{data}");
+            assert!(policy.protected(Path::new(data)).is_none(), "{data}");
+        }
+        for obeyed in [
+            "/h/proj/.git/worktrees/a/commondir",
+            "/h/proj/.git/worktrees/a/gitdir",
+            "/h/proj/.git/worktrees/a/config.worktree",
+            "/h/proj/.git/worktrees/a/config",
+            "/h/proj/.git/worktrees/a/hooks/pre-commit",
+            "/h/proj/.git/objects/x/.git/hooks/pre-commit",
+        ] {
+            assert!(policy.protected(Path::new(obeyed)).is_some(), "{obeyed}");
+        }
+        // The rest of the common directory is in no write root.
+        for outside in [
+            "/h/proj/.git/config",
+            "/h/proj/.git/hooks/pre-commit",
+            "/h/proj/a.txt",
+        ] {
+            assert!(!policy.in_write_root(Path::new(outside)), "{outside}");
+        }
+    }
+
+    #[test]
     fn a_linked_worktrees_git_directory_is_data_but_what_git_obeys() {
         let policy = CreatePolicy {
             write_roots: vec![PathBuf::from("/w")],
             protected: ProtectedNames::builtin(),
             mount_points: Vec::new(),
+            git_areas: Vec::new(),
         };
         let place = |p: &str| policy.git_place(Path::new(p));
         assert_eq!(

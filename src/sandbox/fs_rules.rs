@@ -47,6 +47,10 @@
 //! - the template binds to inodes at build time: rebuild it (reload the policy) when a write root
 //!   gains or loses entries that must be writable.
 //!
+//! `verbd exec` adds the git directories it followed out of a write root's `.git` file (module
+//! `git_dirs`): a linked worktree's own git directory and its repository's `objects`, `refs`
+//! and `logs` with every right but execute, the repository's directory read-only.
+//!
 //! Invariants: every configured path must exist (a missing one is an error naming it, never a
 //! silent skip); write roots may not be protected themselves nor nested in one another; the ABI is
 //! pinned with `HardRequirement`, so an older kernel fails here, in the parent, not in a child.
@@ -60,6 +64,7 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 
+use super::git_dirs::GitLink;
 use super::{SandboxError, SandboxSpec};
 use crate::protected::ProtectedNames;
 
@@ -208,6 +213,9 @@ enum Origin {
     WriteRootSplit(PathBuf),
     /// An entry of [`BASE_SET`], with why every program gets it.
     Base(&'static str),
+    /// A git directory `verbd exec` followed from the write root's `.git` file (module
+    /// `git_dirs`).
+    FollowedGitDir(PathBuf),
 }
 
 impl std::fmt::Display for Origin {
@@ -226,6 +234,11 @@ impl std::fmt::Display for Origin {
                 root.display()
             ),
             Origin::Base(why) => write!(f, "the base set of every profile ({why})"),
+            Origin::FollowedGitDir(root) => write!(
+                f,
+                "the linked worktree's git directories followed from {}/.git",
+                root.display()
+            ),
         }
     }
 }
@@ -243,13 +256,15 @@ fn file_write_access() -> BitFlags<AccessFs> {
 }
 
 /// Builds the template ruleset: handled = all filesystem rights of the pinned ABI, scoped for
-/// signals and abstract Unix sockets, denials logged as `log` says.
+/// signals and abstract Unix sockets, denials logged as `log` says; `followed` adds the git
+/// directories `verbd exec` followed out of the write roots.
 pub(super) fn build_template(
     spec: &SandboxSpec,
     write_roots: WriteRoots,
+    followed: &[GitLink],
     log: DenialLog,
 ) -> Result<RulesetCreated, SandboxError> {
-    let grants = plan(spec, write_roots)?;
+    let grants = plan(spec, write_roots, followed)?;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(PINNED_ABI))
@@ -279,7 +294,11 @@ fn landlock_error(err: landlock::RulesetError) -> SandboxError {
 }
 
 /// Resolves and validates every path of the profile and lists the grants.
-fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError> {
+fn plan(
+    spec: &SandboxSpec,
+    mode: WriteRoots,
+    followed: &[GitLink],
+) -> Result<Vec<Grant>, SandboxError> {
     let mut grants = Vec::new();
     for path in &spec.read {
         let canonical = existing(spec, path)?;
@@ -387,6 +406,26 @@ fn plan(spec: &SandboxSpec, mode: WriteRoots) -> Result<Vec<Grant>, SandboxError
             WalkError::Io(path, err) => path_error(spec, &path, &err),
         })?;
         grants.append(&mut walk.grants);
+    }
+    for link in followed {
+        let Ok(followed) = &link.outcome else {
+            continue;
+        };
+        // Read (git reads the config, `packed-refs`, `info/exclude`), write only where git
+        // keeps the worktree's data; nothing in a git directory is the program's to execute.
+        let origin = Origin::FollowedGitDir(link.write_root.clone());
+        grants.push(Grant {
+            path: followed.common_dir.clone(),
+            access: read_access() & !AccessFs::Execute,
+            origin: origin.clone(),
+        });
+        for area in followed.areas() {
+            grants.push(Grant {
+                path: area.dir,
+                access: dir_write_access() & !AccessFs::Execute,
+                origin: origin.clone(),
+            });
+        }
     }
     for entry in BASE_SET {
         let path = Path::new(entry.path);
@@ -832,7 +871,13 @@ fn explain_with(
     access: FsAccess,
     creates_brokered: bool,
 ) -> Result<Explanation, SandboxError> {
-    let grants = plan(spec, mode)?;
+    // `verbd exec` follows a linked worktree's git directories out of its write roots.
+    let followed = if creates_brokered {
+        super::git_dirs::follow(spec)
+    } else {
+        Vec::new()
+    };
+    let grants = plan(spec, mode, &followed)?;
     let missing = |e: io::Error| path_error(spec, path, &e);
     let (resolved, metadata) = match std::fs::canonicalize(path) {
         Ok(resolved) => {
@@ -864,8 +909,12 @@ fn explain_with(
     };
     // What `verbd exec`'s create broker refuses on a protected name at any depth.
     let protected_here = if creates_brokered {
-        super::create_broker::CreatePolicy::of(spec, mounts.iter().map(|m| m.path.as_path()))
-            .protected(&resolved)
+        super::create_broker::CreatePolicy::of(
+            spec,
+            mounts.iter().map(|m| m.path.as_path()),
+            &followed,
+        )
+        .protected(&resolved)
     } else {
         None
     };
@@ -1018,7 +1067,7 @@ mod tests {
             std::fs::write(root.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
-        let grants = plan(&spec_with_write(&root), WriteRoots::ProtectedReadOnly).unwrap();
+        let grants = plan(&spec_with_write(&root), WriteRoots::ProtectedReadOnly, &[]).unwrap();
         assert_eq!(granted(&grants, &root), Some(read_access()));
         assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
         assert_eq!(granted(&grants, &root.join("link")), None);
@@ -1052,7 +1101,7 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
         std::fs::write(root.join("CLAUDE.md"), "x").unwrap();
-        let grants = plan(&spec_with_write(&root), WriteRoots::Whole).unwrap();
+        let grants = plan(&spec_with_write(&root), WriteRoots::Whole, &[]).unwrap();
         assert_eq!(granted(&grants, &root), Some(dir_write_access()));
         assert_eq!(granted(&grants, &root.join(".git")), None);
         assert_eq!(granted(&grants, &root.join("CLAUDE.md")), None);
@@ -1082,7 +1131,7 @@ mod tests {
             root.join("etc/verbd/secrets/pg"),
             root.join("state"),
         ];
-        let grants = plan(&spec, WriteRoots::Whole).unwrap();
+        let grants = plan(&spec, WriteRoots::Whole, &[]).unwrap();
         let read_dir = BitFlags::from(AccessFs::ReadDir);
         assert_eq!(
             granted(&grants, &root),
@@ -1114,7 +1163,7 @@ mod tests {
 
         spec.read = vec![root.join("state")];
         assert!(matches!(
-            plan(&spec, WriteRoots::Whole),
+            plan(&spec, WriteRoots::Whole, &[]),
             Err(SandboxError::PrivateRoot {
                 kind: "read root",
                 ..
@@ -1123,7 +1172,7 @@ mod tests {
         spec.read = vec![];
         for write in [root.clone(), root.join("state")] {
             spec.write = vec![write];
-            let err = plan(&spec, WriteRoots::Whole).err().unwrap();
+            let err = plan(&spec, WriteRoots::Whole, &[]).err().unwrap();
             assert!(
                 matches!(
                     err,
@@ -1285,7 +1334,7 @@ mod tests {
     fn bad_roots_are_refused_with_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let err = plan(&spec_with_write(&missing), WriteRoots::Whole)
+        let err = plan(&spec_with_write(&missing), WriteRoots::Whole, &[])
             .err()
             .unwrap()
             .to_string();
@@ -1294,6 +1343,7 @@ mod tests {
         let err = plan(
             &spec_with_write(&dir.path().join(".claude")),
             WriteRoots::Whole,
+            &[],
         )
         .err()
         .unwrap();
@@ -1306,7 +1356,7 @@ mod tests {
         spec.write.push(dir.path().join("in"));
         for mode in [WriteRoots::Whole, WriteRoots::ProtectedReadOnly] {
             assert!(matches!(
-                plan(&spec, mode),
+                plan(&spec, mode, &[]),
                 Err(SandboxError::NestedWriteRoots { .. })
             ));
         }

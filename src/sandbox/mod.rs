@@ -40,6 +40,7 @@ mod create_broker;
 pub mod exec_env;
 pub mod fs_rules;
 pub mod git_config;
+mod git_dirs;
 pub mod identity;
 mod namespace;
 mod net_rules;
@@ -366,6 +367,9 @@ struct ExecSetup {
     mounts: Vec<ProtectedMount>,
     /// Protected symlinks of the write roots, which no mount can pin.
     unpinned_symlinks: Vec<PathBuf>,
+    /// The write roots' `.git` files and the git directories followed from them (module
+    /// `git_dirs`), read once: the template's grants and the create broker both come from it.
+    git_links: Vec<git_dirs::GitLink>,
 }
 
 impl ExecSetup {
@@ -425,8 +429,18 @@ impl PreparedSandbox {
         spec: SandboxSpec,
         write_roots: WriteRoots,
     ) -> Result<PreparedSandbox, SandboxError> {
+        Self::prepare_following(spec, write_roots, &[])
+    }
+
+    /// [`prepare_with`](Self::prepare_with), also granting the git directories `git_links`
+    /// followed out of the write roots.
+    fn prepare_following(
+        spec: SandboxSpec,
+        write_roots: WriteRoots,
+        git_links: &[git_dirs::GitLink],
+    ) -> Result<PreparedSandbox, SandboxError> {
         let denial_log = DenialLog::of_kernel();
-        let template = fs_rules::build_template(&spec, write_roots, denial_log)?;
+        let template = fs_rules::build_template(&spec, write_roots, git_links, denial_log)?;
         let net_template = net_rules::build(&spec.network, denial_log)?;
         let canonical_write_roots: Vec<PathBuf> = spec
             .write
@@ -516,11 +530,13 @@ impl PreparedSandbox {
                 (WriteRoots::ProtectedReadOnly, (Vec::new(), Vec::new()))
             }
         };
-        let mut prepared = Self::prepare_with(spec, write_roots)?;
+        let git_links = git_dirs::follow(&spec);
+        let mut prepared = Self::prepare_following(spec, write_roots, &git_links)?;
         prepared.exec = Some(ExecSetup {
             isolation,
             mounts,
             unpinned_symlinks,
+            git_links,
         });
         Ok(prepared)
     }
@@ -556,7 +572,24 @@ impl PreparedSandbox {
     /// Where `verbd exec`'s create broker refuses protected names: the canonical write roots.
     fn create_policy(&self) -> create_broker::CreatePolicy {
         let mounts = self.exec.as_ref().map_or(&[][..], |setup| &setup.mounts);
-        create_broker::CreatePolicy::of(&self.spec, mounts.iter().map(|m| m.path.as_path()))
+        let git_links = self.exec.as_ref().map_or(&[][..], |setup| &setup.git_links);
+        create_broker::CreatePolicy::of(
+            &self.spec,
+            mounts.iter().map(|m| m.path.as_path()),
+            git_links,
+        )
+    }
+
+    /// What `verbd exec` followed out of its write roots' `.git` files and granted, one line
+    /// each, as `--print-status` and `verbd sandbox why --exec` show it.
+    pub fn describe_exec_git_links(&self) -> Vec<String> {
+        self.exec.as_ref().map_or_else(Vec::new, |setup| {
+            setup
+                .git_links
+                .iter()
+                .map(git_dirs::GitLink::describe)
+                .collect()
+        })
     }
 
     /// What the broker lets this profile's children connect to.
@@ -1072,7 +1105,11 @@ pub fn exec_confined(
                     .into()
             }
         };
-        let worktree = worktree.map(|line| line + "\n").unwrap_or_default();
+        let mut worktree = worktree.map(|line| line + "\n").unwrap_or_default();
+        for line in prepared.describe_exec_git_links() {
+            worktree.push_str(&line);
+            worktree.push('\n');
+        }
         let report = format!(
             "verbd exec: profile `{}` applied\n{}\n{protected}\n{}\n{listing_status}\n{worktree}{}\nnetwork: {}\nenvironment: dropped [{}]\n",
             prepared.spec.name,
