@@ -10,6 +10,7 @@
 
 use crate::protocol::{self, OutputStream, Request, Response};
 use std::io::{BufRead, BufReader};
+use std::ops::ControlFlow;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -33,6 +34,10 @@ pub enum ClientError {
     },
     #[error("verbd closed the connection without an answer")]
     NoAnswer,
+    /// The caller's chunk handler asked to stop; the connection is closed, which the daemon
+    /// takes as the caller hanging up (it ends the run).
+    #[error("the caller stopped reading the answer")]
+    Stopped,
     #[error("verbd sent an answer this client cannot read: {0}")]
     BadAnswer(protocol::DecodeError),
     #[error(
@@ -82,16 +87,18 @@ fn check_approver_socket(socket: &Path) -> Result<(), ClientError> {
 /// Send one request and wait for its response, all within `deadline`. An approver's request
 /// goes only to a socket owned by root or the caller ([`ClientError::ForeignSocket`]).
 pub fn request(socket: &Path, req: &Request, deadline: Duration) -> Result<Response, ClientError> {
-    request_streaming(socket, req, deadline, &mut |_, _| {})
+    request_streaming(socket, req, deadline, &mut |_, _| ControlFlow::Continue(()))
 }
 
 /// [`request`] for a call that asked for `stream`: each `chunk` answer goes to `on_chunk` as it
-/// arrives; the last answer is returned.
+/// arrives; the last answer is returned. `on_chunk` answering `Break` closes the connection
+/// ([`ClientError::Stopped`]): the daemon ends the run, as a shell pipeline's producer dies when
+/// its reader is gone.
 pub fn request_streaming(
     socket: &Path,
     req: &Request,
     deadline: Duration,
-    on_chunk: &mut dyn FnMut(OutputStream, &str),
+    on_chunk: &mut dyn FnMut(OutputStream, &str) -> ControlFlow<()>,
 ) -> Result<Response, ClientError> {
     let started = Instant::now();
     if is_approvers(req) {
@@ -140,7 +147,11 @@ pub fn request_streaming(
             return Err(ClientError::NoAnswer);
         }
         match Response::decode(&line).map_err(ClientError::BadAnswer)? {
-            Response::Chunk { stream, text } => on_chunk(stream, &text),
+            Response::Chunk { stream, text } => {
+                if on_chunk(stream, &text).is_break() {
+                    return Err(ClientError::Stopped);
+                }
+            }
             last => return Ok(last),
         }
     }

@@ -1,6 +1,7 @@
 //! Streaming verbs (issue 29): a verb declared with `stream = { … }` delivers its output while
 //! it runs to a caller that asked for it, bounded by time and lines, scrubbed across chunk
 //! boundaries and journaled; a caller that goes away kills it; an old caller gets one answer.
+//! `verbd sh -c` prints a streaming verb's output as it comes too, through its filters.
 //! Real `verbd serve`, real `tail -f`, callers at real uids (61201) through the CLI.
 mod common;
 use common::*;
@@ -28,6 +29,7 @@ kind = "human"
 uids = [0]
 [roles.agent]
 uids = [61201]
+commands = "rewrite"
 
 [secrets.tok]
 file = "@DIR@/tok"
@@ -497,4 +499,158 @@ fn streams_cannot_take_every_execution_slot() {
     second.kill().unwrap();
     second.wait().unwrap();
     assert!(no_process_follows(&daemon), "tail outlived its caller");
+}
+
+/// `verbd sh -c COMMAND` as the agent's uid, its stdout read line by line as it comes.
+struct ShCaller {
+    child: Child,
+    lines: mpsc::Receiver<(Instant, String)>,
+}
+
+impl ShCaller {
+    fn start(daemon: &Daemon, command: &str) -> ShCaller {
+        let mut child = Command::new(BIN)
+            .args(["sh", "-c", command])
+            .env("VERBD_SOCKET", &daemon.socket)
+            .current_dir("/")
+            .uid(AGENT)
+            .gid(AGENT)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if sender.send((Instant::now(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        ShCaller { child, lines }
+    }
+
+    fn next(&self) -> (Instant, String) {
+        self.lines
+            .recv_timeout(Duration::from_secs(15))
+            .expect("a line from verbd sh within 15 s")
+    }
+
+    /// The remaining lines, the exit code, stderr, and when the process had ended.
+    fn finish(mut self) -> (Vec<String>, i32, String, Instant) {
+        let status = self.child.wait().unwrap();
+        let ended = Instant::now();
+        let mut lines = Vec::new();
+        while let Ok((_, line)) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            lines.push(line);
+        }
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(
+            status.code().is_some(),
+            "verbd sh died: {status:?} {stderr}"
+        );
+        (lines, status.code().unwrap(), stderr, ended)
+    }
+
+    fn has_exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+}
+
+fn follow_command(daemon: &Daemon) -> String {
+    format!(
+        "tail -n +1 -s 0.2 -f {}",
+        daemon.path("logs/app.log").display()
+    )
+}
+
+/// `verbd sh -c 'tail -f …'` is the streaming verb `follow`: each line reaches the agent's
+/// stdout while the verb still runs (before the test writes the next one), and the run ends
+/// as `verbd call`'s does: at the verb's line bound, with its note on stderr, exit 0, no
+/// `tail` left; the mapping and the run are journaled.
+#[test]
+fn verbd_sh_prints_a_streaming_verbs_output_as_it_comes() {
+    if !require_root("verbd_sh_prints_a_streaming_verbs_output_as_it_comes") {
+        return;
+    }
+    let daemon = daemon();
+    let mut caller = ShCaller::start(&daemon, &follow_command(&daemon));
+    std::thread::sleep(Duration::from_millis(300));
+    append(&daemon, "one\n");
+    let (first_at, first) = caller.next();
+    assert_eq!(first, "one");
+    assert!(!caller.has_exited(), "the first line came before the end");
+    let second_written = Instant::now();
+    assert!(first_at < second_written);
+    append(&daemon, "two\n");
+    assert_eq!(caller.next().1, "two");
+    append(&daemon, "three\nfour\nfive\nsix\n");
+    let (rest, code, stderr, _) = caller.finish();
+    assert_eq!(
+        rest,
+        ["three", "four", "five"],
+        "the verb's bound of 5 lines"
+    );
+    assert_eq!(
+        code, 0,
+        "a stream that reached its bound ended as asked: {stderr}"
+    );
+    assert!(
+        stderr.contains("the stream reached its max_lines bound"),
+        "{stderr}"
+    );
+    assert!(no_process_follows(&daemon), "tail was left running");
+    let events = daemon.journal_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "command_mapped" && e["tool"] == "sh" && e["verb"] == "follow"),
+        "{}",
+        daemon.journal()
+    );
+    assert_eq!(result_record(&daemon, "follow")["ended_by"], "max_lines");
+}
+
+/// Through filters: each line goes through `grep` as it comes (`--line-buffered`: a filter's
+/// own buffering is its business, as in a shell); when the filter has what it wanted (`-m 2`)
+/// and stops reading, `verbd sh` hangs up, which ends the verb's run (as a shell pipeline's
+/// producer dies of its broken pipe), long before the verb's 20 s bound; the exit code is the
+/// last filter's.
+#[test]
+fn verbd_sh_feeds_a_stream_through_its_filters_and_hangs_up_when_they_are_done() {
+    if !require_root("verbd_sh_feeds_a_stream_through_its_filters_and_hangs_up_when_they_are_done")
+    {
+        return;
+    }
+    let daemon = daemon();
+    let started = Instant::now();
+    let mut caller = ShCaller::start(
+        &daemon,
+        &format!("{} | grep --line-buffered -m 2 a", follow_command(&daemon)),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    append(&daemon, "alpha\n");
+    assert_eq!(caller.next().1, "alpha");
+    assert!(!caller.has_exited(), "the first line came before the end");
+    append(&daemon, "noise\nbeta\n");
+    assert_eq!(caller.next().1, "beta");
+    // `grep -m 2` has exited; the next chunk finds its pipe closed.
+    std::thread::sleep(Duration::from_millis(300));
+    append(&daemon, "gamma\n");
+    let (rest, code, stderr, ended) = caller.finish();
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(code, 0, "grep's exit code: {stderr}");
+    assert!(
+        ended.duration_since(started) < Duration::from_secs(15),
+        "verbd sh waited for the verb's bound"
+    );
+    assert!(no_process_follows(&daemon), "tail outlived the pipeline");
 }

@@ -7,10 +7,11 @@ use super::{
     EXIT_BUSY, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_UNAVAILABLE, parse_kv,
 };
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-use verbd::protocol::{OutputStream, ProposalView, Request, Response, State, StreamAsk};
+use verbd::protocol::{OutputStream, ProposalView, Request, Response, RunResult, State, StreamAsk};
 use verbd::terminal;
 
 /// Deadline for client calls: verbs can run long, so be generous; connection errors are instant.
@@ -36,7 +37,7 @@ fn request_printing_chunks(
                 text: text.to_string(),
             };
             println!("{}", String::from_utf8_lossy(&frame.encode()).trim_end());
-            return;
+            return ControlFlow::Continue(());
         }
         let _ = match stream {
             OutputStream::Stdout => {
@@ -45,6 +46,7 @@ fn request_printing_chunks(
             }
             OutputStream::Stderr => std::io::stderr().write_all(text.as_bytes()),
         };
+        ControlFlow::Continue(())
     };
     let response = verbd::client::request_streaming(socket, req, CALL_DEADLINE, &mut print)
         .map_err(|e| {
@@ -55,7 +57,7 @@ fn request_printing_chunks(
 }
 
 /// What of `full` (a final answer's output) was not printed as chunks already.
-fn not_yet_printed<'a>(full: &'a str, printed: &str) -> &'a str {
+pub fn not_yet_printed<'a>(full: &'a str, printed: &str) -> &'a str {
     full.strip_prefix(printed).unwrap_or_default()
 }
 
@@ -114,33 +116,16 @@ pub fn send(
     }
     match &response {
         Response::Ok { result, .. } => {
-            if !json {
-                // A streaming verb's output was printed as it came.
-                let stdout = not_yet_printed(&result.stdout, &printed[0]);
-                let stderr = not_yet_printed(&result.stderr, &printed[1]);
-                let _ = std::io::stdout().write_all(stdout.as_bytes());
-                let _ = std::io::stderr().write_all(stderr.as_bytes());
-                if let Some(bound) = result.ended_by {
-                    eprintln!(
-                        "verbd: the stream reached its {} bound; its process group was killed",
-                        bound.as_str()
-                    );
-                }
-                if result.stdout_truncated || result.stderr_truncated {
-                    eprintln!(
-                        "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
-                        result.stdout_withheld, result.stderr_withheld
-                    );
-                }
+            if json {
+                return Ok(exit_of_result(result));
             }
-            if result.exit.timed_out && !json {
-                eprintln!("verbd: the verb timed out; its process group was killed");
-            }
-            if result.ended_by.is_some() {
-                // A stream that reached its bound ended as asked.
-                return Ok(ExitCode::SUCCESS);
-            }
-            Ok(exit_of_run(&result.exit))
+            // A streaming verb's output was printed as it came.
+            let stdout = not_yet_printed(&result.stdout, &printed[0]);
+            let stderr = not_yet_printed(&result.stderr, &printed[1]);
+            let _ = std::io::stdout().write_all(stdout.as_bytes());
+            let _ = std::io::stderr().write_all(stderr.as_bytes());
+            print_run_notes(result);
+            Ok(exit_of_result(result))
         }
         Response::Info { info } => {
             if !json {
@@ -166,6 +151,36 @@ pub fn send(
         }
         other if json => Ok(exit_code_of(other)),
         other => Ok(report(other)),
+    }
+}
+
+/// What the output of a run does not say, on stderr: a stream's bound that ended it, output
+/// cut with bytes withheld, a timeout.
+pub fn print_run_notes(result: &RunResult) {
+    if let Some(bound) = result.ended_by {
+        eprintln!(
+            "verbd: the stream reached its {} bound; its process group was killed",
+            bound.as_str()
+        );
+    }
+    if result.stdout_truncated || result.stderr_truncated {
+        eprintln!(
+            "verbd: output cut (max_output, timeout or signal); the last {} bytes of stdout and {} of stderr before the cut were withheld",
+            result.stdout_withheld, result.stderr_withheld
+        );
+    }
+    if result.exit.timed_out {
+        eprintln!("verbd: the verb timed out; its process group was killed");
+    }
+}
+
+/// The exit code of a run's answer: 0 for a stream that reached its bound (it ended as asked),
+/// else the run's own ([`exit_of_run`]).
+fn exit_of_result(result: &RunResult) -> ExitCode {
+    if result.ended_by.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        exit_of_run(&result.exit)
     }
 }
 

@@ -14,11 +14,12 @@
 
 use super::{EXIT_DENIED, EXIT_ERROR, EXIT_UNAVAILABLE, client};
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::time::Duration;
 use verbd::policy_tools::shell::{self, RedirectOp};
-use verbd::protocol::{CommandDecision, Request, Response, VerbCall};
+use verbd::protocol::{CommandDecision, OutputStream, Request, Response, StreamAsk, VerbCall};
 use verbd::terminal;
 
 /// How long the mapping may take (it runs no verb).
@@ -64,7 +65,8 @@ fn refuse(reason: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(EXIT_DENIED))
 }
 
-/// Run the verb call; pipe its output through the filters when there are any.
+/// Run the verb call, a streaming verb's output printed as it comes (as `verbd call` prints
+/// it); pipe its stdout through the filters when there are any, chunk by chunk.
 fn run_call(socket: &Path, call: &VerbCall) -> anyhow::Result<ExitCode> {
     let filters = match call.client_side.as_deref().map(filter_argvs).transpose() {
         Ok(filters) => filters.unwrap_or_default(),
@@ -75,23 +77,128 @@ fn run_call(socket: &Path, call: &VerbCall) -> anyhow::Result<ExitCode> {
         args: verbd::policy::text_args(&call.args),
         reason: None,
         idempotency_key: None,
-        stream: None,
+        // The verb's own bounds; a verb that does not stream answers once, as always.
+        stream: Some(StreamAsk::default()),
     };
     if filters.is_empty() {
         return client::send(socket, &request, None, false);
     }
-    let response = match verbd::client::request(socket, &request, client::CALL_DEADLINE) {
+    let mut pipeline = Pipeline::new(&filters);
+    let mut printed_stdout = String::new();
+    let mut printed_stderr = String::new();
+    let answer = verbd::client::request_streaming(
+        socket,
+        &request,
+        client::CALL_DEADLINE,
+        &mut |stream, text| {
+            match stream {
+                OutputStream::Stdout => {
+                    printed_stdout.push_str(text);
+                    pipeline.feed(text.as_bytes());
+                }
+                OutputStream::Stderr => {
+                    printed_stderr.push_str(text);
+                    let _ = std::io::stderr().write_all(text.as_bytes());
+                }
+            }
+            // The first filter stopped reading (`| head -n 5` has its lines): hang up, which
+            // ends the verb's run as a shell's producer ends on its broken pipe.
+            if pipeline.stopped_reading() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    );
+    let response = match answer {
         Ok(response) => response,
+        Err(verbd::client::ClientError::Stopped) => return pipeline.finish(),
         Err(e) => {
             eprintln!("verbd sh: {e}");
+            pipeline.finish()?;
             return Ok(ExitCode::from(EXIT_UNAVAILABLE));
         }
     };
     let Response::Ok { result, .. } = response else {
+        pipeline.finish()?;
         return Ok(client::report(&response));
     };
-    let _ = std::io::stderr().write_all(result.stderr.as_bytes());
-    pipe_through(&filters, result.stdout.as_bytes())
+    let stderr = client::not_yet_printed(&result.stderr, &printed_stderr);
+    let _ = std::io::stderr().write_all(stderr.as_bytes());
+    pipeline.feed(client::not_yet_printed(&result.stdout, &printed_stdout).as_bytes());
+    client::print_run_notes(&result);
+    pipeline.finish()
+}
+
+/// The filters of one `verbd sh` call: started with the verb's first output, or at its end
+/// (an answer that ran nothing starts none), then fed chunk by chunk.
+struct Pipeline<'a> {
+    filters: &'a [Filter],
+    state: PipelineState,
+}
+
+enum PipelineState {
+    NotStarted,
+    Running {
+        /// `None` once the first filter stopped reading (`head -1`): the rest is dropped.
+        stdin: Option<ChildStdin>,
+        children: Vec<Child>,
+    },
+    /// A filter could not start: the exit code a shell gives that (127 not found, else 126).
+    Failed(u8),
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(filters: &'a [Filter]) -> Self {
+        Pipeline {
+            filters,
+            state: PipelineState::NotStarted,
+        }
+    }
+
+    /// Give `text` to the first filter, starting the filters first if they are not running.
+    fn feed(&mut self, text: &[u8]) {
+        if matches!(self.state, PipelineState::NotStarted) {
+            self.state = spawn_filters(self.filters);
+        }
+        if let PipelineState::Running { stdin, .. } = &mut self.state
+            && let Some(pipe) = stdin
+            && pipe.write_all(text).and_then(|()| pipe.flush()).is_err()
+        {
+            // A filter that stops reading early closes the pipe: not an error.
+            *stdin = None;
+        }
+    }
+
+    /// Whether the first filter runs and has stopped reading its input.
+    fn stopped_reading(&self) -> bool {
+        matches!(self.state, PipelineState::Running { stdin: None, .. })
+    }
+
+    /// Close the first filter's input and wait for every filter: the last one's status, as a
+    /// shell gives it. Filters that never started (the call ran nothing) give 0.
+    fn finish(self) -> anyhow::Result<ExitCode> {
+        let children = match self.state {
+            PipelineState::NotStarted => return Ok(ExitCode::SUCCESS),
+            PipelineState::Failed(code) => return Ok(ExitCode::from(code)),
+            PipelineState::Running { stdin, children } => {
+                drop(stdin);
+                children
+            }
+        };
+        let mut status = None;
+        for mut child in children {
+            status = Some(child.wait()?);
+        }
+        use std::os::unix::process::ExitStatusExt;
+        Ok(match status {
+            Some(s) if s.code().is_some() => {
+                ExitCode::from(s.code().unwrap_or(0).clamp(0, 255) as u8)
+            }
+            Some(s) => ExitCode::from((128 + s.signal().unwrap_or(0)).clamp(0, 255) as u8),
+            None => ExitCode::from(EXIT_ERROR),
+        })
+    }
 }
 
 /// One filter stage: its argv, its assignments, whether its stderr goes to /dev/null.
@@ -140,9 +247,9 @@ fn filter_argvs(text: &str) -> Result<Vec<Filter>, String> {
         .collect()
 }
 
-/// Feed `input` to the first filter, chain the rest, wait for all; the last one's status.
-fn pipe_through(filters: &[Filter], input: &[u8]) -> anyhow::Result<ExitCode> {
-    let mut children = Vec::new();
+/// Start the filters, each reading the one before; the first reads a pipe of ours.
+fn spawn_filters(filters: &[Filter]) -> PipelineState {
+    let mut children: Vec<Child> = Vec::new();
     let mut previous: Option<std::process::ChildStdout> = None;
     for (index, filter) in filters.iter().enumerate() {
         let last = index + 1 == filters.len();
@@ -166,30 +273,21 @@ fn pipe_through(filters: &[Filter], input: &[u8]) -> anyhow::Result<ExitCode> {
             Ok(child) => child,
             Err(e) => {
                 eprintln!("verbd sh: {}: {e}", terminal::escape(&filter.argv[0]));
-                return Ok(ExitCode::from(
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        127
-                    } else {
-                        126
-                    },
-                ));
+                // The filters already started see the end of their input and exit.
+                for mut started in children {
+                    drop(started.stdin.take());
+                    let _ = started.wait();
+                }
+                return PipelineState::Failed(if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                });
             }
         };
         previous = child.stdout.take();
         children.push(child);
     }
-    if let Some(mut stdin) = children.first_mut().and_then(|c| c.stdin.take()) {
-        // A filter that stops reading early (`head -1`) closes the pipe: not an error.
-        let _ = stdin.write_all(input);
-    }
-    let mut status = None;
-    for mut child in children {
-        status = Some(child.wait()?);
-    }
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match status {
-        Some(s) if s.code().is_some() => ExitCode::from(s.code().unwrap_or(0).clamp(0, 255) as u8),
-        Some(s) => ExitCode::from((128 + s.signal().unwrap_or(0)).clamp(0, 255) as u8),
-        None => ExitCode::from(EXIT_ERROR),
-    })
+    let stdin = children.first_mut().and_then(|c| c.stdin.take());
+    PipelineState::Running { stdin, children }
 }
