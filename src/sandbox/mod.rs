@@ -36,6 +36,7 @@
 
 mod ancestor_listing;
 mod child;
+mod connect_hub;
 mod create_broker;
 pub mod exec_env;
 pub mod fs_rules;
@@ -273,6 +274,8 @@ pub struct PreparedSandbox {
     daemon_filters: Arc<Vec<BpfProgram>>,
     exec_filters: Arc<Vec<BpfProgram>>,
     connect_filter: Arc<BpfProgram>,
+    /// What the connect broker lets this profile's children reach, shared by every call.
+    connect_policy_shared: Arc<unix_broker::ConnectPolicy>,
     /// `verbd exec`'s last filter: connects and every naming syscall to the brokers.
     exec_broker_filter: Arc<BpfProgram>,
     net_template: Option<RulesetCreated>,
@@ -497,7 +500,12 @@ impl PreparedSandbox {
             (libc::RLIMIT_NPROC, limits.processes),
             (libc::RLIMIT_CORE, 0),
         ];
+        let connect_policy_shared = Arc::new(unix_broker::ConnectPolicy {
+            unix_sockets: spec.unix_sockets.clone(),
+            network: spec.network.clone(),
+        });
         Ok(PreparedSandbox {
+            connect_policy_shared,
             spec,
             write_roots,
             denial_log,
@@ -613,10 +621,7 @@ impl PreparedSandbox {
     }
 
     pub fn connect_policy(&self) -> unix_broker::ConnectPolicy {
-        unix_broker::ConnectPolicy {
-            unix_sockets: self.spec.unix_sockets.clone(),
-            network: self.spec.network.clone(),
-        }
+        (*self.connect_policy_shared).clone()
     }
 
     fn plan(&self, usage: FilterUse, broker_channel: RawFd) -> Result<ChildPlan, SandboxError> {
@@ -671,9 +676,10 @@ impl PreparedSandbox {
 
     /// Sets the sandbox on a tokio command (the command may be spawned more than once; each
     /// child restricts itself with the same cloned ruleset). The child starts its own
-    /// session, so the executor can kill its whole process group. A broker thread serves every
-    /// child's `connect` (module [`unix_broker`]) until the child and its descendants are gone;
-    /// it ends when the command is dropped.
+    /// session, so the executor can kill its whole process group. The connect hub (module
+    /// `connect_hub`) watches every child's listener and starts a broker thread (module
+    /// [`unix_broker`]) for a child's first `connect`, serving it until the child and its
+    /// descendants are gone; the channel is closed when the command is dropped.
     pub fn install(&self, cmd: &mut tokio::process::Command) -> Result<(), SandboxError> {
         self.install_std(cmd.as_std_mut())
     }
@@ -798,12 +804,13 @@ impl PreparedSandbox {
             uid: r.uid,
             gid: r.gid,
         });
-        unix_broker::spawn_receiver(
+        connect_hub::watch(
             broker_end,
-            Arc::new(self.connect_policy()),
-            identity,
-            reporter,
-            None,
+            connect_hub::Brokering {
+                policy: Arc::clone(&self.connect_policy_shared),
+                identity,
+                reporter,
+            },
         )
         .map_err(SandboxError::Broker)?;
         plan.keep_fds = keep_fds;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use seccompiler::{BpfProgram, sock_filter};
 
 use super::child::ChildPlan;
-use super::{PreparedSandbox, SandboxError, Stage, notify, unix_broker};
+use super::{PreparedSandbox, SandboxError, Stage, connect_hub, notify, unix_broker};
 
 /// Why an order could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -170,8 +170,8 @@ pub struct RemotePlan {
 
 impl PreparedSandbox {
     /// The sandbox of one daemon child as a plan another process can apply (module
-    /// `crate::spawner`). Starts this child's connect broker thread, as an in-process spawn does;
-    /// it ends when every copy of the channel's child end is closed.
+    /// `crate::spawner`). Hands this child's broker channel to the connect hub, as an in-process
+    /// spawn does: a serving thread starts only if the child makes a brokered call.
     pub fn remote_plan(&self) -> Result<RemotePlan, SandboxError> {
         self.remote_plan_reporting(notify::Reporter::Log)
     }
@@ -195,12 +195,13 @@ impl PreparedSandbox {
             uid: r.uid,
             gid: r.gid,
         });
-        unix_broker::spawn_receiver(
+        connect_hub::watch(
             broker_end,
-            Arc::new(self.connect_policy()),
-            identity,
-            reporter,
-            None,
+            connect_hub::Brokering {
+                policy: Arc::clone(&self.connect_policy_shared),
+                identity,
+                reporter,
+            },
         )
         .map_err(SandboxError::Broker)?;
         Ok(RemotePlan {

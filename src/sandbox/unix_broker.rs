@@ -293,7 +293,7 @@ pub(super) fn send_listener(channel: RawFd, listener: RawFd) -> Result<(), i32> 
 
 /// Receives one listener fd from `channel`; `None` at end of stream (the child died or exec'd
 /// without sending, or every sender end is closed).
-fn receive_listener(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+pub(super) fn receive_listener(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -363,60 +363,48 @@ pub(super) struct ExecBrokers {
     listing: AncestorListing,
 }
 
-/// Daemon side: a thread that receives each listener sent on `channel` and serves it on its own
-/// thread until every process under that filter has exited. Returns at once. With `exec`
-/// (`verbd exec`, one child), that listener's creates go to the create broker and its directory
-/// opens to the ancestor listing, and the serving thread drops its effective capabilities (after
-/// taking the run-as identity): what it opens and connects to on the program's behalf, it
-/// reaches with the program's own rights.
-pub(super) fn spawn_receiver(
-    channel: OwnedFd,
+/// Serves `listener` on a thread of its own until every process under its filter has exited:
+/// the thread takes the run-as identity first, and with `exec` drops its effective
+/// capabilities. A thread that cannot start is reported; the listener is closed then, so the
+/// kernel fails every connect under it with `ENOSYS`.
+pub(super) fn start_serving(
+    listener: OwnedFd,
     policy: Arc<ConnectPolicy>,
     identity: Option<ThreadIdentity>,
     reporter: Reporter,
     exec: Option<ExecBrokers>,
-) -> io::Result<()> {
-    std::thread::Builder::new()
-        .name("verbd-connect-broker".into())
+) {
+    let spawned = std::thread::Builder::new()
+        .name("verbd-connect-serve".into())
         .spawn(move || {
-            let mut exec = exec;
-            while let Ok(Some(listener)) = receive_listener(&channel) {
-                let policy = Arc::clone(&policy);
-                let exec = exec.take();
-                let spawned = std::thread::Builder::new()
-                    .name("verbd-connect-serve".into())
-                    .spawn(move || {
-                        if let Some(identity) = identity
-                            && let Err(e) = take_identity(identity)
-                        {
-                            // Dropping the listener fails every connect with ENOSYS: closed.
-                            reporter.connect_refused(
-                                0,
-                                &format!("broker cannot take the run-as identity: {e}"),
-                            );
-                            return;
-                        }
-                        if exec.is_some()
-                            && let Err(e) = caps::clear(None, caps::CapSet::Effective)
-                        {
-                            reporter.connect_refused(
-                                0,
-                                &format!("broker cannot drop its capabilities: {e}"),
-                            );
-                            return;
-                        }
-                        serve(&Arc::new(listener), &policy, reporter, exec.as_ref());
-                    });
-                if let Err(e) = spawned {
-                    reporter.connect_refused(0, &format!("cannot start a broker thread: {e}"));
-                }
+            if let Some(identity) = identity
+                && let Err(e) = take_identity(identity)
+            {
+                // Dropping the listener fails every connect with ENOSYS: closed.
+                reporter
+                    .connect_refused(0, &format!("broker cannot take the run-as identity: {e}"));
+                return;
             }
-        })?;
-    Ok(())
+            if exec.is_some()
+                && let Err(e) = caps::clear(None, caps::CapSet::Effective)
+            {
+                reporter.connect_refused(0, &format!("broker cannot drop its capabilities: {e}"));
+                return;
+            }
+            serve(&Arc::new(listener), &policy, reporter, exec.as_ref());
+        });
+    if let Err(e) = spawned {
+        reporter.connect_refused(0, &format!("cannot start a broker thread: {e}"));
+    }
 }
 
-/// `verbd exec` side: receives the listener from `channel` and serves it on a thread; returns
-/// at once (the caller waits for its child).
+/// `verbd exec` side: a thread that receives the listener from `channel` and serves it on a
+/// thread of its own (module docs); returns at once (the caller waits for its child). That
+/// listener's creates go to the create broker and its directory opens to the ancestor listing,
+/// and the serving thread drops its effective capabilities (after taking the run-as identity):
+/// what it opens and connects to on the program's behalf, it reaches with the program's own
+/// rights. (A daemon child's listener is watched by the connect hub instead, module
+/// `connect_hub`.)
 pub(super) fn serve_in_background(
     channel: OwnedFd,
     policy: ConnectPolicy,
@@ -424,13 +412,22 @@ pub(super) fn serve_in_background(
     creates: CreateBroker,
     listing: AncestorListing,
 ) -> io::Result<()> {
-    spawn_receiver(
-        channel,
-        Arc::new(policy),
-        identity,
-        Reporter::Stderr,
-        Some(ExecBrokers { creates, listing }),
-    )
+    let policy = Arc::new(policy);
+    let mut exec = Some(ExecBrokers { creates, listing });
+    std::thread::Builder::new()
+        .name("verbd-connect-broker".into())
+        .spawn(move || {
+            while let Ok(Some(listener)) = receive_listener(&channel) {
+                start_serving(
+                    listener,
+                    Arc::clone(&policy),
+                    identity,
+                    Reporter::Stderr,
+                    exec.take(),
+                );
+            }
+        })?;
+    Ok(())
 }
 
 /// `verbd exec`'s parent after the fork: brokers for `child` and exits with its status (a
