@@ -112,32 +112,10 @@ pub(super) fn lex(sql: &str, mode: StringMode) -> Result<Vec<Token>, SqlRejectio
         let start = at;
         let pushed_before = tokens.len();
         let byte = bytes[at];
-        let next = bytes.get(at + 1).copied();
         if is_space(byte) {
             at += 1;
-        } else if byte == b'-' && next == Some(b'-') {
-            while at < bytes.len() && bytes[at] != b'\n' && bytes[at] != b'\r' {
-                at += 1;
-            }
-        } else if byte == b'/' && next == Some(b'*') {
-            let mut depth = 0usize;
-            loop {
-                match (bytes.get(at), bytes.get(at + 1)) {
-                    (Some(b'/'), Some(b'*')) => {
-                        depth += 1;
-                        at += 2;
-                    }
-                    (Some(b'*'), Some(b'/')) => {
-                        depth -= 1;
-                        at += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    (Some(_), _) => at += 1,
-                    (None, _) => return Err(unterminated(sql, "comment", start)),
-                }
-            }
+        } else if let Some(end) = comment_end(sql, at)? {
+            at = end;
         } else if byte == b'\'' {
             at = scan_plain_string(sql, start, start, mode)?;
             tokens.push(Token {
@@ -309,37 +287,51 @@ pub fn normalize_identifier(text: &str, quoted: bool) -> String {
 fn skip_space_and_comments(sql: &str, mut at: usize) -> Result<usize, SqlRejection> {
     let bytes = sql.as_bytes();
     loop {
-        match (bytes.get(at), bytes.get(at + 1)) {
-            (Some(&byte), _) if is_space(byte) => at += 1,
-            (Some(b'-'), Some(b'-')) => {
-                while at < bytes.len() && bytes[at] != b'\n' && bytes[at] != b'\r' {
-                    at += 1;
-                }
-            }
-            (Some(b'/'), Some(b'*')) => {
-                let start = at;
-                let mut depth = 0usize;
-                loop {
-                    match (bytes.get(at), bytes.get(at + 1)) {
-                        (Some(b'/'), Some(b'*')) => {
-                            depth += 1;
-                            at += 2;
-                        }
-                        (Some(b'*'), Some(b'/')) => {
-                            depth -= 1;
-                            at += 2;
-                            if depth == 0 {
-                                break;
-                            }
-                        }
-                        (Some(_), _) => at += 1,
-                        (None, _) => return Err(unterminated(sql, "comment", start)),
-                    }
-                }
-            }
-            _ => return Ok(at),
+        if bytes.get(at).is_some_and(|&byte| is_space(byte)) {
+            at += 1;
+        } else if let Some(end) = comment_end(sql, at)? {
+            at = end;
+        } else {
+            return Ok(at);
         }
     }
+}
+
+/// The one comment scanner: where the comment that starts at `at` ends — a `--` comment at the
+/// end of its line, a `/* … */` comment after its matching `*/` (they nest, as the server
+/// reads them) — or `None` when no comment starts at `at`. An unclosed `/*` is refused.
+fn comment_end(sql: &str, start: usize) -> Result<Option<usize>, SqlRejection> {
+    let bytes = sql.as_bytes();
+    let mut at = start;
+    match (bytes.get(at), bytes.get(at + 1)) {
+        (Some(b'-'), Some(b'-')) => {
+            while at < bytes.len() && bytes[at] != b'\n' && bytes[at] != b'\r' {
+                at += 1;
+            }
+        }
+        (Some(b'/'), Some(b'*')) => {
+            let mut depth = 0usize;
+            loop {
+                match (bytes.get(at), bytes.get(at + 1)) {
+                    (Some(b'/'), Some(b'*')) => {
+                        depth += 1;
+                        at += 2;
+                    }
+                    (Some(b'*'), Some(b'/')) => {
+                        depth -= 1;
+                        at += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    (Some(_), _) => at += 1,
+                    (None, _) => return Err(unterminated(sql, "comment", start)),
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(at))
 }
 
 /// After a `U&"…"` identifier ending at `after`: an optional `UESCAPE 'c'` clause (comments and
