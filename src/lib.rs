@@ -12,8 +12,8 @@
 //! `unsafe` is denied here and allowed only where it lives: the sandbox's fork child and its
 //! pre-exec registration (`sandbox`), the spawner process's fork and descriptor passing
 //! (`spawner`), two systemd file-descriptor functions (`sd`, which
-//! allows it per item), and the command-line tools' `SIGPIPE` disposition (`sigpipe`, one
-//! item).
+//! allows it per item), the command-line tools' `SIGPIPE` disposition (`sigpipe`, one
+//! item), and the hooks' `SIGALRM` deadline (`hard_deadline`, per item).
 #![deny(unsafe_code)]
 
 // The daemon's top floor: start-up, then the server that handles requests.
@@ -54,6 +54,7 @@ pub mod spawner;
 pub mod adapters;
 pub mod client;
 pub mod digest;
+pub mod hard_deadline;
 pub mod protocol;
 pub mod sigpipe;
 pub mod status;

@@ -221,3 +221,44 @@ fn file_verbs_through_the_daemon_journal_hashes_not_content() {
         "{r:?}"
     );
 }
+
+/// A hook whose input never ends (the runtime keeps stdin open and writes nothing) is stuck
+/// where no request deadline reaches: the process's own hard deadline answers deny, in the
+/// runtime's terms, with exit 2 and nothing else on stdout.
+#[test]
+fn a_hook_whose_input_never_ends_denies_at_its_hard_deadline() {
+    for (runtime, denied) in [
+        ("claude-code", "/hookSpecificOutput/permissionDecision"),
+        ("gemini-cli", "/decision"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut child = Command::new(BIN)
+            .args(["hook", runtime, "--socket", "/nonexistent/verbd.sock"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = child.wait_with_output().unwrap();
+        drop(stdin);
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(2), "{runtime}: {out:?}");
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{runtime}: {e}: {out:?}"));
+        assert_eq!(
+            answer.pointer(denied).unwrap(),
+            "deny",
+            "{runtime}: {answer}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("did not finish within 5s"),
+            "{runtime}: {stderr}"
+        );
+        assert!(
+            took >= std::time::Duration::from_secs(5) && took < std::time::Duration::from_secs(9),
+            "{runtime}: {took:?}"
+        );
+    }
+}

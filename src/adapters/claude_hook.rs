@@ -25,13 +25,13 @@
 #![forbid(unsafe_code)]
 
 use crate::client::{self, ClientError};
+use crate::hard_deadline;
 use crate::protocol::{CommandDecision, Request, Response, VerbCall};
 use serde_json::{Map, Value, json};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Largest hook input read from stdin (a Write carries the whole new file).
@@ -49,8 +49,9 @@ const SHELL_TOOL: &str = "Bash";
 /// Environment switch that makes [`run`] panic, so tests can prove a panic exits 2.
 pub const TEST_PANIC_ENV: &str = "VERBD_HOOK_TEST_PANIC";
 
-/// Time kept back from the deadline for `decide`, so it answers before the watchdog fires.
-const WATCHDOG_MARGIN: Duration = Duration::from_millis(100);
+/// Time kept back from the deadline for `decide`, so it answers before the hard deadline
+/// fires.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// Claude Code caps hook output strings at 10,000 characters; stay well below.
 const MAX_REASON_CHARS: usize = 9_000;
@@ -515,13 +516,6 @@ fn push_components(pending: &mut Vec<OsString>, path: &Path) {
     }
 }
 
-/// Set once by whichever of the main path, the watchdog or the panic hook prints the answer.
-static OUTPUT_CLAIMED: AtomicBool = AtomicBool::new(false);
-
-fn claim_output() -> bool {
-    !OUTPUT_CLAIMED.swap(true, Ordering::SeqCst)
-}
-
 fn print_outcome(outcome: &HookOutcome) {
     // Write errors (a closed pipe) are ignored: the exit code alone still blocks.
     let mut stdout = std::io::stdout().lock();
@@ -565,8 +559,8 @@ pub const CLAUDE_CODE: Frontend = Frontend {
     in_runtime_terms: std::convert::identity,
 };
 
-/// Set once by [`run`] before the watchdog and the panic hook exist, so they deny in the
-/// served runtime's terms.
+/// Set once by [`run`] before the panic hook exists, so it denies in the served runtime's
+/// terms.
 static SERVED_TERMS: OnceLock<fn(HookOutcome) -> HookOutcome> = OnceLock::new();
 
 /// `outcome` in the protocol of the runtime [`run`] serves.
@@ -579,16 +573,17 @@ fn in_runtime_terms(outcome: HookOutcome) -> HookOutcome {
 
 /// Print the deny answer (unless someone already printed) and exit 2.
 fn deny_and_exit(reason: &str) -> ! {
-    if claim_output() {
+    if hard_deadline::claim_output() {
         print_outcome(&in_runtime_terms(HookOutcome::deny(reason)));
     }
     std::process::exit(2)
 }
 
-/// Entry point for `verbd hook claude-code` (and `gemini-cli`, in that runtime's terms):
-/// installs a panic hook and a watchdog that both answer deny and exit 2, reads stdin with a
-/// cap, decides, prints and returns the exit code. A rewritten command runs this same `verbd`
-/// binary.
+/// Entry point for `verbd hook claude-code` (and `gemini-cli`, in that runtime's terms): one
+/// thread, one blocking request per question. Installs a panic hook that answers deny and
+/// exits 2, and arms the hard deadline (`SIGALRM`, no watchdog thread: see
+/// [`hard_deadline`]) with the deny answer it prints; reads stdin with a cap, decides, prints
+/// and returns the exit code. A rewritten command runs this same `verbd` binary.
 pub fn run(socket: &Path, deadline: Duration, frontend: Frontend) -> i32 {
     let started = Instant::now();
     let _ = SERVED_TERMS.set(frontend.in_runtime_terms);
@@ -597,12 +592,22 @@ pub fn run(socket: &Path, deadline: Duration, frontend: Frontend) -> i32 {
             "verbd blocked this tool call: the verbd hook failed internally ({info}); report this to the user"
         ))
     }));
-    std::thread::spawn(move || {
-        std::thread::sleep(deadline);
+    let too_late = in_runtime_terms(HookOutcome::deny(&format!(
+        "verbd blocked this tool call: the verbd hook did not finish within {deadline:?}; file edits and shell commands are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
+    )));
+    let armed = hard_deadline::arm(
+        deadline,
+        hard_deadline::LastWord {
+            stdout: too_late.stdout.into_bytes(),
+            stderr: too_late.stderr.into_bytes(),
+            exit_code: too_late.exit_code,
+        },
+    );
+    if let Err(e) = armed {
         deny_and_exit(&format!(
-            "verbd blocked this tool call: the verbd hook did not finish within {deadline:?}; file edits and shell commands are blocked while verbd is unresponsive — ask the user to check the verbd daemon"
-        ))
-    });
+            "verbd blocked this tool call: the hook cannot set its deadline ({e}); report this to the user"
+        ));
+    }
     if std::env::var_os(TEST_PANIC_ENV).is_some_and(|v| v == "1") {
         panic!("forced by {TEST_PANIC_ENV}=1");
     }
@@ -616,7 +621,7 @@ pub fn run(socket: &Path, deadline: Duration, frontend: Frontend) -> i32 {
         (Ok(_), Ok(verbd)) => {
             let budget = deadline
                 .saturating_sub(started.elapsed())
-                .saturating_sub(WATCHDOG_MARGIN);
+                .saturating_sub(DEADLINE_MARGIN);
             let daemon = Daemon {
                 socket,
                 verbd: &verbd,
@@ -631,11 +636,10 @@ pub fn run(socket: &Path, deadline: Duration, frontend: Frontend) -> i32 {
             Refusal::Unreadable(e)
         ))),
     };
-    if !claim_output() {
-        // The watchdog or the panic hook has printed the deny answer and is exiting with 2.
-        loop {
-            std::thread::park();
-        }
+    if !hard_deadline::claim_output() {
+        // Only the deadline's handler or the panic hook claims first, and both end the
+        // process themselves; should either not have, the answer is still deny.
+        return 2;
     }
     print_outcome(&outcome);
     outcome.exit_code

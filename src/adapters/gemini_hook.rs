@@ -12,7 +12,7 @@
 //!
 //! Invariant: fails closed as the Claude Code hook does. Gemini CLI treats an exit code other
 //! than 0 and 2 as a warning and runs the tool, so every failure (input that is not a
-//! `BeforeTool` call, anything [`claude_hook::decide`] refuses, the watchdog, a panic) is the
+//! `BeforeTool` call, anything [`claude_hook::decide`] refuses, the hard deadline, a panic) is the
 //! deny answer with exit 2.
 #![forbid(unsafe_code)]
 
