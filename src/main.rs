@@ -18,14 +18,16 @@ fn main() -> ExitCode {
     {
         return ExitCode::from(verbd::spawner::serve_process());
     }
-    let cli = Cli::parse();
-    if cli.command.ends_with_its_reader()
+    // What an agent runtime runs on every tool call skips clap (the same values, or clap's).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let command = cli::fast_path::parse(&args).unwrap_or_else(|| Cli::parse().command);
+    if command.ends_with_its_reader()
         && let Err(e) = verbd::sigpipe::die_on_closed_pipe()
     {
         eprintln!("verbd: cannot restore the default SIGPIPE disposition: {e}");
         return ExitCode::from(cli::EXIT_ERROR);
     }
-    match run(cli) {
+    match run(command) {
         Ok(code) => code,
         Err(e) => {
             verbd::eprintln_lossy!("verbd: {}", cli::describe(&e));
@@ -34,9 +36,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(command: Command) -> anyhow::Result<ExitCode> {
     use cli::client;
-    match cli.command {
+    match command {
         Command::Serve {
             policy,
             socket,

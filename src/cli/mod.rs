@@ -1,5 +1,6 @@
 //! The command line's work, one module per group of commands; `args` holds what the command
-//! line accepts and `main.rs` only parses and dispatches. Adding a subcommand: a variant in
+//! line accepts (`fast_path` reads the hook's and a plain `call`'s command lines without clap,
+//! into the same values) and `main.rs` only parses and dispatches. Adding a subcommand: a variant in
 //! `args::Command` (its flags are the documentation), one arm in `main.rs`'s `run`, and a
 //! function here (in the module of its group, or a new one).
 //!
@@ -13,6 +14,7 @@
 pub mod args;
 pub mod audit;
 pub mod client;
+pub mod fast_path;
 pub mod local;
 pub mod mcp;
 pub mod notify;
