@@ -10,7 +10,10 @@
 //! milliseconds, one run.
 //!
 //! `cargo bench --bench hook`. Needs root (the daemon runs as root with `allow_root`; the
-//! journal lives in a temporary directory). Knob: `VERBD_BENCH_ITERATIONS` (default 300).
+//! journal lives in a temporary directory). Knobs: `VERBD_BENCH_ITERATIONS` (default 300);
+//! `VERBD_BENCH_BEFORE`, another `verbd` binary (an older build) whose hook runs in the same
+//! rounds against the same daemon, its rows marked `(before)`: a before/after comparison in one
+//! run.
 
 use std::io::Write;
 use std::path::Path;
@@ -124,12 +127,17 @@ fn main() {
     }
 
     let inputs: Vec<Vec<u8>> = CASES.iter().map(|(_, c)| bash_call(c)).collect();
+    // The hook binaries timed: this build's, and the one before it when asked.
+    let mut hooks: Vec<(String, String)> = vec![(BIN.to_string(), String::new())];
+    if let Some(before) = std::env::var_os("VERBD_BENCH_BEFORE") {
+        hooks.push((before.to_string_lossy().into_owned(), " (before)".into()));
+    }
     let baselines: [(&str, &str, &[&str]); 2] = [
         ("`/bin/true` (any hook process)", "/bin/true", &[]),
         ("`verbd --version` (binary start)", BIN, &["--version"]),
     ];
     let mut baseline_times: Vec<Vec<Duration>> = vec![Vec::new(); baselines.len()];
-    let mut hook_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
+    let mut hook_times: Vec<Vec<Vec<Duration>>> = vec![vec![Vec::new(); CASES.len()]; hooks.len()];
     let mut daemon_times: Vec<Vec<Duration>> = vec![Vec::new(); CASES.len()];
     for round in 0..iterations + 10 {
         for (index, (_, program, args)) in baselines.iter().enumerate() {
@@ -142,20 +150,25 @@ fn main() {
             }
         }
         for (index, (name, command)) in CASES.iter().enumerate() {
-            let begin = Instant::now();
-            let output = spawn_with_stdin(
-                Command::new(BIN)
-                    .args(["hook", "claude-code", "--socket"])
-                    .arg(&socket),
-                &inputs[index],
-            );
-            let hook = begin.elapsed();
-            let expected = match *name {
-                "pass" => output.status.code() == Some(0) && output.stdout.is_empty(),
-                "rewrite" => output.status.code() == Some(0) && !output.stdout.is_empty(),
-                _ => output.status.code() == Some(2),
-            };
-            assert!(expected, "{name}: {output:?}");
+            for (which, (binary, _)) in hooks.iter().enumerate() {
+                let begin = Instant::now();
+                let output = spawn_with_stdin(
+                    Command::new(binary)
+                        .args(["hook", "claude-code", "--socket"])
+                        .arg(&socket),
+                    &inputs[index],
+                );
+                let hook = begin.elapsed();
+                let expected = match *name {
+                    "pass" => output.status.code() == Some(0) && output.stdout.is_empty(),
+                    "rewrite" => output.status.code() == Some(0) && !output.stdout.is_empty(),
+                    _ => output.status.code() == Some(2),
+                };
+                assert!(expected, "{name}{}: {output:?}", hooks[which].1);
+                if round >= 10 {
+                    hook_times[which][index].push(hook);
+                }
+            }
 
             let begin = Instant::now();
             let answer = verbd::client::request(
@@ -171,7 +184,6 @@ fn main() {
             let in_daemon = begin.elapsed();
             assert!(matches!(answer, Response::Command { .. }), "{answer:?}");
             if round >= 10 {
-                hook_times[index].push(hook);
                 daemon_times[index].push(in_daemon);
             }
         }
@@ -206,16 +218,19 @@ fn main() {
         );
     }
     for (index, (name, _)) in CASES.iter().enumerate() {
-        hook_times[index].sort();
         daemon_times[index].sort();
-        let (h, d) = (&hook_times[index], &daemon_times[index]);
-        println!(
-            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
-            percentile(h, 0.5),
-            percentile(h, 0.99),
-            percentile(h, 1.0),
-            percentile(d, 0.5),
-            percentile(d, 0.99),
-        );
+        let d = &daemon_times[index];
+        for (which, (_, label)) in hooks.iter().enumerate() {
+            let h = &mut hook_times[which][index];
+            h.sort();
+            println!(
+                "| {name}{label} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+                percentile(h, 0.5),
+                percentile(h, 0.99),
+                percentile(h, 1.0),
+                percentile(d, 0.5),
+                percentile(d, 0.99),
+            );
+        }
     }
 }
