@@ -11,9 +11,10 @@
 //!
 //! `cargo bench --bench hook`. Needs root (the daemon runs as root with `allow_root`; the
 //! journal lives in a temporary directory). Knobs: `VERBD_BENCH_ITERATIONS` (default 300);
-//! `VERBD_BENCH_BEFORE`, another `verbd` binary (an older build) whose hook runs in the same
-//! rounds against the same daemon, its rows marked `(before)`: a before/after comparison in one
-//! run.
+//! `VERBD_BENCH_BIN`, the `verbd` binary the daemon, the hook rows and `verbd --version` run
+//! (default the one built with this bench); `VERBD_BENCH_BEFORE`, another `verbd` binary (an
+//! older build) whose hook runs in the same rounds against the same daemon, its rows marked
+//! `(before)`: a before/after comparison in one run.
 
 use std::io::Write;
 use std::path::Path;
@@ -21,7 +22,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use verbd::protocol::{Request, Response};
 
-const BIN: &str = env!("CARGO_BIN_EXE_verbd");
+/// The `verbd` binary under test: `VERBD_BENCH_BIN`, or the one built with this bench.
+fn bin() -> String {
+    std::env::var("VERBD_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_verbd").to_string())
+}
 
 const POLICY: &str = r#"
 version = 1
@@ -103,7 +107,8 @@ fn main() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(&policy, POLICY.replace("@PACKS@", packs.to_str().unwrap())).unwrap();
     let socket = dir.path().join("verbd.sock");
-    let mut daemon = Command::new(BIN)
+    let bin = bin();
+    let mut daemon = Command::new(&bin)
         .arg("serve")
         .arg("--policy")
         .arg(&policy)
@@ -128,13 +133,13 @@ fn main() {
 
     let inputs: Vec<Vec<u8>> = CASES.iter().map(|(_, c)| bash_call(c)).collect();
     // The hook binaries timed: this build's, and the one before it when asked.
-    let mut hooks: Vec<(String, String)> = vec![(BIN.to_string(), String::new())];
+    let mut hooks: Vec<(String, String)> = vec![(bin.clone(), String::new())];
     if let Some(before) = std::env::var_os("VERBD_BENCH_BEFORE") {
         hooks.push((before.to_string_lossy().into_owned(), " (before)".into()));
     }
     let baselines: [(&str, &str, &[&str]); 2] = [
         ("`/bin/true` (any hook process)", "/bin/true", &[]),
-        ("`verbd --version` (binary start)", BIN, &["--version"]),
+        ("`verbd --version` (binary start)", &bin, &["--version"]),
     ];
     let mut baseline_times: Vec<Vec<Duration>> = vec![Vec::new(); baselines.len()];
     let mut hook_times: Vec<Vec<Vec<Duration>>> = vec![vec![Vec::new(); CASES.len()]; hooks.len()];
