@@ -230,6 +230,7 @@ fn a_hook_whose_input_never_ends_denies_at_its_hard_deadline() {
     for (runtime, denied) in [
         ("claude-code", "/hookSpecificOutput/permissionDecision"),
         ("gemini-cli", "/decision"),
+        ("cursor", "/permission"),
     ] {
         let started = std::time::Instant::now();
         let mut child = Command::new(BIN)

@@ -545,6 +545,115 @@ fn gemini_cli_shell_calls_are_rewritten_denied_or_left_alone_in_its_terms() {
     }
 }
 
+/// A beforeShellExecution call as Cursor sends it (its hooks documentation's fields).
+fn cursor_shell_call(command: &str, cwd: &Path) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "conversation_id": "668320d2-2fd8-4888-b33c-2a466fec86e7",
+        "generation_id": "490b90b7-a2ce-4c2c-bb76-cb77b125df2f",
+        "model": "claude-4-sonnet",
+        "hook_event_name": "beforeShellExecution",
+        "cursor_version": "2.0.77",
+        "workspace_roots": ["/srv/app"],
+        "user_email": "agent@example.com",
+        "command": command,
+        "cwd": cwd,
+    }))
+    .unwrap()
+}
+
+/// Run the real `verbd hook cursor` with `input` on stdin.
+fn cursor_hook(socket: &Path, input: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(["hook", "cursor", "--socket"])
+        .arg(socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Cursor cannot rewrite a command: a command that stands for a verb is denied with the `verbd
+/// call` to run (which, run, prints the verb's output filtered), a privileged one with the
+/// closest verb, the agent's own work is allowed, and every failure denies; all in Cursor's
+/// `permission` terms, each denial with exit 2.
+#[test]
+fn cursor_shell_calls_are_denied_with_the_verb_to_call_or_allowed() {
+    if !require_root("cursor_shell_calls_are_denied_with_the_verb_to_call_or_allowed") {
+        return;
+    }
+    let daemon = start();
+    let log = daemon.path("logs/app.log");
+    let denied = |output: &Output| -> String {
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(answer["permission"], "deny", "{answer}");
+        let message = answer["agent_message"].as_str().unwrap().to_string();
+        assert_eq!(answer["user_message"], message.as_str());
+        assert!(String::from_utf8_lossy(&output.stderr).contains(&message));
+        message
+    };
+
+    let original = format!("sudo tail -n 50 {} | grep -i error", log.display());
+    let message = denied(&cursor_hook(
+        &daemon.socket,
+        &cursor_shell_call(&original, Path::new("/tmp")),
+    ));
+    let command = message
+        .split_once("run it as `")
+        .and_then(|(_, rest)| rest.split_once("` (verbd answers"))
+        .map(|(command, _)| command)
+        .unwrap_or_else(|| panic!("no verbd call in {message}"));
+    assert!(command.contains(" -- log-tail "), "{command}");
+    let ran = run_in_bash(command);
+    let expected: String = (11..=60)
+        .filter(|i| i % 7 == 0)
+        .map(|i| format!("{i} ERROR upstream timed out\n"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), expected, "{ran:?}");
+    let mapped = daemon
+        .journal_events()
+        .into_iter()
+        .find(|e| e["kind"] == "command_mapped")
+        .expect("a command_mapped record");
+    assert_eq!(mapped["tool"], "cursor Bash", "{mapped}");
+
+    // A privileged command with no verb: the closest verb.
+    let victim = daemon.path("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let message = denied(&cursor_hook(
+        &daemon.socket,
+        &cursor_shell_call(&format!("sudo rm -rf {}", victim.display()), Path::new("/")),
+    ));
+    assert!(message.contains("closest verb `cache-clear`"), "{message}");
+    assert!(victim.exists());
+
+    // The agent's own work: allowed, exit 0.
+    let output = cursor_hook(
+        &daemon.socket,
+        &cursor_shell_call("ls -la", Path::new("/tmp")),
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{\"permission\":\"allow\"}\n"
+    );
+
+    // A daemon that is down, or input that is not a beforeShellExecution call: deny.
+    let missing = daemon.path("no-daemon.sock");
+    let not_a_shell_call = br#"{"hook_event_name":"beforeMCPExecution","tool_name":"q","tool_input":"{}","command":"npx mcp"}"#;
+    for (socket, input) in [
+        (&missing, cursor_shell_call("ls -la", Path::new("/tmp"))),
+        (&daemon.socket, not_a_shell_call.to_vec()),
+        (&daemon.socket, b"{\"command\":".to_vec()),
+        (&daemon.socket, Vec::new()),
+    ] {
+        denied(&cursor_hook(socket, &input));
+    }
+}
+
 /// `verbd sh -c COMMAND` against the daemon.
 fn sh(daemon: &Daemon, command: &str) -> Output {
     Command::new(BIN)

@@ -532,6 +532,8 @@ pub enum Runtime {
     ClaudeCode,
     /// Gemini CLI's BeforeTool protocol ([`super::gemini_hook`]).
     GeminiCli,
+    /// Cursor's beforeShellExecution protocol ([`super::cursor_hook`]).
+    Cursor,
 }
 
 impl Runtime {
@@ -540,6 +542,7 @@ impl Runtime {
         match self {
             Runtime::ClaudeCode => "claude-code",
             Runtime::GeminiCli => "gemini-cli",
+            Runtime::Cursor => "cursor",
         }
     }
 }
@@ -579,7 +582,7 @@ fn deny_and_exit(reason: &str) -> ! {
     std::process::exit(2)
 }
 
-/// Entry point for `verbd hook claude-code` (and `gemini-cli`, in that runtime's terms): one
+/// Entry point for `verbd hook claude-code` (and `gemini-cli`, `cursor`, in their terms): one
 /// thread, one blocking request per question. Installs a panic hook that answers deny and
 /// exits 2, and arms the hard deadline (`SIGALRM`, no watchdog thread: see
 /// [`hard_deadline`]) with the deny answer it prints; reads stdin with a cap, decides, prints

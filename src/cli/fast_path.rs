@@ -1,5 +1,5 @@
 //! The command lines an agent runtime runs on every tool call, read without clap: `verbd hook
-//! claude-code|gemini-cli [--socket PATH]` (each Bash call) and the plain `verbd call [--socket
+//! claude-code|gemini-cli|cursor [--socket PATH]` (each Bash call) and the plain `verbd call [--socket
 //! PATH] [--] VERB key=value…` a rewritten command runs. Building clap's command tree and
 //! matching against it is a large share of these short processes' start (docs/PERFORMANCE.md).
 //!
@@ -28,7 +28,7 @@ pub(crate) fn parse(args: &[OsString]) -> Option<Command> {
     }
 }
 
-/// `hook claude-code|gemini-cli [--socket PATH]`.
+/// `hook claude-code|gemini-cli|cursor [--socket PATH]`.
 fn hook(args: &[OsString]) -> Option<Command> {
     let (runtime, rest) = args.split_first()?;
     let mut socket = None;
@@ -43,6 +43,10 @@ fn hook(args: &[OsString]) -> Option<Command> {
             print_settings: false,
         },
         "gemini-cli" => HookCommand::GeminiCli {
+            socket,
+            print_settings: false,
+        },
+        "cursor" => HookCommand::Cursor {
             socket,
             print_settings: false,
         },
@@ -160,6 +164,13 @@ mod tests {
                         print_settings,
                     },
             }) => format!("gemini-cli {:?} {print_settings}", socket.socket),
+            Command::Tools(Tools::Hook {
+                command:
+                    HookCommand::Cursor {
+                        socket,
+                        print_settings,
+                    },
+            }) => format!("cursor {:?} {print_settings}", socket.socket),
             _ => "another command".into(),
         }
     }
@@ -171,6 +182,7 @@ mod tests {
             &["hook", "gemini-cli"],
             &["hook", "claude-code", "--socket", "/run/verbd/verbd.sock"],
             &["hook", "gemini-cli", "--socket=/tmp/v.sock"],
+            &["hook", "cursor", "--socket", "/run/verbd/verbd.sock"],
             &["call", "echo"],
             &["call", "echo", "text=x"],
             &["call", "echo", "text=-x", "b=", "c=d=e"],

@@ -242,6 +242,25 @@ pub fn gemini_cli_hook(
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// `verbd hook cursor`: the Bash decisions in Cursor's beforeShellExecution terms.
+pub fn cursor_hook(
+    socket: &Path,
+    socket_flag: Option<&Path>,
+    print_settings: bool,
+) -> anyhow::Result<ExitCode> {
+    use verbd::adapters::{claude_hook, cursor_hook};
+    if print_settings {
+        let exe = std::env::current_exe().context("locating the verbd binary")?;
+        verbd::println_lossy!(
+            "{}",
+            cursor_hook::settings_snippet(&exe, socket_flag, claude_hook::DEFAULT_DEADLINE)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let code = claude_hook::run(socket, claude_hook::DEFAULT_DEADLINE, cursor_hook::FRONTEND);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
 #[derive(clap::Subcommand)]
 #[command(defer = true)]
 pub enum HookCommand {
@@ -260,6 +279,16 @@ pub enum HookCommand {
         #[command(flatten)]
         socket: crate::cli::socket_arg::SocketArg,
         /// Print the settings.json snippet instead
+        #[arg(long)]
+        print_settings: bool,
+    },
+    /// Cursor beforeShellExecution hook: the agent's own work is allowed; a command that
+    /// stands for a verb is denied with the `verbd call` to run, a privileged one with the
+    /// closest verb (exit 2, and every failure denies)
+    Cursor {
+        #[command(flatten)]
+        socket: crate::cli::socket_arg::SocketArg,
+        /// Print the hooks.json snippet instead
         #[arg(long)]
         print_settings: bool,
     },
@@ -342,6 +371,14 @@ pub fn hook(command: HookCommand) -> anyhow::Result<ExitCode> {
             socket,
             print_settings,
         } => gemini_cli_hook(
+            &socket.path(crate::ClientSide::Agent),
+            socket.socket.as_deref(),
+            print_settings,
+        ),
+        HookCommand::Cursor {
+            socket,
+            print_settings,
+        } => cursor_hook(
             &socket.path(crate::ClientSide::Agent),
             socket.socket.as_deref(),
             print_settings,
