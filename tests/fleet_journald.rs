@@ -667,8 +667,20 @@ fn kinds_in_source() -> Vec<String> {
         })
         .collect();
     assert!(kinds.len() >= 20, "read only {kinds:?} from events.rs");
-    for entry in std::fs::read_dir(root.join("src/journal")).unwrap() {
-        let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    let mut files = Vec::new();
+    let mut folders = vec![root.join("src/journal")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let source = std::fs::read_to_string(file).unwrap();
         for piece in source.split('"').skip(1).step_by(2) {
             if piece.len() > "journal_".len()
                 && piece.starts_with("journal_")
