@@ -1090,6 +1090,45 @@ mod tests {
         assert!(err.message.contains("expired"), "{err}");
         assert_eq!(book, before);
     }
+    /// The daemon takes record times from the wall clock, so no daemon-level test can replay a
+    /// key hours after its call; the book is where the window is decided, with the records'
+    /// times, and the daemon only asks it ([`Book::key`]).
+    #[test]
+    fn an_idempotency_key_holds_for_a_whole_day_of_record_time() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut keyed = exec(None);
+        if let Event::Exec {
+            decision,
+            idempotency_key,
+            ..
+        } = &mut keyed
+        {
+            *decision = RunDecision::Run;
+            *idempotency_key = Some("k".into());
+        }
+        let stop = Event::Stop {
+            reason: String::new(),
+            in_flight: 0,
+        };
+        let mut book = Book::new();
+        book.apply(1, at(0), &keyed).unwrap();
+        // Each later record is past PRUNE_INTERVAL, so each one prunes: the key must survive
+        // the pruning as well as the lookup, at every hour of the day after its call.
+        for (seq, hours) in [(2, 1), (3, 2), (4, 12), (5, 23)] {
+            let now = at(hours * 3600 + 59);
+            book.apply(seq, now, &stop).unwrap();
+            assert!(
+                book.key(1000, "k", now).is_some(),
+                "a retry {hours} h after the keyed call would run it again"
+            );
+        }
+        let past = at(24 * 3600 + 120);
+        book.apply(6, past, &stop).unwrap();
+        assert!(book.key(1000, "k", past).is_none(), "kept past its day");
+        assert_eq!(book.sizes().1, 0, "the idempotency key is dropped");
+    }
+
     #[test]
     fn ended_proposals_keys_and_old_runs_leave_the_book_after_their_retention() {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
