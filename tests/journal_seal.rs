@@ -233,6 +233,75 @@ fn the_live_key_cannot_rewrite_what_was_sealed_before() {
     assert!(verify_with(dir.path(), vec![key_again(&key)]).is_intact());
 }
 
+/// Cuts the last record of the epoch before the live one together with its seal, then renumbers
+/// and re-chains everything after it with the stolen live key, and seals the live epoch as if it
+/// had begun where the cut epoch did. Every MAC, every seq and the chain are valid again, and the
+/// only seal is well-formed: what remains is a record in the live epoch where the earlier epoch
+/// was still open. "A record may only carry the epoch open at its place" must name it.
+#[test]
+fn cutting_a_sealed_epochs_tail_with_its_seal_is_named_where_the_live_epoch_begins() {
+    let (dir, key) = sealed_journal(12);
+    let original = lines(dir.path());
+    let (live, live_epoch) = steal_live_key(dir.path());
+    let value = |line: &str| serde_json::from_str::<Value>(line).unwrap();
+    let seal = original
+        .iter()
+        .position(|line| {
+            let record = value(line);
+            record["event"]["kind"] == "journal_seal" && record["epoch"] == live_epoch - 1
+        })
+        .expect("the seal of the epoch before the live one");
+    let cut = value(&original[seal - 1]);
+    assert_eq!(cut["epoch"], live_epoch - 1, "{cut}");
+    let cut_seq = cut["seq"].as_u64().unwrap();
+    let first_of_cut_epoch = value(&original[seal])["event"]["first_seq"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        original[seal + 1..]
+            .iter()
+            .all(|line| value(line)["epoch"] == live_epoch),
+        "everything after the seal is in the live epoch"
+    );
+    let mut forged: Vec<String> = original[..seal - 1].to_vec();
+    let rechain = |mut record: Value, seq: u64, forged: &mut Vec<String>| {
+        record["seq"] = seq.into();
+        record["prev"] = hex(&Sha256::digest(forged.last().unwrap().as_bytes())).into();
+        forged.push(remac(&record.to_string(), &live, live_epoch));
+    };
+    for line in &original[seal + 1..] {
+        let record = value(line);
+        let seq = record["seq"].as_u64().unwrap() - 2;
+        rechain(record, seq, &mut forged);
+    }
+    let last = value(forged.last().unwrap());
+    let seal_seq = last["seq"].as_u64().unwrap() + 1;
+    let mut own_seal = value(&original[seal]);
+    own_seal["time"] = last["time"].clone();
+    own_seal["event"]["epoch"] = live_epoch.into();
+    own_seal["event"]["first_seq"] = first_of_cut_epoch.into();
+    own_seal["event"]["records"] = (seal_seq - first_of_cut_epoch + 1).into();
+    rechain(own_seal, seal_seq, &mut forged);
+    write_lines(dir.path(), &forged);
+
+    let report = journal::verify(&VerifyOptions {
+        witness: Some(dir.path().join("no-witness")),
+        verify_keys: vec![key_again(&key)],
+        ..VerifyOptions::for_state_dir(dir.path())
+    })
+    .unwrap();
+    eprintln!("{}", problems_of(&report));
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::EpochOrder && p.seq == Some(cut_seq)),
+        "no EpochOrder finding at seq {cut_seq}, where the live epoch now begins:\n{}",
+        problems_of(&report)
+    );
+    assert!(!report.is_intact());
+}
+
 #[test]
 fn a_wrong_or_missing_key_is_never_a_pass_and_says_what_it_cannot_prove() {
     let (dir, _key) = sealed_journal(5);
