@@ -61,16 +61,24 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// RSS of `pid` and of every process below it (the daemon's helper processes), in KiB.
+/// RSS of `pid` and of every process below it (the daemon's helper processes), in KiB. A
+/// child belongs to the *thread* that started it (the spawner to the daemon's spawner client
+/// thread), so every task's `children` is read.
 fn rss_tree_kib(pid: u32) -> u64 {
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    rss_kib(pid)
-        + children
-            .split_whitespace()
-            .filter_map(|child| child.parse().ok())
-            .map(rss_tree_kib)
-            .sum::<u64>()
+    let children: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+                .flat_map(|text| {
+                    text.split_whitespace()
+                        .filter_map(|child| child.parse().ok())
+                        .collect::<Vec<u32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    rss_kib(pid) + children.into_iter().map(rss_tree_kib).sum::<u64>()
 }
 
 fn installed(program: &str) -> Option<PathBuf> {
