@@ -1,6 +1,6 @@
 //! The properties the fuzz targets assert, one function per parser an agent or an agent-written
 //! file reaches. Shared by the libFuzzer targets (`fuzz/fuzz_targets/*.rs`) and by the stable
-//! test `tests/fuzz_properties.rs`, which runs the committed corpora and a bounded number of
+//! test `tests/policy/fuzz_properties.rs`, which runs the committed corpora and a bounded number of
 //! mutations of them on every `cargo test`. Each function panics when its property breaks;
 //! "does not panic" alone is never the whole property.
 #![allow(dead_code)] // each fuzz target uses one of them

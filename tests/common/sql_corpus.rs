@@ -1,5 +1,5 @@
 //! The read-only SQL corpus (tests/data/sql_read_only_corpus.sql) and the application schema its
-//! queries run against; shared by tests/sql.rs (the validator alone) and tests/sql_multiline.rs
+//! queries run against; shared by tests/sql/sql.rs (the validator alone) and tests/sql/sql_multiline.rs
 //! (the same corpus through the daemon's call path).
 #![allow(dead_code)] // each crate uses part of it
 

@@ -1,6 +1,6 @@
 """Drive `verbd mcp` with the official MCP Python SDK (`mcp` on PyPI) and report what it saw.
 
-Run by tests/mcp.rs, never on its own: the Rust test starts a real daemon, writes a plan (JSON on
+Run by tests/cli/mcp.rs, never on its own: the Rust test starts a real daemon, writes a plan (JSON on
 stdin), and asserts on the report (JSON on stdout). This script only acts as the MCP client (and,
 where a plan says so, as the human who approves or the operator who reloads); it asserts
 nothing, so every check lives in the Rust test next to the setup it depends on.

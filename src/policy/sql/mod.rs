@@ -73,7 +73,7 @@
 //! relation and column rules both readings consult); `tests` holds the unit tests.
 //!
 //! Caveats the caller must handle: `PGOPTIONS=-c default_transaction_read_only=on` is only a
-//! default — `BEGIN READ WRITE; …` in a multi-statement string overrides it (tests/pg_harness.rs
+//! default — `BEGIN READ WRITE; …` in a multi-statement string overrides it (tests/sql/pg_harness.rs
 //! shows it), so the single-statement rule here and a read-only database role are both
 //! needed. User-defined functions and views can do anything their owner allows: the role must
 //! be read-only. Use a UTF-8 client encoding (`PGCLIENTENCODING=UTF8`).

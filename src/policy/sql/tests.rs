@@ -350,7 +350,7 @@ fn locking_clauses_are_refused_at_any_depth() {
 
 #[test]
 fn a_word_opening_with_a_multibyte_character_is_no_panic() {
-    // Found by tests/fuzz_properties.rs: the `U&` check sliced the word's first two bytes,
+    // Found by tests/policy/fuzz_properties.rs: the `U&` check sliced the word's first two bytes,
     // inside U+202E.
     let _ = check("select lower('x'), cont(*)\u{202e} from t group by");
     let _ = check("select \u{202e}x");

@@ -1,0 +1,137 @@
+//! File verbs through a real daemon never follow a symlink, also one that stays inside the root
+//! (which `RESOLVE_BENEATH` alone would follow): a link in the root that leads to a protected
+//! name (`.git/config`, whose `core.fsmonitor` git runs) must not let an agent write, append to
+//! or read that name under an innocent one. The calls come from a hostile uid (63510); the
+//! control writes and reads a plain file in the same root.
+use crate::common;
+use crate::hostile;
+
+use common::*;
+use verbd::protocol::Response;
+
+const AGENT: u32 = 63510;
+const CONFIG: &str = "[core]\n\tbare = false\n";
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [63510]
+
+[verb.put]
+description = "write a file"
+builtin = "file.write"
+category = "mutating"
+approval = "none"
+roles = ["agent"]
+roots = ["@DIR@/work"]
+
+[verb.add]
+description = "append to a file"
+builtin = "file.append"
+category = "mutating"
+approval = "none"
+roles = ["agent"]
+roots = ["@DIR@/work"]
+
+[verb.get]
+description = "read a file"
+builtin = "file.read"
+category = "read-only"
+roles = ["agent"]
+roots = ["@DIR@/work"]
+
+[verb.ls]
+description = "list a directory"
+builtin = "file.list"
+category = "read-only"
+roles = ["agent"]
+roots = ["@DIR@/work"]
+"#;
+
+fn start() -> Option<Daemon> {
+    if !require_root("files_symlinks") {
+        return None;
+    }
+    let d = Daemon::start_with(POLICY, |dir| {
+        let work = dir.join("work");
+        std::fs::create_dir_all(work.join(".git")).unwrap();
+        std::fs::write(work.join(".git/config"), CONFIG).unwrap();
+        // Relative links that stay beneath the root.
+        std::os::unix::fs::symlink(".git", work.join("dirlink")).unwrap();
+        std::os::unix::fs::symlink(".git/config", work.join("cfglink")).unwrap();
+    });
+    d.open_socket();
+    Some(d)
+}
+
+#[test]
+fn a_symlink_inside_the_root_never_reaches_a_protected_name() {
+    let Some(d) = start() else { return };
+    let work = d.path("work");
+    let at = |rel: &str| work.join(rel).display().to_string();
+    let hook = "[core]\n\tfsmonitor = /usr/bin/touch /tmp/verbd-files-symlinks-pwned\n";
+    let attacks = [
+        ("put", at("dirlink/config"), Some(hook), "dirlink"),
+        ("put", at("dirlink/hooks-new"), Some("x"), "dirlink"),
+        ("add", at("cfglink"), Some(hook), "cfglink"),
+        ("add", at("dirlink/config"), Some(hook), "dirlink"),
+        ("get", at("cfglink"), None, "cfglink"),
+        ("get", at("dirlink/config"), None, "dirlink"),
+        ("ls", at("dirlink"), None, "dirlink"),
+    ];
+    let requests: Vec<_> = attacks
+        .iter()
+        .map(|(verb, path, content, _)| match content {
+            Some(content) => hostile::call(verb, &[("path", path), ("content", content)]),
+            None => hostile::call(verb, &[("path", path)]),
+        })
+        .collect();
+    let answers = hostile::requests_as(AGENT, &d.socket, &requests);
+    let mut followed = Vec::new();
+    for ((verb, path, _, link), answer) in attacks.iter().zip(&answers) {
+        let response = hostile::decode(answer);
+        let text = format!("{response:?}");
+        let refused_for_the_link = !matches!(response, Response::Ok { .. })
+            && text.contains("symlink")
+            && text.contains(&format!("work/{link}"));
+        if !refused_for_the_link {
+            followed.push(format!("{verb} {path}: {text}"));
+        }
+    }
+    assert!(
+        followed.is_empty(),
+        "calls not refused at their symlink:\n{}",
+        followed.join("\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join(".git/config")).unwrap(),
+        CONFIG
+    );
+    assert!(!work.join(".git/hooks-new").exists());
+    assert!(
+        std::fs::symlink_metadata(work.join("cfglink"))
+            .unwrap()
+            .is_symlink()
+    );
+    // Control: the same verbs write, append to and read a plain file in the same root.
+    let plain = at("notes.txt");
+    let answers = hostile::requests_as(
+        AGENT,
+        &d.socket,
+        &[
+            hostile::call("put", &[("path", &plain), ("content", "one\n")]),
+            hostile::call("add", &[("path", &plain), ("content", "two\n")]),
+            hostile::call("get", &[("path", &plain)]),
+        ],
+    );
+    for answer in &answers[..2] {
+        assert!(
+            matches!(hostile::decode(answer), Response::Ok { .. }),
+            "{:?}",
+            hostile::decode(answer)
+        );
+    }
+    assert_eq!(stdout_of(&hostile::decode(&answers[2])), "one\ntwo\n");
+}

@@ -1,0 +1,250 @@
+//! Invariant 2 (typed, closed inputs) and invariant 1 (no shell), end to end through a real daemon:
+//! every parameter type accepts what it should and refuses the rest with the parameter named;
+//! hostile strings arrive as literal argv elements.
+use crate::common;
+use common::*;
+use verbd::protocol::Response;
+
+const POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.me]
+uids = [0]
+
+[verb.show]
+description = "print each argv element in brackets"
+category = "read-only"
+roles = ["me"]
+command = ["/usr/bin/printf", "[%s]\\n", "{word}", "{n}", "mode={mode}", "{unit}", "{pod}", "{host}", "{since}", "{file}", "{verbose}", "[", "--extra", "{extra}", "]"]
+params.word = { type = "string", pattern = "[a-z]+", max_length = 8 }
+params.n = { type = "int", min = 1, max = 100, default = 10 }
+params.mode = { type = "enum", values = ["fast", "slow"] }
+params.unit = { type = "systemd-unit" }
+params.pod = { type = "k8s-name" }
+params.host = { type = "hostname" }
+params.since = { type = "duration", max_duration = "1d" }
+params.file = { type = "path", roots = ["@DIR@/data"] }
+params.verbose = { type = "bool", flag = "--verbose" }
+params.extra = { type = "string", pattern = ".*", required = false }
+
+[verb.literal]
+description = "hostile strings stay one literal argv element"
+category = "read-only"
+roles = ["me"]
+command = "/usr/bin/printf '[%s]\n' {text}"
+params.text = { type = "string", pattern = "[^\\x00]*", max_length = 100 }
+
+[verb.dash]
+description = "allow_dash opt-in"
+category = "read-only"
+roles = ["me"]
+command = "/usr/bin/printf '[%s]\n' {offset}"
+params.offset = { type = "int", min = -10, max = 10, allow_dash = true }
+"#;
+
+fn good() -> Vec<(&'static str, String)> {
+    vec![
+        ("word", "abc".into()),
+        ("mode", "fast".into()),
+        ("unit", "nginx.service".into()),
+        ("pod", "web-7d9f".into()),
+        ("host", "db1.internal".into()),
+        ("since", "5m".into()),
+    ]
+}
+
+fn call_with(d: &Daemon, overrides: &[(&str, &str)], extra_file: bool) -> Response {
+    let file = d.path("data/x.log");
+    let mut args: Vec<(String, String)> = good()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    if extra_file {
+        args.push(("file".into(), file.to_str().unwrap().into()));
+    }
+    for (k, v) in overrides {
+        args.retain(|(key, _)| key != k);
+        if !v.is_empty() || *k == "extra" {
+            args.push((k.to_string(), v.to_string()));
+        }
+    }
+    let refs: Vec<(&str, &str)> = args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    d.call("show", &refs)
+}
+
+fn start() -> Option<Daemon> {
+    if !require_root("core_params") {
+        return None;
+    }
+    Some(Daemon::start_with(POLICY, |dir| {
+        std::fs::create_dir(dir.join("data")).unwrap();
+        std::fs::write(dir.join("data/x.log"), "x").unwrap();
+    }))
+}
+
+fn assert_invalid(response: &Response, param: &str) {
+    match response {
+        Response::Invalid { param: Some(p), .. } => assert_eq!(p, param, "{response:?}"),
+        other => panic!("expected invalid `{param}`, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_type_accepts_and_renders() {
+    let Some(d) = start() else { return };
+    let r = call_with(&d, &[("verbose", "true"), ("extra", "two words")], true);
+    let file = d.path("data/x.log");
+    // A path parameter reaches the child as the descriptor the daemon pinned (docs/policy.md);
+    // the journal shows the validated path.
+    assert_eq!(
+        pinned_fd_as_n(&stdout_of(&r)),
+        "[abc]\n[10]\n[mode=fast]\n[nginx.service]\n[web-7d9f]\n[db1.internal]\n[5m]\n[/proc/self/fd/N]\n[--verbose]\n[--extra]\n[two words]\n"
+    );
+    assert!(d.journal().contains(&file.display().to_string()));
+    // Optional group and false flag vanish.
+    let r = call_with(&d, &[("verbose", "false"), ("n", "7")], true);
+    assert_eq!(
+        pinned_fd_as_n(&stdout_of(&r)),
+        "[abc]\n[7]\n[mode=fast]\n[nginx.service]\n[web-7d9f]\n[db1.internal]\n[5m]\n[/proc/self/fd/N]\n"
+    );
+}
+
+/// `/proc/self/fd/17` → `/proc/self/fd/N` (the number is whatever the daemon's descriptor is).
+fn pinned_fd_as_n(text: &str) -> String {
+    regex::Regex::new(r"/proc/self/fd/\d+")
+        .unwrap()
+        .replace_all(text, "/proc/self/fd/N")
+        .into_owned()
+}
+
+#[test]
+fn every_type_rejects_with_the_param_named() {
+    let Some(d) = start() else { return };
+    let outside = "/etc/passwd".to_string();
+    let dotdot = format!("{}/data/../../etc/passwd", d.dir.path().display());
+    let cases: Vec<(&str, String)> = vec![
+        ("word", "ABC".into()),
+        ("word", "abcdefghijk".into()),
+        ("word", "a b".into()),
+        ("n", "0".into()),
+        ("n", "101".into()),
+        ("n", "ten".into()),
+        ("mode", "medium".into()),
+        ("unit", "--since=today".into()),
+        ("unit", "a;b".into()),
+        ("pod", "Web".into()),
+        ("pod", "-web".into()),
+        ("host", "db_1".into()),
+        ("host", "-h".into()),
+        ("since", "5".into()),
+        ("since", "2d".into()),
+        ("file", outside),
+        ("file", dotdot),
+        ("file", "relative/x".into()),
+        ("verbose", "maybe".into()),
+    ];
+    for (param, value) in cases {
+        let r = call_with(&d, &[(param, value.as_str())], param != "file");
+        assert_invalid(&r, param);
+    }
+}
+
+#[test]
+fn nul_and_newline_refused_in_every_string_like_type() {
+    let Some(d) = start() else { return };
+    for param in ["word", "mode", "unit", "pod", "host", "since", "extra"] {
+        for bad in ["ab\ncd", "ab\0cd", "ab\rcd"] {
+            let r = call_with(&d, &[(param, bad)], true);
+            match &r {
+                Response::Invalid {
+                    param: Some(p),
+                    rule,
+                    ..
+                } => {
+                    assert_eq!(p, param);
+                    assert_eq!(rule, "control-character", "{r:?}");
+                }
+                other => panic!("{param}={bad:?}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn option_injection_refused_unless_allowed() {
+    let Some(d) = start() else { return };
+    // `extra` accepts any text but begins an argv element: a leading dash is refused.
+    let r = call_with(&d, &[("extra", "--output=/etc/passwd")], true);
+    match &r {
+        Response::Invalid {
+            param: Some(p),
+            rule,
+            ..
+        } => {
+            assert_eq!(p, "extra");
+            assert_eq!(rule, "option-injection");
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = d.call("literal", &[("text", "-rf")]);
+    assert_invalid(&r, "text");
+    // Opt-in: a negative int where the verb allows it.
+    assert_eq!(stdout_of(&d.call("dash", &[("offset", "-5")])), "[-5]\n");
+}
+
+#[test]
+fn unknown_and_missing_params() {
+    let Some(d) = start() else { return };
+    let r = d.call("show", &[("word", "abc"), ("bogus", "1")]);
+    assert_invalid(&r, "bogus");
+    let r = d.call("show", &[("word", "abc")]);
+    match &r {
+        Response::Invalid {
+            message, missing, ..
+        } => {
+            assert_eq!(
+                message,
+                "REQUIRES_CLARIFICATION: missing required parameters: file, host, mode, pod, since, unit"
+            );
+            assert_eq!(missing.len(), 6);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The CLI prints it on stderr with exit code 65.
+    let out = d.cli(&["call", "show", "word=abc"]);
+    assert_eq!(out.status.code(), Some(65));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("REQUIRES_CLARIFICATION: missing required parameters: file, host")
+    );
+    // Unknown verb: denied without revealing whether it exists.
+    match d.call("nope", &[]) {
+        Response::Denied { reason } => {
+            assert!(reason.contains("does not exist or is not available"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn shell_metacharacters_arrive_as_literal_argv() {
+    let Some(d) = start() else { return };
+    let marker = d.path("pwned");
+    for hostile in [
+        format!("$(touch {})", marker.display()),
+        format!(";touch {}", marker.display()),
+        format!("`touch {}`", marker.display()),
+        format!("a && touch {} || b", marker.display()),
+        "| id > /tmp/x".to_string(),
+        "'quoted' \"dq\" \\back".to_string(),
+    ] {
+        let r = d.call("literal", &[("text", hostile.as_str())]);
+        assert_eq!(
+            stdout_of(&r),
+            format!("[{hostile}]\n"),
+            "one literal element"
+        );
+    }
+    assert!(!marker.exists(), "no shell ever ran the text");
+}
