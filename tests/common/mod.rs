@@ -8,6 +8,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use verbd::protocol::{Request, Response};
 
+#[path = "digest.rs"]
+pub mod digest;
 #[path = "skip.rs"]
 pub mod skip;
 

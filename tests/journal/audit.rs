@@ -2,6 +2,7 @@
 //! deleted, inserted or reordered record; `audit tail` is readable; a journal that cannot be
 //! written denies every call (fail closed) and the daemon serves again once space is back.
 use crate::common;
+use crate::common::digest::hmac;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -708,15 +709,6 @@ fn the_verification_key_qr_code_decodes_to_the_printed_key() {
     assert_eq!(String::from_utf8_lossy(&decoded.stdout).trim_end(), key);
 }
 
-fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    use hmac::{KeyInit, Mac};
-    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key).unwrap();
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().into()
-}
-
 /// `line` (a record of a journal without set-up keys) MAC'd again with the key of its epoch,
 /// derived from `k0` (`journal.key`) as the daemon derives it; the forger's tool.
 fn remac_with_local_key(line: &str, k0: &[u8; 32]) -> String {
@@ -726,14 +718,14 @@ fn remac_with_local_key(line: &str, k0: &[u8; 32]) -> String {
         .expect("a v2 record names its epoch");
     let mut key = *k0;
     for step in 0..epoch {
-        key = hmac_sha256(&key, &[b"verbd/journal/v2/evolve", &step.to_be_bytes()]);
+        key = hmac(&key, &[b"verbd/journal/v2/evolve", &step.to_be_bytes()]);
     }
-    let mac_key = hmac_sha256(&key, &[b"verbd/journal/v2/mac"]);
+    let mac_key = hmac(&key, &[b"verbd/journal/v2/mac"]);
     let body_end = line
         .rfind(",\"mac\":\"")
         .expect("the mac is the last field");
     let body = format!("{}}}", &line[..body_end]);
-    let tag: String = hmac_sha256(&mac_key, &[body.as_bytes()])
+    let tag: String = hmac(&mac_key, &[body.as_bytes()])
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();

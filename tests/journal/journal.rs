@@ -2,6 +2,7 @@
 //! tails and ENOSPC (a real tiny tmpfs) leave the chain intact, permissions are enforced; and the
 //! forward-secure part: an intruder holding the live sealing key cannot rewrite sealed history,
 //! cut the tail, or put an old journal back without `verify` and the next start naming it.
+use crate::common::digest::{hex, hmac, sha256_hex};
 use crate::common::skip;
 
 use std::fs;
@@ -10,9 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 use verbd::journal::{
     self, CHECKPOINT_FILE, JOURNAL_FILE, Journal, JournalError, KEY_FILE, Problem, ProblemKind,
@@ -83,24 +82,6 @@ fn only_problem(dir: &Path) -> Problem {
         "expected exactly one problem, got {found:#?}"
     );
     found.into_iter().next().unwrap()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap();
-    for part in parts {
-        mac.update(part);
-    }
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&mac.finalize().into_bytes());
-    out
 }
 
 fn hmac_hex(key: &[u8], body: &[u8]) -> String {

@@ -1,6 +1,7 @@
 //! Forward-secure sealing, truncation evidence, segments, snapshots and export, on real files.
 //! The attacker here holds what an intruder who takes the host at time t holds: the state
 //! directory with the live sealing key (`journal.sealkey`), and write access to the journal.
+use crate::common::digest::{hex, hmac};
 use crate::common::skip;
 use crate::hostile;
 
@@ -10,7 +11,6 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -20,20 +20,6 @@ use verbd::journal::{
     ProblemKind, SEAL_INIT_FILE, SEAL_STATE_FILE, VerifyKey, VerifyOptions, VerifyReport,
     WITNESS_FILE,
 };
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap();
-    for part in parts {
-        mac.update(part);
-    }
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&mac.finalize().into_bytes());
-    out
-}
 
 fn evolve(key: &[u8; 32], epoch: u64) -> [u8; 32] {
     hmac(key, &[b"verbd/journal/v2/evolve", &epoch.to_be_bytes()])

@@ -4,8 +4,8 @@
 //! log at trace level. Delivery is proven too: the child prints the SHA-256 of the value it got,
 //! which must equal the real secret's, so a placeholder that never became the secret fails.
 use crate::common;
+use crate::common::digest::sha256_hex;
 use common::*;
-use sha2::{Digest, Sha256};
 use std::os::unix::fs::PermissionsExt;
 use verbd::protocol::Response;
 
@@ -78,13 +78,6 @@ fn start() -> Option<Daemon> {
 
 fn assert_clean(what: &str, text: &str) {
     assert!(!text.contains(SECRET), "{what} leaks the secret:\n{text}");
-}
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! its sha256 (the output never carries the value).
 
 use crate::common;
+use crate::common::digest::sha256_hex;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -175,14 +176,6 @@ impl Drop for Daemon {
     }
 }
 
-fn sha256(text: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// `dir/secrets/db`, root-owned 0600, in a directory owned by `dir_owner` with mode 0700.
 fn secret_in(dir: &Path, dir_owner: u32) -> PathBuf {
     let secrets = dir.join("secrets");
@@ -225,18 +218,18 @@ fn root_only_directory_secret_is_read_before_the_drop_and_kept_across_reloads() 
         "{}",
         daemon.log()
     );
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
 
     let out = daemon.reload();
     assert!(out.status.success(), "{}\n{}", text(&out), daemon.log());
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
 
     // The daemon user cannot look into the directory: a change is seen only by a restart, and
     // the reload says so.
     write_root_only(&secret, SECOND);
     let out = daemon.reload();
     assert!(out.status.success(), "{}\n{}", text(&out), daemon.log());
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
     assert!(
         daemon
             .log()
@@ -246,7 +239,7 @@ fn root_only_directory_secret_is_read_before_the_drop_and_kept_across_reloads() 
     );
     daemon.stop();
     daemon.spawn();
-    assert_eq!(daemon.digest(), sha256(SECOND));
+    assert_eq!(daemon.digest(), sha256_hex(SECOND));
 }
 
 #[test]
@@ -257,12 +250,12 @@ fn daemon_owned_directory_secret_is_kept_and_a_changed_unreadable_one_refuses_th
     let dir = common::open_tempdir();
     let secret = secret_in(dir.path(), DAEMON);
     let daemon = Daemon::start(dir.path(), &secret);
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
 
     // Unchanged: the value read as root stays; nothing is read again.
     let out = daemon.reload();
     assert!(out.status.success(), "{}\n{}", text(&out), daemon.log());
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
 
     // Changed, and still root's 0600: the daemon user cannot read it. Refused, with the reason
     // and the fix, journaled; the old value stays in force.
@@ -284,11 +277,11 @@ fn daemon_owned_directory_secret_is_kept_and_a_changed_unreadable_one_refuses_th
         !ok && message.contains("changed since the daemon read it"),
         "{message}"
     );
-    assert_eq!(daemon.digest(), sha256(FIRST));
+    assert_eq!(daemon.digest(), sha256_hex(FIRST));
 
     // Changed and readable by the daemon user: read again.
     std::os::unix::fs::chown(&secret, Some(DAEMON), Some(DAEMON)).unwrap();
     let out = daemon.reload();
     assert!(out.status.success(), "{}\n{}", text(&out), daemon.log());
-    assert_eq!(daemon.digest(), sha256(SECOND));
+    assert_eq!(daemon.digest(), sha256_hex(SECOND));
 }
