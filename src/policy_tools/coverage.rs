@@ -411,7 +411,7 @@ pub(crate) fn peel(stage: &Stage) -> Peeled {
     if let Some(program) = argv.first() {
         let name = program.rsplit('/').next().unwrap_or(program);
         let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-        if crate::policy::compile::is_interpreter(std::path::Path::new(program)).is_some()
+        if crate::policy::compile::interpreter_name(std::path::Path::new(program)).is_some()
             || matches!(
                 stem,
                 "python" | "perl" | "ruby" | "node" | "php" | "watch" | "parallel"

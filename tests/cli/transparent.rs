@@ -306,6 +306,43 @@ fn a_privileged_command_without_a_verb_is_denied_with_the_closest_verb() {
 }
 
 #[test]
+fn a_command_never_reveals_what_a_path_the_caller_cannot_see_resolves_to() {
+    if !require_root("a_command_never_reveals_what_a_path_the_caller_cannot_see_resolves_to") {
+        return;
+    }
+    let daemon = start();
+    // Root's private directory, which the agent (63301) cannot list or read: one name in it is
+    // a link to a shell, one is a plain file, one does not exist.
+    let private = daemon.path("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/bin/bash", private.join("tool")).unwrap();
+    std::fs::write(private.join("data"), "x").unwrap();
+    let answer = |name: &str| {
+        let command = format!("sudo {} --version", private.join(name).display());
+        let output = hook(
+            &daemon,
+            Some(63301),
+            &bash_call(&command, Path::new("/tmp")),
+        );
+        // The answer with the asked-for name taken out: what could tell the three apart.
+        let said = format!(
+            "{} {}",
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        said.replace(name, "NAME")
+    };
+    let link = answer("tool");
+    assert_eq!(link, answer("data"), "a link to a shell answers otherwise");
+    assert_eq!(link, answer("absent"), "an existing name answers otherwise");
+}
+
+#[test]
 fn the_agents_own_work_gets_no_decision() {
     if !require_root("the_agents_own_work_gets_no_decision") {
         return;

@@ -74,15 +74,24 @@ const INTERPRETERS: &[&str] = &[
     "emacs",
 ];
 
-/// The interpreter or shell name when `program` (or what it resolves to) is one.
+/// The interpreter or shell name when `program` (or what it resolves to on this host) is one:
+/// for a policy's own programs, which the operator wrote.
 pub fn is_interpreter(program: &Path) -> Option<String> {
-    let check = |p: &Path| -> Option<String> {
-        let name = p.file_name()?.to_str()?;
-        let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-        INTERPRETERS
-            .iter()
-            .any(|i| *i == name || *i == stem)
-            .then(|| name.to_string())
-    };
-    check(program).or_else(|| std::fs::canonicalize(program).ok().and_then(|p| check(&p)))
+    interpreter_name(program).or_else(|| {
+        std::fs::canonicalize(program)
+            .ok()
+            .and_then(|p| interpreter_name(&p))
+    })
+}
+
+/// The interpreter or shell name when `program`'s own last component names one, without
+/// touching the filesystem: for a command an agent wrote, where resolving the path as the
+/// daemon would answer what a path the agent cannot see resolves to.
+pub fn interpreter_name(program: &Path) -> Option<String> {
+    let name = program.file_name()?.to_str()?;
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    INTERPRETERS
+        .iter()
+        .any(|i| *i == name || *i == stem)
+        .then(|| name.to_string())
 }

@@ -27,7 +27,7 @@ mod secrets;
 mod verb;
 
 pub use approvals::MAX_QUORUM;
-pub use interpreters::is_interpreter;
+pub use interpreters::{interpreter_name, is_interpreter};
 pub use sandboxes::DEFAULT_SANDBOX;
 
 use super::include::{self, Expanded, Region};
