@@ -991,6 +991,31 @@ mod tests {
         assert!(ProtectedNames::with_additions(&[], &[PathBuf::from("rel")]).is_err());
     }
 
+    /// A policy name with an empty or `.` component compiles to a rule no path can match (paths
+    /// are compared by their normal components only): the file the operator named would stay
+    /// writable while the policy says it is protected. Refused at load, like `..`.
+    #[test]
+    fn a_policy_name_no_path_could_match_is_refused() {
+        for name in [
+            "deploy//keys",
+            "./secrets.yaml",
+            "deploy/./keys",
+            ".",
+            "..",
+            "a/../b",
+        ] {
+            assert!(
+                matches!(
+                    ProtectedNames::with_additions(&[name.into()], &[]),
+                    Err(ProtectedError::BadName(bad)) if bad == name
+                ),
+                "{name:?} was accepted as a protected name"
+            );
+        }
+        let trimmed = ProtectedNames::with_additions(&["/deploy/keys/".into()], &[]).unwrap();
+        assert!(trimmed.match_path(Path::new("deploy/keys/id")).is_some());
+    }
+
     #[test]
     fn every_builtin_rule_has_a_reason_and_a_unique_pattern() {
         for (index, rule) in BUILTIN_RULES.iter().enumerate() {
