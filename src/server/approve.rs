@@ -304,14 +304,8 @@ impl Daemon {
                                     .code
                                     .map_or_else(|| "by signal".to_string(), |c| c.to_string()),
                                 if o.exit.timed_out { " (timed out)" } else { "" },
-                                exec::with_real_paths(
-                                    &String::from_utf8_lossy(&o.stdout.bytes),
-                                    &o.pinned
-                                ),
-                                exec::with_real_paths(
-                                    &String::from_utf8_lossy(&o.stderr.bytes),
-                                    &o.pinned
-                                )
+                                dry_run_stream(&o.stdout, &o.pinned),
+                                dry_run_stream(&o.stderr, &o.pinned)
                             ),
                             Err(e) => format!("dry run could not run: {e}"),
                         }
@@ -798,4 +792,22 @@ impl Daemon {
             format!("proposal {id} resolved as {outcome}"),
         )
     }
+}
+
+/// One stream of a dry run as the approver reads it: the paths the call names rather than the
+/// descriptors the dry run got them as, and, when the stream was cut (the preview's cap, the
+/// timeout), a last line saying so — a cut list of what a call would do must never read as the
+/// whole list.
+fn dry_run_stream(stream: &exec::Captured, pinned: &[(String, std::path::PathBuf)]) -> String {
+    let mut text = exec::with_real_paths(&String::from_utf8_lossy(&stream.bytes), pinned);
+    if stream.truncated {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[cut: the dry run wrote {} bytes; the rest is not shown]\n",
+            stream.total
+        ));
+    }
+    text
 }

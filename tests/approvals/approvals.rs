@@ -44,6 +44,14 @@ command = "/bin/echo deleted {{name}}"
 dry_run = "/bin/echo would delete pod/{{name}}"
 params.name = {{ type = "k8s-name" }}
 
+[verb.purge]
+description = "pretend to purge the numbered entries; the dry run lists them"
+category = "destructive"
+roles = ["agent"]
+command = "/bin/echo purged {{count}}"
+dry_run = "/usr/bin/seq 1 {{count}}"
+params.count = {{ type = "int", min = 1, max = 100000 }}
+
 [verb.sleepy]
 description = "a long mutation"
 category = "mutating"
@@ -433,6 +441,50 @@ fn destructive_shows_dry_run_output_to_approvers() {
     assert!(
         text.contains("will run:    /bin/echo deleted web-7"),
         "{text}"
+    );
+}
+
+#[test]
+fn a_dry_run_cut_for_the_preview_says_so() {
+    if !require_root("approvals") {
+        return;
+    }
+    let d = start("");
+    let preview = |count: &str| {
+        let out = d.cli_as(
+            AGENT,
+            &["call", "--json", "purge", &format!("count={count}")],
+        );
+        assert_eq!(out.status.code(), Some(73), "{out:?}");
+        let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let id = proposal["id"].as_u64().unwrap().to_string();
+        let out = d.cli_as(SRE, &["result", &id, "--json"]);
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        view["dry_run_output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // Whole: no note.
+    let whole = preview("100");
+    assert!(whole.contains("\n100\n"), "{whole}");
+    assert!(!whole.contains("[cut:"), "{whole}");
+    // 30,000 numbers are 168,894 bytes: the preview keeps its 64 KiB and says the rest is cut.
+    let cut = preview("30000");
+    assert!(
+        cut.contains("\n10000\n"),
+        "the preview kept less than its 64 KiB"
+    );
+    assert!(!cut.contains("\n29999\n"), "the preview was not cut");
+    assert!(
+        cut.contains("[cut: the dry run wrote 168894 bytes; the rest is not shown]"),
+        "a cut preview reads as the whole list: {}",
+        &cut[cut.len().saturating_sub(300)..]
+    );
+    let pending = String::from_utf8_lossy(&d.cli_as(SRE, &["pending"]).stdout).into_owned();
+    assert!(
+        pending.contains("[cut: the dry run wrote 168894 bytes"),
+        "`verbd pending` hides the cut"
     );
 }
 
