@@ -9,13 +9,11 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::exit::{EXIT_CHECK_FAILED, EXIT_SUCCESS};
 use crate::journal::{self, JournalError, VerifyKey, VerifyOptions, VerifyReport};
 
 mod tail;
 pub use tail::{CallerFilter, RecordOutcome, TailFilter, tail};
-
-/// Exit status of a check that found problems.
-pub const EXIT_PROBLEMS: u8 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -110,7 +108,11 @@ pub fn verify(
             )?;
         }
     }
-    Ok(if report.is_intact() { 0 } else { EXIT_PROBLEMS })
+    Ok(if report.is_intact() {
+        EXIT_SUCCESS
+    } else {
+        EXIT_CHECK_FAILED
+    })
 }
 
 /// The human report: what holds, then plainly what this check could not prove.
@@ -237,7 +239,7 @@ pub fn setup_keys(
             what: "printing the verification key".to_owned(),
             source,
         })?;
-    Ok(0)
+    Ok(EXIT_SUCCESS)
 }
 
 /// `audit export`: exact lines to a new file or standard output.
@@ -290,7 +292,7 @@ pub fn export(
             _ => String::new(),
         }
     );
-    Ok(0)
+    Ok(EXIT_SUCCESS)
 }
 
 /// `audit acknowledge-gap`: puts lost records on record so the daemon serves again.
@@ -324,5 +326,5 @@ pub fn acknowledge_gap(
             what: "printing".to_owned(),
             source,
         })?;
-    Ok(0)
+    Ok(EXIT_SUCCESS)
 }

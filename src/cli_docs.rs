@@ -5,106 +5,14 @@
 //! verbd-serve` finds them. Hidden (internal) subcommands get no page.
 //!
 //! Every page also has an EXIT STATUS section (`verbd serve`'s codes on its page, the client and
-//! tool codes on the others, both on `verbd.1`) and an ENVIRONMENT section. The exit codes are
-//! defined here, once: the command line uses these constants, and a test holds the table to the
-//! one in docs/protocol.md.
+//! tool codes on the others, both on `verbd.1`) and an ENVIRONMENT section. The exit codes and
+//! their tables are [`crate::exit`]'s.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// A failed check: `policy check`, `audit verify`, `selftest`.
-pub const EXIT_CHECK_FAILED: u8 = 1;
-/// Invalid arguments (including `REQUIRES_CLARIFICATION`).
-pub const EXIT_INVALID: u8 = 65;
-/// The daemon cannot be reached.
-pub const EXIT_UNAVAILABLE: u8 = 69;
-/// A daemon error (or a client-side error).
-pub const EXIT_ERROR: u8 = 70;
-/// Confirmation required: a proposal was created (or already exists).
-pub const EXIT_CONFIRM: u8 = 73;
-/// Busy; or, for `wait`, still undecided at the timeout.
-pub const EXIT_BUSY: u8 = 75;
-/// Denied.
-pub const EXIT_DENIED: u8 = 77;
-
-/// One exit status as the man pages list it.
-pub struct ExitStatus {
-    pub code: &'static str,
-    pub meaning: &'static str,
-}
-
-/// The client commands' and offline tools' exit statuses (docs/protocol.md, "CLI exit codes").
-pub const CLIENT_EXIT_STATUS: &[ExitStatus] = &[
-    ExitStatus {
-        code: "0",
-        meaning: "success; also: approve answered queued (approved, the run waits for a slot)",
-    },
-    ExitStatus {
-        code: "the verb's own",
-        meaning: "call, wait, result: the verb ran and exited with this code",
-    },
-    ExitStatus {
-        code: "128+N",
-        meaning: "the verb was killed by signal N",
-    },
-    ExitStatus {
-        code: "124",
-        meaning: "the verb timed out",
-    },
-    ExitStatus {
-        code: "1",
-        meaning: "a failed check (policy check, audit verify, selftest)",
-    },
-    ExitStatus {
-        code: "2",
-        meaning: "usage error (an unknown option, a missing argument, a value out of range)",
-    },
-    ExitStatus {
-        code: "65",
-        meaning: "invalid arguments (including REQUIRES_CLARIFICATION)",
-    },
-    ExitStatus {
-        code: "69",
-        meaning: "the daemon is unreachable",
-    },
-    ExitStatus {
-        code: "70",
-        meaning: "daemon error",
-    },
-    ExitStatus {
-        code: "73",
-        meaning: "confirmation required: a proposal was created (or already exists)",
-    },
-    ExitStatus {
-        code: "75",
-        meaning: "busy; or, for wait, still undecided at the timeout",
-    },
-    ExitStatus {
-        code: "77",
-        meaning: "denied",
-    },
-];
-
-/// `verbd serve`'s exit statuses (`crate::serve`).
-pub const SERVE_EXIT_STATUS: &[ExitStatus] = &[
-    ExitStatus {
-        code: "0",
-        meaning: "a clean stop (SIGTERM or SIGINT)",
-    },
-    ExitStatus {
-        code: "78",
-        meaning: "a configuration error: the policy, the daemon user, the state directory, a journal that does not verify, the self-test (systemd does not restart: RestartPreventExitStatus=78)",
-    },
-    ExitStatus {
-        code: "71",
-        meaning: "an operating-system failure",
-    },
-    ExitStatus {
-        code: "75",
-        meaning: "the journal cannot be written at start (a restart may help once there is space)",
-    },
-];
+use crate::exit::{CLIENT_EXIT_STATUS, SERVE_EXIT_STATUS};
 
 /// The environment variables verbd reads, and who reads them.
 pub const ENVIRONMENT: &[(&str, &str)] = &[
@@ -212,7 +120,7 @@ fn extra_sections(page: &str) -> String {
     }
     if !serve {
         for status in CLIENT_EXIT_STATUS {
-            roff.push_str(&entry(status.code, status.meaning));
+            roff.push_str(&entry(&status.label(), status.meaning));
         }
     }
     if page == "verbd" {
@@ -220,7 +128,7 @@ fn extra_sections(page: &str) -> String {
     }
     if serve || page == "verbd" {
         for status in SERVE_EXIT_STATUS {
-            roff.push_str(&entry(status.code, status.meaning));
+            roff.push_str(&entry(&status.label(), status.meaning));
         }
     }
     roff.push_str(".SH ENVIRONMENT\n");

@@ -14,6 +14,7 @@
 //! interleaved with another. Called by single-threaded processes only (a timer signal goes to
 //! any thread of the process; here there is one).
 
+use crate::exit::EXIT_HOOK_DENIED;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,7 +79,7 @@ pub fn arm(after: Duration, last_word: LastWord) -> std::io::Result<()> {
 /// `_exit`. Async-signal-safe: an atomic swap, `write(2)`, `_exit(2)`; no allocation, no lock.
 extern "C" fn on_deadline(_signal: libc::c_int) {
     let Some(last_word) = LAST_WORD.get() else {
-        exit_now(2);
+        exit_now(EXIT_HOOK_DENIED.into());
     };
     if claim_output() {
         write_all(libc::STDOUT_FILENO, &last_word.stdout);

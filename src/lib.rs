@@ -54,6 +54,7 @@ pub mod spawner;
 pub mod adapters;
 pub mod client;
 pub mod digest;
+pub mod exit;
 pub mod hard_deadline;
 pub mod protocol;
 pub mod sigpipe;

@@ -11,7 +11,8 @@
 //! does not verify, self-test) exits 78 (`EX_CONFIG`), which the unit's
 //! `RestartPreventExitStatus=78` turns into "stay down until the operator fixes it" instead of a
 //! restart loop; an operating-system failure exits 71 (`EX_OSERR`); a journal that cannot be
-//! written at start exits 75 (`EX_TEMPFAIL`, a restart may help once there is space).
+//! written at start exits 75 (`EX_TEMPFAIL`, a restart may help once there is space). The codes
+//! are [`crate::exit`]'s.
 //!
 //! Invariants: nothing is accepted and READY is not sent before the self-test passed (sockets are
 //! bound but not listening until then, invariant 8); a start that fails after binding removes the
@@ -21,6 +22,7 @@
 
 use crate::approvals::{Book, BookSnapshot};
 use crate::events::{self, Event};
+use crate::exit::{EXIT_CONFIG, EXIT_OSERR, EXIT_SUCCESS, EXIT_TEMPFAIL};
 use crate::journal::{self, Journal, JournalConfig, JournalError, Witness};
 use crate::loader::{LoadError, Loader, PolicySource, Prepared, Scope};
 use crate::paths;
@@ -34,13 +36,6 @@ use crate::server::{Daemon, ServeSettings};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Exit status for a configuration error: systemd does not restart (`RestartPreventExitStatus`).
-pub const EXIT_CONFIG: u8 = 78;
-/// Exit status for an operating-system failure.
-pub const EXIT_OSERR: u8 = 71;
-/// Exit status for a temporary failure (a restart may succeed).
-pub const EXIT_TEMPFAIL: u8 = 75;
 
 /// The flags of `verbd serve`.
 #[derive(Debug, Clone, Default)]
@@ -151,7 +146,7 @@ impl StartError {
 /// Run `verbd serve` and return its exit status: 0 after a clean stop, else the failure's.
 pub fn main(options: ServeOptions) -> u8 {
     match run(options) {
-        Ok(()) => 0,
+        Ok(()) => EXIT_SUCCESS,
         Err(e) => {
             if let StartError::SelfTest(report) = &e {
                 crate::eprint_lossy!("{}", report.render());

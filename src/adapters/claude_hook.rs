@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 use crate::client::{self, ClientError};
+use crate::exit::{EXIT_HOOK_DENIED, EXIT_SUCCESS};
 use crate::hard_deadline;
 use crate::protocol::{CommandDecision, Request, Response, VerbCall};
 use serde_json::{Map, Value, json};
@@ -85,7 +86,7 @@ impl HookOutcome {
     /// No decision: exit 0 and no output, so Claude Code's own permission flow applies.
     fn no_objection() -> Self {
         HookOutcome {
-            exit_code: 0,
+            exit_code: EXIT_SUCCESS.into(),
             stdout: String::new(),
             stderr: String::new(),
         }
@@ -102,7 +103,7 @@ impl HookOutcome {
             }
         });
         HookOutcome {
-            exit_code: 0,
+            exit_code: EXIT_SUCCESS.into(),
             stdout: format!("{body}\n"),
             stderr: String::new(),
         }
@@ -119,7 +120,7 @@ impl HookOutcome {
             }
         });
         HookOutcome {
-            exit_code: 2,
+            exit_code: EXIT_HOOK_DENIED.into(),
             stdout: format!("{body}\n"),
             stderr: format!("{reason}\n"),
         }
@@ -579,7 +580,7 @@ fn deny_and_exit(reason: &str) -> ! {
     if hard_deadline::claim_output() {
         print_outcome(&in_runtime_terms(HookOutcome::deny(reason)));
     }
-    std::process::exit(2)
+    std::process::exit(EXIT_HOOK_DENIED.into())
 }
 
 /// Entry point for `verbd hook claude-code` (and `gemini-cli`, `cursor`, in their terms): one

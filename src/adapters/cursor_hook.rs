@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 use super::claude_hook::{self, Daemon, Frontend, HookOutcome};
+use crate::exit::{EXIT_HOOK_DENIED, EXIT_SUCCESS};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -66,12 +67,12 @@ pub const FRONTEND: Frontend = Frontend {
 
 /// Cursor's answer for a Claude Code hook outcome.
 pub fn translate(outcome: HookOutcome) -> HookOutcome {
-    if outcome.exit_code != 0 {
+    if outcome.exit_code != i32::from(EXIT_SUCCESS) {
         return deny(outcome.stderr.trim_end());
     }
     if outcome.stdout.trim().is_empty() {
         return HookOutcome {
-            exit_code: 0,
+            exit_code: EXIT_SUCCESS.into(),
             stdout: format!("{}\n", json!({ "permission": "allow" })),
             stderr: String::new(),
         };
@@ -103,7 +104,7 @@ pub fn deny(reason: &str) -> HookOutcome {
         "agent_message": reason,
     });
     HookOutcome {
-        exit_code: 2,
+        exit_code: EXIT_HOOK_DENIED.into(),
         stdout: format!("{body}\n"),
         stderr: format!("{reason}\n"),
     }

@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 use super::claude_hook::{self, Daemon, Frontend, HookOutcome};
+use crate::exit::{EXIT_HOOK_DENIED, EXIT_SUCCESS};
 use serde_json::{Map, Value, json};
 use std::path::Path;
 use std::time::Duration;
@@ -94,13 +95,13 @@ pub const FRONTEND: Frontend = Frontend {
 
 /// Gemini CLI's answer for a Claude Code hook outcome.
 pub fn translate(outcome: HookOutcome) -> HookOutcome {
-    if outcome.exit_code != 0 {
+    if outcome.exit_code != i32::from(EXIT_SUCCESS) {
         let reason = outcome.stderr.trim_end().to_string();
         return deny(&reason);
     }
     if outcome.stdout.trim().is_empty() {
         return HookOutcome {
-            exit_code: 0,
+            exit_code: EXIT_SUCCESS.into(),
             stdout: "{}\n".into(),
             stderr: String::new(),
         };
@@ -117,7 +118,7 @@ pub fn translate(outcome: HookOutcome) -> HookOutcome {
                 }
             });
             HookOutcome {
-                exit_code: 0,
+                exit_code: EXIT_SUCCESS.into(),
                 stdout: format!("{body}\n"),
                 stderr: String::new(),
             }
@@ -132,7 +133,7 @@ pub fn translate(outcome: HookOutcome) -> HookOutcome {
 pub fn deny(reason: &str) -> HookOutcome {
     let body = json!({ "decision": "deny", "reason": reason });
     HookOutcome {
-        exit_code: 2,
+        exit_code: EXIT_HOOK_DENIED.into(),
         stdout: format!("{body}\n"),
         stderr: format!("{reason}\n"),
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::AuditError;
+use crate::exit::EXIT_SUCCESS;
 use crate::journal::{self, Follower, Record};
 
 /// How often `--follow` looks for new records.
@@ -259,7 +260,7 @@ pub fn tail(
         print(record, json, out)?;
     }
     if !follow {
-        return Ok(0);
+        return Ok(EXIT_SUCCESS);
     }
     loop {
         std::thread::sleep(FOLLOW_INTERVAL);

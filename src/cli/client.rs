@@ -4,7 +4,8 @@
 #![forbid(unsafe_code)]
 
 use super::{
-    EXIT_BUSY, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_UNAVAILABLE, parse_kv,
+    EXIT_BUSY, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID, EXIT_SIGNAL_BASE,
+    EXIT_TIMED_OUT, EXIT_UNAVAILABLE, parse_kv,
 };
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -187,9 +188,9 @@ fn exit_of_result(result: &RunResult) -> ExitCode {
 /// The exit code of a finished run: its own, 128+N for a signal, 124 for a timeout.
 fn exit_of_run(exit: &verbd::protocol::ExitInfo) -> ExitCode {
     let code = if exit.timed_out {
-        124
+        i32::from(EXIT_TIMED_OUT)
     } else if let Some(sig) = exit.signal {
-        128 + sig
+        EXIT_SIGNAL_BASE + sig
     } else {
         exit.code.unwrap_or(EXIT_ERROR as i32)
     };

@@ -2,7 +2,7 @@
 //! sandbox canary, `sandbox why`, and the Claude Code hook (with their argument types).
 #![forbid(unsafe_code)]
 
-use super::EXIT_CHECK_FAILED;
+use super::{EXIT_CANNOT_EXECUTE, EXIT_CHECK_FAILED, EXIT_NOT_FOUND};
 use anyhow::{Context, bail};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,9 +44,9 @@ pub fn exec(
     verbd::eprintln_lossy!("verbd exec: {err}");
     Ok(ExitCode::from(
         if matches!(err, verbd::sandbox::SandboxError::ProgramNotFound(_)) {
-            127
+            EXIT_NOT_FOUND
         } else {
-            126
+            EXIT_CANNOT_EXECUTE
         },
     ))
 }

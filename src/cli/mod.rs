@@ -8,7 +8,7 @@
 //! code for a verb that ran (128+N when killed by signal N, 124 on timeout); 65 invalid
 //! arguments; 69 daemon unreachable; 70 daemon error; 73 confirmation required; 75 busy; 77
 //! denied; 1 for a failed check (`policy check`, `audit verify`, `selftest`). `serve` has its own
-//! (see `verbd::serve`). The constants live in `verbd::cli_docs`, with the man pages' table.
+//! (see `verbd::serve`). The constants live in `verbd::exit`, with the man pages' tables.
 #![forbid(unsafe_code)]
 
 pub mod args;
@@ -26,9 +26,9 @@ pub mod status;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 
-pub use verbd::cli_docs::{
-    EXIT_BUSY, EXIT_CHECK_FAILED, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR, EXIT_INVALID,
-    EXIT_UNAVAILABLE,
+pub use verbd::exit::{
+    EXIT_BUSY, EXIT_CANNOT_EXECUTE, EXIT_CHECK_FAILED, EXIT_CONFIRM, EXIT_DENIED, EXIT_ERROR,
+    EXIT_INVALID, EXIT_NOT_FOUND, EXIT_SIGNAL_BASE, EXIT_TIMED_OUT, EXIT_UNAVAILABLE,
 };
 
 /// `key=value` arguments; each key once.

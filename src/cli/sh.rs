@@ -12,7 +12,7 @@
 //! denied…); a run exits as the last filter did (as a shell would), or as the verb did.
 #![forbid(unsafe_code)]
 
-use super::{EXIT_DENIED, EXIT_ERROR, EXIT_UNAVAILABLE, client};
+use super::{EXIT_DENIED, EXIT_ERROR, EXIT_SIGNAL_BASE, EXIT_UNAVAILABLE, client};
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -195,7 +195,9 @@ impl<'a> Pipeline<'a> {
             Some(s) if s.code().is_some() => {
                 ExitCode::from(s.code().unwrap_or(0).clamp(0, 255) as u8)
             }
-            Some(s) => ExitCode::from((128 + s.signal().unwrap_or(0)).clamp(0, 255) as u8),
+            Some(s) => {
+                ExitCode::from((EXIT_SIGNAL_BASE + s.signal().unwrap_or(0)).clamp(0, 255) as u8)
+            }
             None => ExitCode::from(EXIT_ERROR),
         })
     }

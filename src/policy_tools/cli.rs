@@ -7,16 +7,14 @@
 //! Exit codes: 0 success; 1 a failed check (policy errors, `policy test` mismatches, and
 //! `coverage` finding a destructive or credential-reading command a verb would run without
 //! approval); 65 unusable input (unreadable `--from`, a malformed tests file, an unknown role).
+//! The codes are [`crate::exit`]'s.
 #![forbid(unsafe_code)]
 
 use super::{cases, coverage, packs, sources, suggest};
+use crate::exit::{EXIT_CHECK_FAILED, EXIT_INVALID, EXIT_SUCCESS};
 use crate::policy::{self, Policy, Role, RoleKind};
 use crate::terminal::{escape, json_visible};
 use std::path::{Path, PathBuf};
-
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_INPUT: u8 = 65;
 
 /// How a coverage report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -36,7 +34,7 @@ pub enum TestFormat {
 fn load(path: &Path) -> Result<Policy, u8> {
     policy::load_file(path).map_err(|e| {
         eprintln!("{e}");
-        EXIT_FAILED
+        EXIT_CHECK_FAILED
     })
 }
 
@@ -53,7 +51,7 @@ fn roles<'a>(policy: &'a Policy, names: &[String]) -> Result<Vec<&'a Role>, u8> 
                 "{}: defines no agent role; name the roles to replay as with --role",
                 policy.origin
             );
-            return Err(EXIT_INPUT);
+            return Err(EXIT_INVALID);
         }
         return Ok(agents);
     }
@@ -66,7 +64,7 @@ fn roles<'a>(policy: &'a Policy, names: &[String]) -> Result<Vec<&'a Role>, u8> 
                     policy.origin,
                     policy.roles.keys().cloned().collect::<Vec<_>>().join(", ")
                 );
-                EXIT_INPUT
+                EXIT_INVALID
             })
         })
         .collect()
@@ -75,14 +73,14 @@ fn roles<'a>(policy: &'a Policy, names: &[String]) -> Result<Vec<&'a Role>, u8> 
 fn collect(from: &[PathBuf]) -> Result<sources::Collected, u8> {
     let inputs = sources::expand_inputs(from).map_err(|e| {
         eprintln!("--from {}", escape(&e.to_string()));
-        EXIT_INPUT
+        EXIT_INVALID
     })?;
     let collected = sources::read_files(&inputs);
     if collected.entries.is_empty() && !collected.problems.is_empty() {
         for p in &collected.problems {
             eprintln!("{}", escape(p));
         }
-        return Err(EXIT_INPUT);
+        return Err(EXIT_INVALID);
     }
     Ok(collected)
 }
@@ -114,14 +112,16 @@ pub fn coverage(
         match format {
             ReportFormat::Json => println!(
                 "{}",
-                json_visible(&serde_json::to_string_pretty(&report).map_err(|_| EXIT_FAILED)?)
+                json_visible(
+                    &serde_json::to_string_pretty(&report).map_err(|_| EXIT_CHECK_FAILED)?
+                )
             ),
             ReportFormat::Text => print!("{}", coverage::render_text(&report)),
         }
         Ok(if report.summary.dangerous_without_approval > 0 {
-            EXIT_FAILED
+            EXIT_CHECK_FAILED
         } else {
-            EXIT_OK
+            EXIT_SUCCESS
         })
     };
     run().unwrap_or_else(|code| code)
@@ -144,11 +144,11 @@ pub fn suggest(
         let role_list: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
         let text = std::fs::read_to_string(policy_path).map_err(|e| {
             eprintln!("{}: {e}", policy_path.display());
-            EXIT_INPUT
+            EXIT_INVALID
         })?;
         let drafted = suggest::suggest(&policy, &text, policy_path.parent(), &role_list, &report);
         print!("{}", drafted.render());
-        Ok(EXIT_OK)
+        Ok(EXIT_SUCCESS)
     };
     run().unwrap_or_else(|code| code)
 }
@@ -159,17 +159,17 @@ pub fn test(policy_path: &Path, tests_path: &Path, format: TestFormat) -> u8 {
         let policy = load(policy_path)?;
         let suite = cases::load(tests_path).map_err(|e| {
             eprintln!("{e}");
-            EXIT_INPUT
+            EXIT_INVALID
         })?;
         let results = cases::run(&policy, &suite).map_err(|e| {
             eprintln!("{e}");
-            EXIT_INPUT
+            EXIT_INVALID
         })?;
         match format {
             TestFormat::Text => print!("{}", results.render_text()),
             TestFormat::Json => println!(
                 "{}",
-                serde_json::to_string_pretty(&results).map_err(|_| EXIT_FAILED)?
+                serde_json::to_string_pretty(&results).map_err(|_| EXIT_CHECK_FAILED)?
             ),
             TestFormat::Junit => print!(
                 "{}",
@@ -177,9 +177,9 @@ pub fn test(policy_path: &Path, tests_path: &Path, format: TestFormat) -> u8 {
             ),
         }
         Ok(if results.passed() {
-            EXIT_OK
+            EXIT_SUCCESS
         } else {
-            EXIT_FAILED
+            EXIT_CHECK_FAILED
         })
     };
     run().unwrap_or_else(|code| code)
@@ -195,11 +195,11 @@ pub fn schema(pack: bool) -> u8 {
     match serde_json::to_string_pretty(&schema) {
         Ok(text) => {
             println!("{text}");
-            EXIT_OK
+            EXIT_SUCCESS
         }
         Err(e) => {
             eprintln!("cannot print the schema: {e}");
-            EXIT_FAILED
+            EXIT_CHECK_FAILED
         }
     }
 }

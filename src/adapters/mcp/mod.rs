@@ -47,6 +47,7 @@ mod stdio;
 pub use stdio::{MAX_IN_FLIGHT, OUTPUT_BACKLOG_BYTES};
 
 use crate::client::{ClientError, request_async, request_async_streaming};
+use crate::exit::{EXIT_ERROR, EXIT_SUCCESS};
 use crate::protocol::{Request, Response, StreamAsk};
 use catalog::{Catalog, CatalogError, MAX_WAIT_SECS, RESULT_TOOL, WAIT_TOOL};
 use rmcp::model::{
@@ -447,7 +448,7 @@ pub fn run(socket: PathBuf) -> u8 {
     // process instead, so the client sees the server close.
     std::panic::set_hook(Box::new(|info| {
         crate::eprintln_lossy!("verbd mcp: internal error: {info}");
-        std::process::exit(70);
+        std::process::exit(i32::from(EXIT_ERROR));
     }));
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -456,7 +457,7 @@ pub fn run(socket: PathBuf) -> u8 {
         Ok(runtime) => runtime,
         Err(e) => {
             crate::eprintln_lossy!("verbd mcp: cannot start the async runtime: {e}");
-            return 70;
+            return EXIT_ERROR;
         }
     };
     let code = runtime.block_on(serve(socket));
@@ -470,10 +471,10 @@ async fn serve(socket: PathBuf) -> u8 {
     // hand-off to a blocking thread per message.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     match serve_on(socket, stdin, stdout).await {
-        Ok(()) => 0,
+        Ok(()) => EXIT_SUCCESS,
         Err(e) => {
             crate::eprintln_lossy!("verbd mcp: the MCP session could not start: {e}");
-            70
+            EXIT_ERROR
         }
     }
 }
