@@ -7,12 +7,12 @@
 //! anchored; roles, sandboxes, secrets and approver roles referenced exist; secrets are never
 //! inline; sandbox paths exist; examples are valid TOML values.
 //!
-//! One module per concern, each a phase of [`build`] read top to bottom: the daemon and
-//! `[commands]` ([`daemon`]), roles and approver roles ([`roles`]), quorums, break-glass and the
-//! notifier ([`approvals`]), secret sources and `[postgres_ephemeral]` ([`secrets`]), sandbox
-//! profiles ([`sandboxes`]), then each verb ([`verb`]) with its parameters ([`param`]), the
-//! built-in file verbs ([`file_verb`]) and the interpreter list ([`interpreters`]). Every phase
-//! reports into one [`Ctx`]; the diagnostics are sorted by location at the end, so the order of
+//! One module per concern, each a phase of `build` read top to bottom: the daemon and
+//! `[commands]` (`daemon`), roles and approver roles (`roles`), quorums, break-glass and the
+//! notifier (`approvals`), secret sources and `[postgres_ephemeral]` (`secrets`), sandbox
+//! profiles (`sandboxes`), then each verb (`verb`) with its parameters (`param`), the
+//! built-in file verbs (`file_verb`) and the interpreter list (`interpreters`). Every phase
+//! reports into one `Ctx`; the diagnostics are sorted by location at the end, so the order of
 //! the phases decides only the order of problems found at the same place.
 #![forbid(unsafe_code)]
 
