@@ -20,23 +20,25 @@ const APPROVERS_GID: u32 = 62811;
 
 /// Set (to the test's name) in the re-executed test binary inside its mount namespace.
 const INSIDE: &str = "VERBD_TEST_PRIVATE_RUN";
+const TEST: &str = "packaged_sockets_are_found_without_a_socket_flag";
 
+/// One test, two processes: run by the harness, it runs its own binary again, filtered to
+/// itself, in a private mount namespace (the body mounts over `/run`); there, with [`INSIDE`]
+/// set, it runs the body. Nothing is `#[ignore]`d: the outer run fails when the inner one does
+/// or does not run.
 #[test]
 fn packaged_sockets_are_found_without_a_socket_flag() {
-    if !require_root("packaged_sockets_are_found_without_a_socket_flag") {
+    if !require_root(TEST) {
         return;
+    }
+    if std::env::var(INSIDE).as_deref() == Ok(TEST) {
+        return in_private_run();
     }
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "in_private_run",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(INSIDE, "in_private_run")
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env(INSIDE, TEST)
         .output()
         .expect("run unshare");
     let text = format!(
@@ -54,15 +56,8 @@ fn packaged_sockets_are_found_without_a_socket_flag() {
     );
 }
 
-/// The body: run only by the test above, in its own mount namespace (it mounts over /run).
-#[test]
-#[ignore = "run by packaged_sockets_are_found_without_a_socket_flag in a private mount namespace"]
+/// The body, in the re-executed binary's own mount namespace.
 fn in_private_run() {
-    assert_eq!(
-        std::env::var(INSIDE).as_deref(),
-        Ok("in_private_run"),
-        "this test mounts over /run: only packaged_sockets_are_found_without_a_socket_flag runs it"
-    );
     let own_ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
     let parent = nix::unistd::getppid();
     let parent_ns = std::fs::read_link(format!("/proc/{parent}/ns/mnt")).unwrap();
