@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod builder;
 mod fuzz_properties;
 mod layering;
 mod packaging;

@@ -1,0 +1,486 @@
+//! A typed policy for tests whose point is the daemon's behaviour, not the policy's syntax.
+//!
+//! [`Policy`] holds the roles, approvals, sandbox profiles, secrets and verbs a test needs and
+//! renders them with `toml::to_string` from `Serialize` types: every value is quoted and escaped
+//! by the TOML serializer, never spliced into text, so a description with quotes or a template
+//! with braces reaches the loader as written. Field names and value spellings mirror the loader's
+//! schema (`src/policy/schema.rs`); `tests/policy/builder.rs` holds the rendering to the real
+//! loader. A test about policy text itself (parse errors, packs, line numbers) keeps its TOML.
+//!
+//! Paths may contain `@DIR@`: [`super::Daemon`] replaces it with the test's temp dir when it
+//! writes the policy, as it does for hand-written TOML.
+#![allow(dead_code)] // each test binary uses part of it
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A whole policy (`version = 1`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Policy {
+    version: u32,
+    #[serde(skip_serializing_if = "DaemonSettings::is_default")]
+    daemon: DaemonSettings,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    roles: BTreeMap<String, Role>,
+    #[serde(skip_serializing_if = "Approvals::is_default")]
+    approvals: Approvals,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    secrets: BTreeMap<String, Secret>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    sandbox: BTreeMap<String, Sandbox>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    verb: BTreeMap<String, Verb>,
+}
+
+/// `[daemon]`: the settings tests change.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DaemonSettings {
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_root: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_executions: Option<usize>,
+}
+
+impl DaemonSettings {
+    fn is_default(&self) -> bool {
+        *self == DaemonSettings::default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleKind {
+    Agent,
+    Human,
+}
+
+/// `[roles.NAME]`: who is in it, by uid or group name.
+#[derive(Debug, Clone, Serialize)]
+pub struct Role {
+    kind: RoleKind,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    uids: Vec<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    groups: Vec<String>,
+}
+
+/// `[approvals]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Approvals {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ApprovalMode>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Command>,
+}
+
+/// `[approvals] mode`; unset is interactive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApprovalMode {
+    Headless,
+}
+
+/// A verb's `approval`; unset, a mutating or destructive verb needs one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Approval {
+    None,
+}
+
+impl Approvals {
+    fn is_default(&self) -> bool {
+        *self == Approvals::default()
+    }
+}
+
+/// `[secrets.NAME]`: where the daemon reads a secret from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Secret {
+    File(String),
+    Env(String),
+}
+
+/// `network = "none" | "full"`, or `{ connect_tcp = [PORT, …] }`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Network {
+    Mode(NetworkMode),
+    Ports { connect_tcp: Vec<u16> },
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    None,
+    Full,
+}
+
+/// `[sandbox.NAME]`: a profile; unset fields inherit the built-in default.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sandbox {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unix_sockets: Option<Vec<String>>,
+}
+
+/// A command template: one line split with shell words at load time, or an explicit argv.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Command {
+    Line(String),
+    Argv(Vec<String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    ReadOnly,
+    Mutating,
+    Destructive,
+}
+
+/// `quorum = { count, from, max_per_role }`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Quorum {
+    pub count: u32,
+    pub from: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_per_role: Option<u32>,
+}
+
+/// `[verb.NAME]`: a command verb ([`Verb::command`]) or a built-in file verb
+/// ([`Verb::builtin`]), with the settings tests use.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verb {
+    description: String,
+    category: Category,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval: Option<Approval>,
+    roles: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<Command>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_run: Option<Command>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    builtin: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    roots: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quorum: Option<Quorum>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    break_glass: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    params: BTreeMap<String, Param>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    allow_interpreter: bool,
+}
+
+/// A parameter's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ParamType {
+    Enum,
+    Int,
+    String,
+    Path,
+    SystemdUnit,
+    K8sName,
+}
+
+/// `params.NAME = { type = …, … }`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Param {
+    #[serde(rename = "type")]
+    kind: ParamType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pattern: Option<String>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::new()
+    }
+}
+
+impl Policy {
+    /// An empty version 1 policy.
+    pub fn new() -> Policy {
+        Policy {
+            version: 1,
+            daemon: DaemonSettings::default(),
+            roles: BTreeMap::new(),
+            approvals: Approvals::default(),
+            secrets: BTreeMap::new(),
+            sandbox: BTreeMap::new(),
+            verb: BTreeMap::new(),
+        }
+    }
+
+    /// `[daemon] allow_root = true`: the tests run the daemon as root.
+    pub fn allow_root(mut self) -> Policy {
+        self.daemon.allow_root = true;
+        self
+    }
+
+    pub fn shutdown_grace(mut self, grace: &str) -> Policy {
+        self.daemon.shutdown_grace = Some(grace.into());
+        self
+    }
+
+    /// `[daemon] max_executions`: runs at once, in all.
+    pub fn max_executions(mut self, runs: usize) -> Policy {
+        self.daemon.max_executions = Some(runs);
+        self
+    }
+
+    /// An agent role of these uids.
+    pub fn agents(self, role: &str, uids: &[u32]) -> Policy {
+        self.role(role, RoleKind::Agent, uids)
+    }
+
+    /// A human role of these uids.
+    pub fn humans(self, role: &str, uids: &[u32]) -> Policy {
+        self.role(role, RoleKind::Human, uids)
+    }
+
+    fn role(mut self, role: &str, kind: RoleKind, uids: &[u32]) -> Policy {
+        let entry = Role {
+            kind,
+            uids: uids.to_vec(),
+            groups: Vec::new(),
+        };
+        self.roles.insert(role.into(), entry);
+        self
+    }
+
+    /// An agent role of the members of these groups.
+    pub fn agent_groups(mut self, role: &str, groups: &[&str]) -> Policy {
+        let entry = Role {
+            kind: RoleKind::Agent,
+            uids: Vec::new(),
+            groups: strings(groups),
+        };
+        self.roles.insert(role.into(), entry);
+        self
+    }
+
+    /// `[approvals] approvers = [...]`: the human roles that may approve any verb.
+    pub fn approvers(mut self, roles: &[&str]) -> Policy {
+        self.approvals.approvers = strings(roles);
+        self
+    }
+
+    /// `[approvals] mode = "headless"`: no human is asked; what needs approval is denied.
+    pub fn headless(mut self) -> Policy {
+        self.approvals.mode = Some(ApprovalMode::Headless);
+        self
+    }
+
+    /// `[approvals] expires`.
+    pub fn approvals_expire(mut self, after: &str) -> Policy {
+        self.approvals.expires = Some(after.into());
+        self
+    }
+
+    /// `[approvals] notify`: the command run on each new proposal.
+    pub fn notify(mut self, command: Command) -> Policy {
+        self.approvals.notify = Some(command);
+        self
+    }
+
+    pub fn secret(mut self, name: &str, source: Secret) -> Policy {
+        self.secrets.insert(name.into(), source);
+        self
+    }
+
+    pub fn sandbox(mut self, name: &str, profile: Sandbox) -> Policy {
+        self.sandbox.insert(name.into(), profile);
+        self
+    }
+
+    pub fn verb(mut self, name: &str, verb: Verb) -> Policy {
+        self.verb.insert(name.into(), verb);
+        self
+    }
+
+    /// The policy as TOML, every value escaped by the serializer.
+    pub fn render(&self) -> String {
+        toml::to_string(self).expect("a test policy renders as TOML")
+    }
+}
+
+impl Verb {
+    /// A verb that runs `command` (one line, split at load time).
+    pub fn command(category: Category, command: &str) -> Verb {
+        Verb::new(category, Some(Command::Line(command.into())), None)
+    }
+
+    /// A verb that runs `argv` exactly as given.
+    pub fn argv(category: Category, argv: &[&str]) -> Verb {
+        Verb::new(category, Some(Command::Argv(strings(argv))), None)
+    }
+
+    /// A built-in verb (`file.append`, `file.read`, …) beneath `roots`.
+    pub fn builtin(category: Category, builtin: &str, roots: &[&str]) -> Verb {
+        let mut verb = Verb::new(category, None, Some(builtin.into()));
+        verb.roots = strings(roots);
+        verb
+    }
+
+    fn new(category: Category, command: Option<Command>, builtin: Option<String>) -> Verb {
+        Verb {
+            description: String::new(),
+            category,
+            approval: None,
+            roles: Vec::new(),
+            command,
+            dry_run: None,
+            builtin,
+            roots: Vec::new(),
+            quorum: None,
+            break_glass: Vec::new(),
+            params: BTreeMap::new(),
+            env: BTreeMap::new(),
+            timeout: None,
+            rate: None,
+            sandbox: None,
+            allow_interpreter: false,
+        }
+    }
+
+    pub fn description(mut self, text: &str) -> Verb {
+        self.description = text.into();
+        self
+    }
+
+    /// The roles whose members may call it.
+    pub fn roles(mut self, roles: &[&str]) -> Verb {
+        self.roles = strings(roles);
+        self
+    }
+
+    /// `approval = "none"`: a mutating verb that runs at once.
+    pub fn without_approval(mut self) -> Verb {
+        self.approval = Some(Approval::None);
+        self
+    }
+
+    pub fn dry_run(mut self, command: &str) -> Verb {
+        self.dry_run = Some(Command::Line(command.into()));
+        self
+    }
+
+    pub fn quorum(mut self, quorum: Quorum) -> Verb {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    pub fn break_glass(mut self, roles: &[&str]) -> Verb {
+        self.break_glass = strings(roles);
+        self
+    }
+
+    pub fn param(mut self, name: &str, param: Param) -> Verb {
+        self.params.insert(name.into(), param);
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Verb {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    pub fn timeout(mut self, timeout: &str) -> Verb {
+        self.timeout = Some(timeout.into());
+        self
+    }
+
+    /// `rate = "N/period"`, per caller.
+    pub fn rate(mut self, rate: &str) -> Verb {
+        self.rate = Some(rate.into());
+        self
+    }
+
+    /// The sandbox profile it runs in.
+    pub fn sandbox(mut self, profile: &str) -> Verb {
+        self.sandbox = Some(profile.into());
+        self
+    }
+
+    /// `allow_interpreter = true`: its program may be a shell or another interpreter.
+    pub fn allow_interpreter(mut self) -> Verb {
+        self.allow_interpreter = true;
+        self
+    }
+}
+
+impl Param {
+    pub fn of(kind: ParamType) -> Param {
+        Param {
+            kind,
+            values: None,
+            min: None,
+            max: None,
+            pattern: None,
+        }
+    }
+
+    /// An `int` within `min..=max`.
+    pub fn int(min: i64, max: i64) -> Param {
+        Param {
+            min: Some(min),
+            max: Some(max),
+            ..Param::of(ParamType::Int)
+        }
+    }
+
+    /// An `enum` of exactly these values.
+    pub fn one_of(values: &[&str]) -> Param {
+        Param {
+            values: Some(strings(values)),
+            ..Param::of(ParamType::Enum)
+        }
+    }
+
+    /// A `string` that must match `pattern` whole.
+    pub fn matching(pattern: &str) -> Param {
+        Param {
+            pattern: Some(pattern.into()),
+            ..Param::of(ParamType::String)
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The typed test policy (`tests/common/policy.rs`) against the real loader: what the builder
+//! renders compiles with `verbd::policy::compile` into the roles, approvals, sandbox profiles and
+//! verbs it was given, and text that TOML must escape (quotes, backslashes, newlines, template
+//! braces) arrives exactly as written.
+use crate::common::policy::{
+    Category, Command, Network, Param, ParamType, Policy, Quorum, Sandbox, Secret, Verb,
+};
+use verbd::policy::params::ParamKind;
+use verbd::policy::{Category as LoadedCategory, RoleKind, VerbAction, compile};
+
+#[test]
+fn the_rendered_policy_loads_with_what_the_builder_was_given() {
+    let out = tempfile::tempdir().unwrap();
+    let root = out.path().to_str().unwrap();
+    let awkward = "say \"hi\" \\ back\nthen {not a placeholder} 'done'";
+    // In a template, literal braces are doubled.
+    let awkward_element = "say \"hi\" \\ back\nthen {{braces}} 'done'";
+    let policy = Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .agents("agent", &[61001, 61002])
+        .agent_groups("bots", &["verbd-bots"])
+        .humans("sre", &[61003])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .notify(Command::Line("/bin/true {id}".into()))
+        .secret("token", Secret::File("/etc/verbd/token".into()))
+        .sandbox(
+            "narrow",
+            Sandbox {
+                read: Some(vec!["/usr".into(), "/bin".into()]),
+                write: Some(vec![root.into()]),
+                network: Some(Network::Ports {
+                    connect_tcp: vec![5432],
+                }),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "echo",
+            Verb::argv(
+                Category::ReadOnly,
+                &["/bin/echo", awkward_element, "{word}"],
+            )
+            .description(awkward)
+            .roles(&["agent", "bots"])
+            .param("word", Param::matching("[a-z]+"))
+            .env("GREETING", awkward_element)
+            .sandbox("narrow")
+            .timeout("5s")
+            .rate("2/h"),
+        )
+        .verb(
+            "nuke",
+            Verb::command(Category::Destructive, "/bin/echo deleted {name} {count}")
+                .dry_run("/bin/echo would delete {name}")
+                .roles(&["agent", "sre"])
+                .param("name", Param::of(ParamType::K8sName))
+                .param("count", Param::int(1, 9))
+                .quorum(Quorum {
+                    count: 1,
+                    from: vec!["sre".into()],
+                    max_per_role: Some(1),
+                })
+                .break_glass(&["sre"]),
+        )
+        .verb(
+            "count",
+            Verb::builtin(Category::Mutating, "file.append", &[root])
+                .roles(&["agent", "sre"])
+                .without_approval(),
+        )
+        .verb(
+            "pick",
+            Verb::command(Category::ReadOnly, "/bin/echo {colour}")
+                .roles(&["agent"])
+                .param("colour", Param::one_of(&["red", "green"])),
+        );
+    let text = policy.render();
+    let loaded = compile(&text, "<builder>").unwrap_or_else(|e| panic!("{e}\n{text}"));
+
+    assert!(loaded.daemon.allow_root);
+    assert_eq!(loaded.daemon.shutdown_grace.as_secs(), 1);
+    assert_eq!(loaded.roles["agent"].kind, RoleKind::Agent);
+    assert_eq!(loaded.roles["agent"].uids, [61001, 61002]);
+    assert_eq!(loaded.roles["bots"].groups, ["verbd-bots"]);
+    assert_eq!(loaded.roles["sre"].kind, RoleKind::Human);
+    assert_eq!(loaded.roles["sre"].uids, [61003]);
+    assert_eq!(loaded.approvals.approvers, ["sre"]);
+    assert_eq!(loaded.approvals.expires.as_secs(), 30 * 60);
+    assert!(loaded.secrets.contains_key("token"));
+    assert_eq!(
+        loaded.sandboxes["narrow"].write,
+        [std::path::PathBuf::from(root)]
+    );
+    assert_eq!(
+        loaded.verbs.keys().collect::<Vec<_>>(),
+        ["count", "echo", "nuke", "pick"]
+    );
+
+    let echo = &loaded.verbs["echo"];
+    assert_eq!(echo.description, awkward);
+    assert_eq!(echo.category, Some(LoadedCategory::ReadOnly));
+    assert!(!echo.needs_approval);
+    assert_eq!(echo.roles, ["agent", "bots"]);
+    assert_eq!(echo.sandbox, "narrow");
+    assert_eq!(echo.timeout.as_secs(), 5);
+    let rate = echo.rate.as_ref().unwrap();
+    assert_eq!((rate.count, rate.per.as_secs()), (2, 3600));
+    let VerbAction::Command { template, .. } = &echo.action else {
+        panic!("echo is a command verb: {:?}", echo.action);
+    };
+    assert_eq!(template.source(), ["/bin/echo", awkward_element, "{word}"]);
+    assert!(matches!(echo.params["word"].kind, ParamKind::Str { .. }));
+    assert_eq!(echo.env[0].0, "GREETING");
+    assert_eq!(echo.env[0].1.text(), awkward_element);
+
+    let nuke = &loaded.verbs["nuke"];
+    assert_eq!(nuke.category, Some(LoadedCategory::Destructive));
+    assert!(nuke.needs_approval);
+    assert!(nuke.quorum.is_some());
+    assert_eq!(nuke.break_glass, ["sre"]);
+    let VerbAction::Command { template, dry_run } = &nuke.action else {
+        panic!("nuke is a command verb: {:?}", nuke.action);
+    };
+    assert_eq!(
+        template.source(),
+        ["/bin/echo", "deleted", "{name}", "{count}"]
+    );
+    assert_eq!(
+        dry_run.as_ref().unwrap().source(),
+        ["/bin/echo", "would", "delete", "{name}"]
+    );
+    assert!(matches!(
+        nuke.params["count"].kind,
+        ParamKind::Int { min: 1, max: 9 }
+    ));
+
+    let count = &loaded.verbs["count"];
+    assert!(!count.needs_approval);
+    assert!(matches!(count.action, VerbAction::File(_)));
+
+    let ParamKind::Enum { values } = &loaded.verbs["pick"].params["colour"].kind else {
+        panic!("colour is an enum");
+    };
+    assert_eq!(values, &["red", "green"]);
+}
