@@ -1,6 +1,7 @@
 //! Invariants 4, 5 and 9 end to end: approvals bound to exact arguments and used once, headless
 //! denial, durability across kill -9, unknown outcomes never re-run, idempotency and rate limits.
 use crate::common;
+use common::policy::{Category, Command, Param, ParamType, Policy, Verb};
 use common::*;
 use std::time::{Duration, Instant};
 use verbd::protocol::{Request, Response};
@@ -10,78 +11,61 @@ const SRE: u32 = 61102;
 const OTHER_HUMAN: u32 = 61103;
 const SRE2: u32 = 61104;
 
-fn policy(extra: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}]
-[roles.sre]
-kind = "human"
-uids = [{SRE}, {SRE2}]
-[roles.ops]
-kind = "human"
-uids = [{OTHER_HUMAN}]
-[approvals]
-approvers = ["sre"]
-expires = "30m"
-{extra}
-
-[verb.count]
-description = "append a line to the counter file"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent", "sre", "ops"]
-roots = ["@DIR@/out"]
-
-[verb.nuke]
-description = "pretend to delete a pod"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo deleted {{name}}"
-dry_run = "/bin/echo would delete pod/{{name}}"
-params.name = {{ type = "k8s-name" }}
-
-[verb.purge]
-description = "pretend to purge the numbered entries; the dry run lists them"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo purged {{count}}"
-dry_run = "/usr/bin/seq 1 {{count}}"
-params.count = {{ type = "int", min = 1, max = 100000 }}
-
-[verb.sleepy]
-description = "a long mutation"
-category = "mutating"
-roles = ["agent"]
-timeout = "120s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "int", min = 1, max = 999 }}
-
-[verb.limited]
-description = "rate limited read"
-category = "read-only"
-roles = ["agent"]
-rate = "2/h"
-command = "/bin/echo ok"
-
-[verb.stamp]
-description = "read-only with idempotency"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/date +%s%N"
-"#
-    )
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("sre", &[SRE, SRE2])
+        .humans("ops", &[OTHER_HUMAN])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .verb(
+            "count",
+            Verb::builtin(Category::Mutating, "file.append", &["@DIR@/out"])
+                .description("append a line to the counter file")
+                .roles(&["agent", "sre", "ops"]),
+        )
+        .verb(
+            "nuke",
+            Verb::command(Category::Destructive, "/bin/echo deleted {name}")
+                .description("pretend to delete a pod")
+                .dry_run("/bin/echo would delete pod/{name}")
+                .roles(&["agent"])
+                .param("name", Param::of(ParamType::K8sName)),
+        )
+        .verb(
+            "purge",
+            Verb::command(Category::Destructive, "/bin/echo purged {count}")
+                .description("pretend to purge the numbered entries; the dry run lists them")
+                .dry_run("/usr/bin/seq 1 {count}")
+                .roles(&["agent"])
+                .param("count", Param::int(1, 100000)),
+        )
+        .verb(
+            "sleepy",
+            Verb::command(Category::Mutating, "/bin/sleep {secs}")
+                .description("a long mutation")
+                .roles(&["agent"])
+                .timeout("120s")
+                .param("secs", Param::int(1, 999)),
+        )
+        .verb(
+            "limited",
+            Verb::command(Category::ReadOnly, "/bin/echo ok")
+                .description("rate limited read")
+                .roles(&["agent"])
+                .rate("2/h"),
+        )
+        .verb(
+            "stamp",
+            Verb::command(Category::ReadOnly, "/bin/date +%s%N")
+                .description("read-only with idempotency")
+                .roles(&["agent"]),
+        )
 }
 
-fn start(extra: &str) -> Daemon {
-    let d = Daemon::start_with(&policy(extra), |dir| {
-        std::fs::create_dir(dir.join("out")).unwrap();
-    });
-    d.open_socket();
-    d
+fn start(policy: Policy) -> Daemon {
+    Daemon::start_open(&policy.render(), &["out"])
 }
 
 fn counter(d: &Daemon) -> String {
@@ -96,11 +80,9 @@ fn lines(d: &Daemon) -> usize {
 
 /// Propose `count` as the agent; returns (id, hash).
 fn propose_count(d: &Daemon, content: &str) -> (u64, String) {
-    let out = d.cli_as(
+    let proposed = d.propose_as(
         AGENT,
         &[
-            "call",
-            "--json",
             "--reason",
             "testing",
             "count",
@@ -108,30 +90,17 @@ fn propose_count(d: &Daemon, content: &str) -> (u64, String) {
             &format!("content={content}"),
         ],
     );
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["status"], "confirm_required");
     assert!(
-        v["message"]
+        proposed.answer["message"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("CONFIRM_REQUIRED {}", v["id"]))
+            .starts_with(&format!("CONFIRM_REQUIRED {}", proposed.id))
     );
-    (
-        v["id"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_string(),
-    )
+    (proposed.id, proposed.hash)
 }
 
 fn approve(d: &Daemon, uid: u32, id: u64, hash: &str) -> std::process::Output {
-    d.cli_as(uid, &["approve", &id.to_string(), "--hash", &hash[..12]])
-}
-
-fn exec_events_for(d: &Daemon, id: u64) -> usize {
-    d.journal_events()
-        .iter()
-        .filter(|e| e["kind"] == "exec" && e["proposal"] == id)
-        .count()
+    d.approve_as(uid, id, &hash[..12])
 }
 
 #[test]
@@ -139,7 +108,7 @@ fn approval_runs_exactly_the_proposed_call_once() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let (id, hash) = propose_count(&d, "one\n");
     assert_eq!(lines(&d), 0, "nothing runs before approval");
     // Same caller, same args: same proposal.
@@ -160,7 +129,7 @@ fn approval_runs_exactly_the_proposed_call_once() {
         "{out:?}"
     );
     assert_eq!(lines(&d), 1);
-    assert_eq!(exec_events_for(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
     // The other proposal is still pending and untouched.
     let out = d.cli_as(SRE, &["pending", "--json"]);
     let pending: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -180,7 +149,7 @@ fn denied_proposal_never_runs() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let (id, hash) = propose_count(&d, "x\n");
     let out = d.cli_as(SRE, &["deny", &id.to_string(), "--reason", "not now"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -193,7 +162,7 @@ fn denied_proposal_never_runs() {
         "{out:?}"
     );
     assert_eq!(lines(&d), 0);
-    assert_eq!(exec_events_for(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
     let out = d.cli_as(
         AGENT,
         &["wait", &id.to_string(), "--timeout", "1", "--json"],
@@ -208,7 +177,7 @@ fn who_may_approve() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let (id, hash) = propose_count(&d, "x\n");
     // An agent identity can never approve.
     let out = approve(&d, AGENT, id, &hash);
@@ -260,10 +229,7 @@ fn expired_proposal_never_runs() {
     if !require_root("approvals") {
         return;
     }
-    let extra = "";
-    let text = policy(extra).replace("expires = \"30m\"", "expires = \"1s\"");
-    let d = Daemon::start_with(&text, |dir| std::fs::create_dir(dir.join("out")).unwrap());
-    d.open_socket();
+    let d = start(policy().approvals_expire("1s"));
     let (id, hash) = propose_count(&d, "x\n");
     std::thread::sleep(Duration::from_millis(1500));
     let out = approve(&d, SRE, id, &hash);
@@ -285,7 +251,7 @@ fn concurrent_approvals_execute_once() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let (id, hash) = propose_count(&d, "once\n");
     let socket = d.socket.clone();
     let handles: Vec<_> = (0..20)
@@ -308,7 +274,7 @@ fn concurrent_approvals_execute_once() {
     let successes = outs.iter().filter(|o| o.status.code() == Some(0)).count();
     assert_eq!(successes, 1, "{outs:?}");
     assert_eq!(lines(&d), 1, "exactly one execution");
-    assert_eq!(exec_events_for(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
 }
 use std::os::unix::process::CommandExt;
 
@@ -317,7 +283,7 @@ fn pending_proposals_survive_kill_9_and_run_once() {
     if !require_root("approvals") {
         return;
     }
-    let mut d = start("");
+    let mut d = start(policy());
     let (id, hash) = propose_count(&d, "durable\n");
     d.kill9();
     d.respawn();
@@ -332,7 +298,7 @@ fn pending_proposals_survive_kill_9_and_run_once() {
     d.open_socket();
     assert_ne!(approve(&d, SRE2, id, &hash).status.code(), Some(0));
     assert_eq!(lines(&d), 1);
-    assert_eq!(exec_events_for(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
 }
 
 #[test]
@@ -340,7 +306,7 @@ fn kill_9_while_executing_gives_unknown_outcome_never_rerun() {
     if !require_root("approvals") {
         return;
     }
-    let mut d = start("");
+    let mut d = start(policy());
     let out = d.cli_as(AGENT, &["call", "--json", "sleepy", "secs=517"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = v["id"].as_u64().unwrap();
@@ -378,7 +344,7 @@ fn kill_9_while_executing_gives_unknown_outcome_never_rerun() {
         processes_matching("sleep 517").is_empty(),
         "re-run after restart"
     );
-    assert_eq!(exec_events_for(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
     // Shown to operators, who resolve it explicitly.
     let out = d.cli_as(SRE, &["pending", "--json"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("unknown_outcome"));
@@ -401,7 +367,7 @@ fn headless_denies_with_the_exact_message() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("mode = \"headless\"");
+    let d = start(policy().headless());
     let r = d.call("count", &[("path", &counter(&d)), ("content", "x")]);
     // root has no role for count in this policy: call as the agent instead.
     assert!(matches!(r, Response::Denied { .. }));
@@ -432,7 +398,7 @@ fn destructive_shows_dry_run_output_to_approvers() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let out = d.cli_as(AGENT, &["call", "--json", "nuke", "name=web-7"]);
     assert_eq!(out.status.code(), Some(73), "{out:?}");
     let out = d.cli_as(SRE, &["pending"]);
@@ -449,7 +415,7 @@ fn a_dry_run_cut_for_the_preview_says_so() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let preview = |count: &str| {
         let out = d.cli_as(
             AGENT,
@@ -493,7 +459,7 @@ fn hostile_arguments_cannot_forge_the_approver_view() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let out = d.cli_as(
         AGENT,
         &[
@@ -526,7 +492,7 @@ fn idempotency_and_rate_limits() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     let first = d.cli_as(AGENT, &["call", "--idempotency-key", "k1", "stamp"]);
     assert_eq!(first.status.code(), Some(0));
     let again = d.cli_as(AGENT, &["call", "--idempotency-key", "k1", "stamp"]);
@@ -575,7 +541,7 @@ fn changed_template_voids_the_approval() {
     if !require_root("approvals") {
         return;
     }
-    let mut d = start("");
+    let mut d = start(policy());
     let out = d.cli_as(AGENT, &["call", "--json", "nuke", "name=web-9"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = v["id"].as_u64().unwrap();
@@ -592,7 +558,7 @@ fn changed_template_voids_the_approval() {
         String::from_utf8_lossy(&out.stderr).contains("policy changed"),
         "{out:?}"
     );
-    assert_eq!(exec_events_for(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
     let _ = Request::List {};
 }
 
@@ -601,7 +567,7 @@ fn notifier_failure_is_journaled_and_does_not_block_the_proposal() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("notify = \"/bin/false {id}\"");
+    let d = start(policy().notify(Command::Line("/bin/false {id}".into())));
     let (id, _) = propose_count(&d, "n\n");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -629,13 +595,9 @@ fn requester_who_lost_the_role_cannot_be_approved_for() {
     if !require_root("approvals") {
         return;
     }
-    let mut d = start("");
+    let mut d = start(policy());
     let (id, hash) = propose_count(&d, "late\n");
-    let text = std::fs::read_to_string(&d.policy).unwrap().replace(
-        &format!("[roles.agent]\nuids = [{AGENT}]"),
-        "[roles.agent]\nuids = [61199]",
-    );
-    std::fs::write(&d.policy, text).unwrap();
+    d.write_policy(&policy().agents("agent", &[61199]).render());
     d.respawn();
     d.open_socket();
     let out = approve(&d, SRE, id, &hash);
@@ -652,7 +614,7 @@ fn a_flood_of_proposals_is_capped_per_requester() {
     if !require_root("approvals") {
         return;
     }
-    let d = start("");
+    let d = start(policy());
     for i in 0..verbd::approvals::MAX_PENDING_PER_REQUESTER {
         propose_count(&d, &format!("n{i}\n"));
     }

@@ -11,6 +11,7 @@
 //! - a live reload that changes only the verb's `env` voids a pending approval (the argv, and so
 //!   the re-render check, are unchanged: only the verb's fingerprint tells).
 use crate::common;
+use common::policy::{Category, Param, Policy, Verb};
 use common::*;
 
 const AGENT: u32 = 63501;
@@ -19,61 +20,43 @@ const AGENT_AND_SRE: u32 = 63502;
 const SRE: u32 = 63503;
 const SRE2: u32 = 63504;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [63501, 63502]
-[roles.sre]
-kind = "human"
-uids = [63502, 63503, 63504]
-[approvals]
-approvers = ["sre"]
-
-[verb.count]
-description = "append a line to a counter file"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent", "sre"]
-roots = ["@DIR@/out"]
-
-[verb.show]
-description = "print one variable of the verb's environment"
-category = "mutating"
-roles = ["agent"]
-command = ["/usr/bin/printenv", "{var}"]
-env = { MODE = "safe", LEVEL = "low" }
-params.var = { type = "string", pattern = "MODE|LEVEL" }
-"#;
+/// `show` prints one variable of its environment, `MODE` set to `mode`.
+fn policy(mode: &str) -> Policy {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT, AGENT_AND_SRE])
+        .humans("sre", &[AGENT_AND_SRE, SRE, SRE2])
+        .approvers(&["sre"])
+        .verb(
+            "count",
+            Verb::builtin(Category::Mutating, "file.append", &["@DIR@/out"])
+                .description("append a line to a counter file")
+                .roles(&["agent", "sre"]),
+        )
+        .verb(
+            "show",
+            Verb::argv(Category::Mutating, &["/usr/bin/printenv", "{var}"])
+                .description("print one variable of the verb's environment")
+                .roles(&["agent"])
+                .env("MODE", mode)
+                .env("LEVEL", "low")
+                .param("var", Param::matching("MODE|LEVEL")),
+        )
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("approvals_guards") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
-        std::fs::create_dir(dir.join("out")).unwrap();
-    });
-    d.open_socket();
-    Some(d)
+    Some(Daemon::start_open(&policy("safe").render(), &["out"]))
 }
 
 /// `uid` calls `verb` with `args`; the call must become a proposal. Returns (id, hash).
 fn propose(d: &Daemon, uid: u32, args: &[&str]) -> (u64, String) {
-    let mut argv = vec!["call", "--json", "--reason", "test"];
+    let mut argv = vec!["--reason", "test"];
     argv.extend_from_slice(args);
-    let out = d.cli_as(uid, &argv);
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["status"], "confirm_required", "{v}");
-    (
-        v["id"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_string(),
-    )
-}
-
-fn approve(d: &Daemon, uid: u32, id: u64, hash: &str) -> std::process::Output {
-    d.cli_as(uid, &["approve", &id.to_string(), "--hash", hash])
+    let proposed = d.propose_as(uid, &argv);
+    (proposed.id, proposed.hash)
 }
 
 #[track_caller]
@@ -81,13 +64,6 @@ fn assert_refused(out: &std::process::Output, reason: &str) {
     assert_eq!(out.status.code(), Some(77), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(reason), "expected {reason:?}: {stderr}");
-}
-
-fn execs_of(d: &Daemon, id: u64) -> usize {
-    d.journal_events()
-        .iter()
-        .filter(|e| e["kind"] == "exec" && e["proposal"] == id)
-        .count()
 }
 
 fn count_args(d: &Daemon, file: &str, content: &str) -> [String; 3] {
@@ -105,14 +81,14 @@ fn an_agent_listed_in_a_human_approver_role_still_never_approves() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (id, hash) = propose(&d, AGENT, &args);
     // Not the requester, and in the approver role `sre`: only its agent role stops it.
-    let out = approve(&d, AGENT_AND_SRE, id, &hash[..12]);
+    let out = d.approve_as(AGENT_AND_SRE, id, &hash[..12]);
     assert_refused(&out, "agent identities can never approve anything");
-    assert_eq!(execs_of(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
     assert!(!d.path("out/agent").exists(), "the agent's approval ran it");
     // Control: a human approver approves the same proposal and it runs.
-    let out = approve(&d, SRE, id, &hash[..12]);
+    let out = d.approve_as(SRE, id, &hash[..12]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
     assert_eq!(std::fs::read_to_string(d.path("out/agent")).unwrap(), "x\n");
 }
 
@@ -122,14 +98,14 @@ fn nobody_approves_their_own_request_not_even_an_approver() {
     let args = count_args(&d, "own", "mine\n");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (id, hash) = propose(&d, SRE, &args);
-    let out = approve(&d, SRE, id, &hash[..12]);
+    let out = d.approve_as(SRE, id, &hash[..12]);
     assert_refused(&out, "nobody approves their own request");
-    assert_eq!(execs_of(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
     assert!(!d.path("out/own").exists(), "the requester approved itself");
     // Control: another approver approves it.
-    let out = approve(&d, SRE2, id, &hash[..12]);
+    let out = d.approve_as(SRE2, id, &hash[..12]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
     assert_eq!(
         std::fs::read_to_string(d.path("out/own")).unwrap(),
         "mine\n"
@@ -147,16 +123,16 @@ fn an_approval_is_bound_to_the_hash_of_its_own_arguments() {
     let (two, two_hash) = propose(&d, AGENT, &second);
     assert_ne!(one_hash, two_hash);
     // The approver read proposal two; the hash it typed does not approve proposal one.
-    let out = approve(&d, SRE, one, &two_hash);
+    let out = d.approve_as(SRE, one, &two_hash);
     assert_refused(&out, &format!("does not match proposal {one}"));
-    assert_eq!(execs_of(&d, one), 0);
-    assert_eq!(execs_of(&d, two), 0);
+    assert_eq!(d.execs_of(one), 0);
+    assert_eq!(d.execs_of(two), 0);
     assert!(!d.path("out/first").exists() && !d.path("out/second").exists());
     // Control: its own full hash approves exactly proposal one.
-    let out = approve(&d, SRE, one, &one_hash);
+    let out = d.approve_as(SRE, one, &one_hash);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, one), 1);
-    assert_eq!(execs_of(&d, two), 0);
+    assert_eq!(d.execs_of(one), 1);
+    assert_eq!(d.execs_of(two), 0);
     assert_eq!(
         std::fs::read_to_string(d.path("out/first")).unwrap(),
         "one\n"
@@ -168,21 +144,17 @@ fn an_approval_is_bound_to_the_hash_of_its_own_arguments() {
 fn a_live_reload_that_changes_only_the_env_voids_a_pending_approval() {
     let Some(d) = start() else { return };
     let (voided, voided_hash) = propose(&d, AGENT, &["show", "var=MODE"]);
-    let changed = std::fs::read_to_string(&d.policy)
-        .unwrap()
-        .replace("MODE = \"safe\"", "MODE = \"unsafe\"");
-    assert!(changed.contains("MODE = \"unsafe\""));
-    std::fs::write(&d.policy, changed).unwrap();
+    d.write_policy(&policy("unsafe").render());
     let out = d.cli_as(SRE, &["reload"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let out = approve(&d, SRE, voided, &voided_hash[..12]);
+    let out = d.approve_as(SRE, voided, &voided_hash[..12]);
     assert_refused(&out, "the policy changed verb `show`");
-    assert_eq!(execs_of(&d, voided), 0, "the old approval ran the new env");
+    assert_eq!(d.execs_of(voided), 0, "the old approval ran the new env");
     // Control: a proposal made under the reloaded policy approves and runs with its env.
     let (fresh, fresh_hash) = propose(&d, AGENT, &["show", "var=LEVEL"]);
-    let out = approve(&d, SRE, fresh, &fresh_hash[..12]);
+    let out = d.approve_as(SRE, fresh, &fresh_hash[..12]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, fresh), 1);
+    assert_eq!(d.execs_of(fresh), 1);
     let out = d.cli_as(AGENT, &["result", &fresh.to_string(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["state"], "succeeded", "{v}");

@@ -3,71 +3,60 @@
 //! proposal is re-checked against the policy a **live reload** (`verbd reload`, no restart)
 //! swapped in: a changed template or a deleted verb voids the approval. Each has its control.
 use crate::common;
+use common::policy::{Category, Network, NetworkMode, Param, ParamType, Policy, Sandbox, Verb};
 use common::*;
 
 const AGENT: u32 = 61830;
 const SRE: u32 = 61831;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61830]
-[roles.sre]
-kind = "human"
-uids = [61831]
-[approvals]
-approvers = ["sre"]
-
-[verb.count]
-description = "append a line to the counter file"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent"]
-roots = ["@DIR@/out"]
-
-[verb.nuke]
-description = "pretend to delete a pod"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo deleted {name}"
-dry_run = "/bin/echo would delete pod/{name}"
-params.name = { type = "k8s-name" }
-"#;
+/// `nuke` runs `program deleted {name}`; `with_nuke` false leaves it out.
+fn policy(program: &str, with_nuke: bool) -> Policy {
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .verb(
+            "count",
+            Verb::builtin(Category::Mutating, "file.append", &["@DIR@/out"])
+                .description("append a line to the counter file")
+                .roles(&["agent"]),
+        );
+    if !with_nuke {
+        return policy;
+    }
+    policy.verb(
+        "nuke",
+        Verb::command(
+            Category::Destructive,
+            &format!("{program} deleted {{name}}"),
+        )
+        .description("pretend to delete a pod")
+        .dry_run("/bin/echo would delete pod/{name}")
+        .roles(&["agent"])
+        .param("name", Param::of(ParamType::K8sName)),
+    )
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("approvals_recheck") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
-        std::fs::create_dir(dir.join("out")).unwrap();
-    });
-    d.open_socket();
-    Some(d)
+    Some(Daemon::start_open(
+        &policy("/bin/echo", true).render(),
+        &["out"],
+    ))
 }
 
 fn propose(d: &Daemon, args: &[&str]) -> (u64, String) {
-    let mut argv = vec!["call", "--json", "--reason", "test"];
+    let mut argv = vec!["--reason", "test"];
     argv.extend_from_slice(args);
-    let out = d.cli_as(AGENT, &argv);
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    (
-        v["id"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_string(),
-    )
+    let proposed = d.propose_as(AGENT, &argv);
+    (proposed.id, proposed.hash)
 }
 
 fn approve(d: &Daemon, id: u64, hash: &str) -> std::process::Output {
-    d.cli_as(SRE, &["approve", &id.to_string(), "--hash", hash])
-}
-
-fn execs_of(d: &Daemon, id: u64) -> usize {
-    d.journal_events()
-        .iter()
-        .filter(|e| e["kind"] == "exec" && e["proposal"] == id)
-        .count()
+    d.approve_as(SRE, id, hash)
 }
 
 #[test]
@@ -85,17 +74,17 @@ fn the_approval_hash_needs_eight_hex_digits() {
             "{short:?}: {stderr}"
         );
     }
-    assert_eq!(execs_of(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
     assert!(!counter.exists(), "a short hash ran the proposal");
     // Control: exactly 8 correct digits approve and run it.
     let out = approve(&d, id, &hash[..8]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n");
 }
 
-fn reload(d: &Daemon, policy: String) {
-    std::fs::write(&d.policy, policy).unwrap();
+fn reload(d: &Daemon, policy: &Policy) {
+    d.write_policy(&policy.render());
     let out = d.cli_as(SRE, &["reload"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
@@ -112,30 +101,25 @@ fn a_live_reload_that_changes_the_template_voids_a_pending_approval() {
             "content=y\n",
         ],
     );
-    let changed = std::fs::read_to_string(&d.policy)
-        .unwrap()
-        .replace("/bin/echo deleted", "/bin/echo really-deleted");
-    reload(&d, changed);
+    reload(&d, &policy("/bin/echo really-deleted", true));
     let out = approve(&d, voided, &voided_hash[..12]);
     assert_eq!(out.status.code(), Some(77), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("the policy changed verb `nuke`"),
         "{out:?}"
     );
-    assert_eq!(execs_of(&d, voided), 0);
+    assert_eq!(d.execs_of(voided), 0);
     // Control: a proposal of a verb the reload left alone still approves and runs.
     let out = approve(&d, kept, &kept_hash[..12]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, kept), 1);
+    assert_eq!(d.execs_of(kept), 1);
 }
 
 #[test]
 fn a_live_reload_that_deletes_the_verb_voids_a_pending_approval() {
     let Some(d) = start() else { return };
     let (id, hash) = propose(&d, &["nuke", "name=web-2"]);
-    let text = std::fs::read_to_string(&d.policy).unwrap();
-    let without = text[..text.find("[verb.nuke]").unwrap()].to_string();
-    reload(&d, without);
+    reload(&d, &policy("/bin/echo", false));
     let out = approve(&d, id, &hash[..12]);
     assert_eq!(out.status.code(), Some(77), "{out:?}");
     assert!(
@@ -143,7 +127,7 @@ fn a_live_reload_that_deletes_the_verb_voids_a_pending_approval() {
             .contains("verb `nuke` no longer exists in the policy; the proposal cannot run"),
         "{out:?}"
     );
-    assert_eq!(execs_of(&d, id), 0);
+    assert_eq!(d.execs_of(id), 0);
 }
 
 const HOSTILE: u32 = 63020;
@@ -151,31 +135,33 @@ const APPROVER: u32 = 63021;
 
 /// A verb whose argv a reload can leave as it is while changing what the run gets: its
 /// environment, its sandbox profile's content (same name), its category.
-const RELOADED: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [63020]
-[roles.sre]
-kind = "human"
-uids = [63021]
-[approvals]
-approvers = ["sre"]
+fn reloaded(verb: Verb, sandbox: Sandbox) -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[HOSTILE])
+        .humans("sre", &[APPROVER])
+        .approvers(&["sre"])
+        .sandbox("box", sandbox)
+        .verb("stamp", verb)
+        .render()
+}
 
-[sandbox.box]
-read = ["/usr", "/etc"]
+fn stamp(category: Category, mode: &str) -> Verb {
+    Verb::command(category, "/bin/echo {name}")
+        .description("print a word")
+        .dry_run("/bin/echo would echo {name}")
+        .roles(&["agent"])
+        .env("MODE", mode)
+        .sandbox("box")
+        .param("name", Param::matching("[a-z]{1,8}"))
+}
 
-[verb.stamp]
-description = "print a word"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo {name}"
-dry_run = "/bin/echo would echo {name}"
-env = { MODE = "safe" }
-sandbox = "box"
-params.name = { type = "string", pattern = "[a-z]{1,8}" }
-"#;
+fn reads() -> Sandbox {
+    Sandbox {
+        read: Some(vec!["/usr".into(), "/etc".into()]),
+        ..Sandbox::default()
+    }
+}
 
 /// The hostile agent proposes, the policy is reloaded with a change the approver never saw,
 /// and the approver approves the proposal as shown. For every change that is not visible in the
@@ -189,58 +175,49 @@ fn a_reload_that_changes_what_runs_but_not_the_argv_voids_the_approval() {
     if !require_root("approvals_recheck") {
         return;
     }
-    let d = Daemon::start_with(RELOADED, |dir| {
-        std::fs::create_dir(dir.join("out")).unwrap();
-    });
-    d.open_socket();
-    let base = std::fs::read_to_string(&d.policy).unwrap();
-    let out_dir = d.path("out").display().to_string();
+    let base = reloaded(stamp(Category::Destructive, "safe"), reads());
+    let d = Daemon::start_open(&base, &["out"]);
     let changes: Vec<(&str, String)> = vec![
-        ("env", base.replace("MODE = \"safe\"", "MODE = \"wild\"")),
+        (
+            "env",
+            reloaded(stamp(Category::Destructive, "wild"), reads()),
+        ),
         (
             "sandbox write roots",
-            base.replace(
-                "read = [\"/usr\", \"/etc\"]",
-                &format!("read = [\"/usr\", \"/etc\"]\nwrite = [\"{out_dir}\"]"),
+            reloaded(
+                stamp(Category::Destructive, "safe"),
+                Sandbox {
+                    write: Some(vec!["@DIR@/out".into()]),
+                    ..reads()
+                },
             ),
         ),
         (
             "sandbox network",
-            base.replace(
-                "read = [\"/usr\", \"/etc\"]",
-                "read = [\"/usr\", \"/etc\"]\nnetwork = \"full\"",
+            reloaded(
+                stamp(Category::Destructive, "safe"),
+                Sandbox {
+                    network: Some(Network::Mode(NetworkMode::Full)),
+                    ..reads()
+                },
             ),
         ),
         (
             "category",
-            base.replace("category = \"destructive\"", "category = \"mutating\""),
+            reloaded(stamp(Category::Mutating, "safe"), reads()),
         ),
         (
             "timeout",
-            base.replace("sandbox = \"box\"", "sandbox = \"box\"\ntimeout = \"5m\""),
+            reloaded(stamp(Category::Destructive, "safe").timeout("5m"), reads()),
         ),
     ];
     let propose_as_hostile = |value: &str| -> (u64, String) {
-        let out = d.cli_as(
-            HOSTILE,
-            &[
-                "call",
-                "--json",
-                "--reason",
-                "routine",
-                "stamp",
-                &format!("name={value}"),
-            ],
-        );
-        assert_eq!(out.status.code(), Some(73), "{out:?}");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        (
-            v["id"].as_u64().unwrap(),
-            v["hash"].as_str().unwrap().to_string(),
-        )
+        let name = format!("name={value}");
+        let proposed = d.propose_as(HOSTILE, &["--reason", "routine", "stamp", &name]);
+        (proposed.id, proposed.hash)
     };
     let reload_as_approver = |text: &str| {
-        std::fs::write(&d.policy, text).unwrap();
+        d.write_policy(text);
         let out = d.cli_as(APPROVER, &["reload"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
     };
@@ -251,11 +228,8 @@ fn a_reload_that_changes_what_runs_but_not_the_argv_voids_the_approval() {
         let value = format!("v{}", "abcdefgh".chars().nth(index).unwrap());
         let (id, hash) = propose_as_hostile(&value);
         reload_as_approver(changed);
-        let out = d.cli_as(
-            APPROVER,
-            &["approve", &id.to_string(), "--hash", &hash[..12]],
-        );
-        let executed = execs_of(&d, id);
+        let out = d.approve_as(APPROVER, id, &hash[..12]);
+        let executed = d.execs_of(id);
         println!(
             "{what}: approve exit {:?}, {executed} exec record(s): {}",
             out.status.code(),
@@ -272,11 +246,11 @@ fn a_reload_that_changes_what_runs_but_not_the_argv_voids_the_approval() {
     // Control: a change to the description alone leaves the approval good.
     reload_as_approver(&base);
     let (id, hash) = propose_as_hostile("control");
-    reload_as_approver(&base.replace("print a word", "print one word"));
-    let out = d.cli_as(
-        APPROVER,
-        &["approve", &id.to_string(), "--hash", &hash[..12]],
-    );
+    reload_as_approver(&reloaded(
+        stamp(Category::Destructive, "safe").description("print one word"),
+        reads(),
+    ));
+    let out = d.approve_as(APPROVER, id, &hash[..12]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(execs_of(&d, id), 1);
+    assert_eq!(d.execs_of(id), 1);
 }

@@ -6,6 +6,7 @@
 //! Each test is an attack or a divergence found in an earlier version, run against a real
 //! `verbd serve` with real uids and sockets. Speaks only the wire protocol and the CLI.
 use crate::common;
+use common::policy::{Category, Command, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -14,64 +15,59 @@ use std::time::{Duration, Instant};
 const AGENT: u32 = 61201;
 const SRE: u32 = 61202;
 
-fn policy(daemon_extra: &str, approvals_extra: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-shutdown_grace = "1s"
-{daemon_extra}
-[roles.agent]
-uids = [{AGENT}, 0]
-[roles.sre]
-kind = "human"
-uids = [{SRE}]
-[approvals]
-approvers = ["sre"]
-expires = "30m"
-{approvals_extra}
-
-[sandbox.default]
-read = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
-write = ["@DIR@/notes"]
-
-[verb.count]
-description = "append a line to the counter file (needs approval)"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent"]
-roots = ["@DIR@/out"]
-
-[verb.put]
-description = "write a file at once"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/out"]
-
-[verb.sleepy]
-description = "a long mutation"
-category = "mutating"
-roles = ["agent"]
-timeout = "120s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "int", min = 1, max = 999 }}
-
-[verb.nap]
-description = "a long read"
-category = "read-only"
-roles = ["agent"]
-timeout = "120s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "int", min = 1, max = 999 }}
-"#
-    )
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .agents("agent", &[AGENT, 0])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .sandbox(
+            "default",
+            Sandbox {
+                read: Some(
+                    ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+                write: Some(vec!["@DIR@/notes".into()]),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "count",
+            Verb::builtin(Category::Mutating, "file.append", &["@DIR@/out"])
+                .description("append a line to the counter file (needs approval)")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "put",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/out"])
+                .description("write a file at once")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .verb(
+            "sleepy",
+            Verb::command(Category::Mutating, "/bin/sleep {secs}")
+                .description("a long mutation")
+                .roles(&["agent"])
+                .timeout("120s")
+                .param("secs", Param::int(1, 999)),
+        )
+        .verb(
+            "nap",
+            Verb::command(Category::ReadOnly, "/bin/sleep {secs}")
+                .description("a long read")
+                .roles(&["agent"])
+                .timeout("120s")
+                .param("secs", Param::int(1, 999)),
+        )
 }
 
-fn start(daemon_extra: &str, approvals_extra: &str) -> Daemon {
-    let d = Daemon::start_with(&policy(daemon_extra, approvals_extra), |dir| {
+fn start(policy: Policy) -> Daemon {
+    let d = Daemon::start_with(&policy.render(), |dir| {
         for sub in ["out", "notes", "notes/in"] {
             std::fs::create_dir(dir.join(sub)).unwrap();
         }
@@ -92,11 +88,9 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 /// Propose `count` as the agent (with `reason`); returns (id, hash).
 fn propose(d: &Daemon, content: &str, reason: &str) -> (u64, String) {
     let path = d.path("out/counter");
-    let out = d.cli_as(
+    let proposed = d.propose_as(
         AGENT,
         &[
-            "call",
-            "--json",
             "--reason",
             reason,
             "count",
@@ -104,12 +98,7 @@ fn propose(d: &Daemon, content: &str, reason: &str) -> (u64, String) {
             &format!("content={content}"),
         ],
     );
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let v = json(&out);
-    (
-        v["id"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_string(),
-    )
+    (proposed.id, proposed.hash)
 }
 
 fn events(d: &Daemon, kind: &str) -> Vec<serde_json::Value> {
@@ -171,7 +160,7 @@ fn a_resolved_proposal_reads_the_same_before_and_after_a_restart() {
     if !require_root("core state") {
         return;
     }
-    let mut d = start("", "");
+    let mut d = start(policy());
     let out = d.cli_as(AGENT, &["call", "--json", "sleepy", "secs=519"]);
     let v = json(&out);
     let id = v["id"].as_u64().unwrap();
@@ -243,7 +232,7 @@ fn a_hung_up_keyed_call_never_runs_twice_live_or_after_restart() {
     if !require_root("core state") {
         return;
     }
-    let mut d = start("", "");
+    let mut d = start(policy());
     let call = serde_json::json!({
         "op": "call", "verb": "nap", "args": {"secs": 523}, "idempotency_key": "nap-once"
     });
@@ -301,7 +290,7 @@ fn a_hang_up_kills_the_run_and_journals_the_cancellation() {
     if !require_root("core state") {
         return;
     }
-    let d = start("", "");
+    let d = start(policy());
     let stream = send_raw(
         &d,
         serde_json::json!({"op": "call", "verb": "nap", "args": {"secs": 527}}),
@@ -333,7 +322,7 @@ fn a_denial_is_never_visible_before_it_is_journaled() {
     if !require_root("core state") {
         return;
     }
-    let d = start("", "");
+    let d = start(policy());
     let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     // Others keep the journal busy (each refused call is an fsync'd record), so a decision
     // waits for its turn to be written.
@@ -414,7 +403,7 @@ fn an_approval_waits_for_a_busy_execution_slot_and_runs_once() {
     if !require_root("core state") {
         return;
     }
-    let d = start("max_executions = 1", "");
+    let d = start(policy().max_executions(1));
     let (id, hash) = propose(&d, "approved\n", "slot");
     // An agent takes the only execution slot for two seconds.
     let socket = d.socket.clone();
@@ -472,7 +461,7 @@ fn hanging_up_2_to_20_ms_after_a_file_write_leaves_it_journaled() {
     if !require_root("core state") {
         return;
     }
-    let d = start("", "");
+    let d = start(policy());
     let content = "x".repeat(64 * 1024);
     for round in 0..3 {
         for delay_ms in (2..=20).step_by(2) {
@@ -539,7 +528,7 @@ fn invisible_characters_reach_approvers_only_escaped() {
     if !require_root("core state") {
         return;
     }
-    let d = start("", "notify = \"/usr/bin/tee @DIR@/notes/in/n{id}\"");
+    let d = start(policy().notify(Command::Line("/usr/bin/tee @DIR@/notes/in/n{id}".into())));
     let reason: String = format!(
         "routine{}fix{}see{}ticket{}ok{}go{}",
         HIDDEN[0], HIDDEN[1], HIDDEN[2], HIDDEN[3], HIDDEN[4], HIDDEN[5]

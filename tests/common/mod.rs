@@ -10,6 +10,8 @@ use verbd::protocol::{Request, Response};
 
 #[path = "digest.rs"]
 pub mod digest;
+#[path = "harness.rs"]
+pub mod harness;
 #[path = "policy.rs"]
 pub mod policy;
 #[path = "skip.rs"]
