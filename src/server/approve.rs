@@ -541,10 +541,7 @@ impl Daemon {
         // call the verb, and it must give exactly the stored call.
         let requester = proposal.requester.clone();
         let (uid, gid, pid) = (requester.uid, requester.gid, requester.pid);
-        let requester_caller =
-            tokio::task::spawn_blocking(move || super::identity::caller_from_cred(uid, gid, pid))
-                .await
-                .expect("caller lookup panicked");
+        let requester_caller = super::identity::caller_from_cred(uid, gid, pid).await;
         let requester_roles: Vec<&Role> = prepared
             .policy
             .roles_of(&requester_caller, self.settings.invoker_uid);
