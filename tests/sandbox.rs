@@ -907,3 +907,56 @@ except OSError:
     assert_eq!(value(&res, "umask"), "27");
     assert_eq!(value(&res, "leaked"), "closed");
 }
+
+/// A profile's limit above what the child inherits is lowered to the inherited hard limit, never
+/// raised above it. The child sets each limit without reading it first; a process with
+/// `CAP_SYS_RESOURCE` may raise its hard limit, and then lowers it back to the inherited one, a
+/// process without it is refused and falls back to reading first (where root lacks
+/// `CAP_SYS_RESOURCE`, as in some containers, that second path is the one this test runs).
+#[test]
+fn a_limit_above_the_inherited_hard_limit_is_lowered_to_it_not_raised() {
+    if !privileged() {
+        return;
+    }
+    let mut s = spec("limits-above-hard", &[]);
+    s.rlimits.cpu_seconds = 77;
+    s.rlimits.file_size_bytes = 1 << 20;
+    let sandbox = prepare(s);
+    let code = r#"
+import resource
+for name in ["CPU", "FSIZE"]:
+    soft, hard = resource.getrlimit(getattr(resource, "RLIMIT_" + name))
+    print(f"{name}={soft},{hard}")
+"#;
+    let mut cmd = command(PYTHON, &["-c", code]);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: runs before the sandbox's own pre_exec: two setrlimit calls on stack values.
+    unsafe {
+        cmd.pre_exec(|| {
+            for (resource, hard) in [(libc::RLIMIT_CPU, 50), (libc::RLIMIT_FSIZE, 4096)] {
+                let limit = libc::rlimit {
+                    rlim_cur: hard,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(resource, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    sandbox.install_std(&mut cmd).unwrap();
+    let out = cmd.output().expect("spawn");
+    assert!(out.status.success(), "{out:?}");
+    let res = results(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        value(&res, "CPU"),
+        "50,50",
+        "the inherited hard limit holds"
+    );
+    assert_eq!(
+        value(&res, "FSIZE"),
+        "4096,4096",
+        "the inherited hard limit holds"
+    );
+}

@@ -511,26 +511,50 @@ fn restrict_self(ruleset: &OwnedFd, flags: u32) -> Result<(), ()> {
 }
 
 /// Lowers `resource` (soft and hard) to `value`, or to the hard limit when that is lower.
-/// Async-signal-safe: two syscalls on stack values; on failure errno says why.
+/// Usually one syscall: `prlimit64` sets `value` and returns the limit it replaced, and when
+/// `value` was not above the old hard limit that is all. When it was, a process with
+/// `CAP_SYS_RESOURCE` has just raised its hard limit, and a second call lowers both to the old
+/// hard limit; a process without it got `EPERM` and nothing changed, so the limit is read and
+/// the lower value set. Either way the result is the same as reading first. Async-signal-safe:
+/// syscalls on stack values; on failure errno says why.
 fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> Result<(), ()> {
-    let mut current = libc::rlimit {
+    let mut old = libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: `current` is a valid, writable rlimit on the stack.
-    if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
+    if prlimit(resource, value, Some(&mut old)).is_ok() {
+        return if value <= old.rlim_max {
+            Ok(())
+        } else {
+            prlimit(resource, old.rlim_max, None)
+        };
+    }
+    // SAFETY: `old` is a valid, writable rlimit64 on the stack.
+    if unsafe { libc::getrlimit64(resource, &mut old) } != 0 {
         return Err(());
     }
-    let limit = value.min(current.rlim_max);
-    let new = libc::rlimit {
-        rlim_cur: limit,
-        rlim_max: limit,
+    prlimit(resource, value.min(old.rlim_max), None)
+}
+
+/// `prlimit64` on this process: soft and hard limit of `resource` set to `value`, the limit it
+/// replaced written to `old` when given. Async-signal-safe.
+fn prlimit(
+    resource: libc::__rlimit_resource_t,
+    value: u64,
+    old: Option<&mut libc::rlimit64>,
+) -> Result<(), ()> {
+    let new = libc::rlimit64 {
+        rlim_cur: value,
+        rlim_max: value,
     };
-    // SAFETY: `new` is a valid rlimit on the stack.
-    if unsafe { libc::setrlimit(resource, &new) } != 0 {
-        return Err(());
+    let old = old.map_or(std::ptr::null_mut(), |old| old as *mut libc::rlimit64);
+    // SAFETY: `new` is a valid rlimit64 on the stack and `old` is null or a valid, writable one;
+    // pid 0 is this process.
+    if unsafe { libc::prlimit64(0, resource, &new, old) } == 0 {
+        Ok(())
+    } else {
+        Err(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
