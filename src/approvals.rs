@@ -649,6 +649,7 @@ impl Book {
             | Event::ApprovalRefused { .. }
             | Event::NotifyFailed { .. }
             | Event::RefusalsCoalesced { .. }
+            | Event::CommandsCoalesced { .. }
             | Event::Reload { .. } => Ok(()),
         }
     }

@@ -254,7 +254,7 @@ impl RefusalClass {
 }
 
 /// What the daemon made of a shell command (journaled; `pass` is not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandAction {
     Rewrite,
@@ -468,6 +468,19 @@ pub enum Event {
         last: String,
         window_seconds: u64,
     },
+    /// `command` requests of one caller that mapped onto a verb (`decision` `rewrite` or
+    /// `advise`) and were answered but not journaled one by one, because the caller had had its
+    /// share of full `command_mapped` records in the window: their count and the times of the
+    /// first and the last (the caller is the last one's). The calls they led to are journaled
+    /// as every call is.
+    CommandsCoalesced {
+        caller: CallerRecord,
+        decision: CommandAction,
+        count: u64,
+        first: String,
+        last: String,
+        window_seconds: u64,
+    },
     /// A per-call database role is about to be created for the run `exec_seq` (journaled
     /// before `CREATE ROLE`, so a crash after it leaves a name the next start drops). Names the
     /// role, never its password.
@@ -578,6 +591,8 @@ mod tests {
         ("ProposalNotStarted.reason", "written by the daemon"),
         ("RefusalsCoalesced.first", "a time the daemon writes"),
         ("RefusalsCoalesced.last", "a time the daemon writes"),
+        ("CommandsCoalesced.first", "a time the daemon writes"),
+        ("CommandsCoalesced.last", "a time the daemon writes"),
         ("CredentialMinted.source", "a source the policy declares"),
         (
             "CredentialMinted.role",

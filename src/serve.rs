@@ -576,13 +576,13 @@ async fn serve_async(
             }
         }
     });
-    // Coalesced refusals are journaled within a second of their window's end.
+    // Coalesced refusals and mappings are journaled within a second of their window's end.
     let flusher = daemon.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            flusher.flush_refusals(false).await;
+            flusher.flush_coalesced(false).await;
         }
     });
     if let Some(interval) = sd::watchdog_interval() {
@@ -620,7 +620,7 @@ async fn serve_async(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    daemon.flush_refusals(true).await;
+    daemon.flush_coalesced(true).await;
     let _ = daemon
         .record(Event::Stop {
             reason: if in_flight > 0 {

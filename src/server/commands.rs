@@ -4,8 +4,9 @@
 //! Invariants: the mode is the strongest of the caller's roles (`off` unless a role sets
 //! one); every answer but `pass` is journaled before it is sent (a journal that cannot be
 //! written denies, like every other request), with credentials in the command text redacted;
-//! refusals are journaled through the per-caller coalescing of every other refusal, so an agent
-//! looping on refused commands cannot grow the journal without bound.
+//! refusals are journaled through the per-caller coalescing of every other refusal, and
+//! mappings onto a verb through the same coalescing of their own (`refusals.rs`), so an agent
+//! looping on commands, refused or mapped, cannot grow the journal without bound.
 #![forbid(unsafe_code)]
 
 use super::{Context, Daemon, journal_failure};
@@ -94,7 +95,9 @@ impl Daemon {
                 )
                 .await
             }
-            CommandAction::Rewrite | CommandAction::Advise => self.record(event).await.map(|_| ()),
+            CommandAction::Rewrite | CommandAction::Advise => {
+                self.record_mapping(&ctx.record, action, event).await
+            }
         };
         match recorded {
             Ok(()) => Response::Command { decision },

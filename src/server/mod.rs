@@ -139,7 +139,9 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     /// Per-caller refusal windows: past a caller's share, refusals are counted, not journaled
     /// one by one.
-    refusals: refusals::RefusalWindows,
+    refusals: refusals::Windows<crate::events::RefusalClass>,
+    /// Per-caller windows of `command` requests mapped onto a verb, bounded like refusals.
+    mappings: refusals::Windows<crate::events::CommandAction>,
     /// The counters `status` reports.
     counted: metrics::Counted,
 }
@@ -209,7 +211,8 @@ impl Daemon {
             ledger: Ledger::new(journal, book),
             settings,
             shutdown: watch::channel(false).0,
-            refusals: refusals::RefusalWindows::default(),
+            refusals: refusals::Windows::default(),
+            mappings: refusals::Windows::default(),
             counted: metrics::Counted::default(),
         })
     }

@@ -1,29 +1,66 @@
-//! Refusals are rate-bounded per caller, never lost: within each window of
-//! [`REFUSAL_WINDOW`] a caller's first [`FULL_RECORDS_PER_WINDOW`] refusals of one
+//! Refusals, and command mappings, are rate-bounded per caller, never lost: within each window
+//! of [`REFUSAL_WINDOW`] a caller's first [`FULL_RECORDS_PER_WINDOW`] refusals of one
 //! [`RefusalClass`] are journaled one by one; the rest of that window are answered the same way
 //! but only counted, and one `refusals_coalesced` record with the count and the times of the
 //! first and the last is journaled when the window ends (a periodic flush, the caller's next
 //! refusal of that class after the window, or the daemon's stop). So one hostile caller grows
 //! the journal by a bounded amount per window whatever it sends, and the audit trail still says
-//! how many times it was refused.
+//! how many times it was refused. `command` requests that map onto a verb are bounded the same
+//! way, per caller and [`CommandAction`] (`rewrite`, `advise`), into `commands_coalesced`.
 //!
 //! Invariants: a refusal changes nothing, so answering one before its count is durable never
-//! acts on anything unrecorded; every counted refusal reaches the journal in a coalesced record
-//! (a crash loses at most the counts of the open windows, and `start` says nothing about
-//! them); what is held per caller is a counter and one caller record, never the request.
+//! acts on anything unrecorded — nor does a mapping, which only tells the agent what to run
+//! (the call it runs is journaled as every call is); every counted refusal or mapping reaches
+//! the journal in a coalesced record (a crash loses at most the counts of the open windows,
+//! and `start` says nothing about them); what is held per caller is a counter and one caller
+//! record, never the request.
 #![forbid(unsafe_code)]
 
 use super::Daemon;
-use crate::events::{CallerRecord, Event, RefusalClass};
+use crate::events::{CallerRecord, CommandAction, Event, RefusalClass};
 use crate::journal::{JournalError, format_rfc3339};
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Length of a caller's refusal window.
 pub const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
-/// Refusals of one class a caller gets journaled one by one per window.
+/// Refusals of one class (or mappings of one decision) a caller gets journaled one by one per
+/// window.
 pub const FULL_RECORDS_PER_WINDOW: u32 = 20;
+
+/// What a window counts, and the record that carries its count when it ends.
+pub(super) trait Coalesced: Copy + Eq + Hash {
+    /// The coalesced record of `count` answers held from `first` to `last`, `caller` the last.
+    fn record(self, caller: CallerRecord, count: u64, first: String, last: String) -> Event;
+}
+
+impl Coalesced for RefusalClass {
+    fn record(self, caller: CallerRecord, count: u64, first: String, last: String) -> Event {
+        Event::RefusalsCoalesced {
+            caller,
+            class: self,
+            count,
+            first,
+            last,
+            window_seconds: REFUSAL_WINDOW.as_secs(),
+        }
+    }
+}
+
+impl Coalesced for CommandAction {
+    fn record(self, caller: CallerRecord, count: u64, first: String, last: String) -> Event {
+        Event::CommandsCoalesced {
+            caller,
+            decision: self,
+            count,
+            first,
+            last,
+            window_seconds: REFUSAL_WINDOW.as_secs(),
+        }
+    }
+}
 
 /// One caller's window for one class.
 struct Window {
@@ -37,19 +74,19 @@ struct Window {
 }
 
 impl Window {
-    fn coalesced(&self, class: RefusalClass) -> Option<Event> {
-        (self.held > 0).then(|| Event::RefusalsCoalesced {
-            caller: self.caller.clone(),
-            class,
-            count: self.held,
-            first: format_rfc3339(self.first_held),
-            last: format_rfc3339(self.last_held),
-            window_seconds: REFUSAL_WINDOW.as_secs(),
+    fn coalesced<C: Coalesced>(&self, class: C) -> Option<Event> {
+        (self.held > 0).then(|| {
+            class.record(
+                self.caller.clone(),
+                self.held,
+                format_rfc3339(self.first_held),
+                format_rfc3339(self.last_held),
+            )
         })
     }
 }
 
-/// What to do with one refusal.
+/// What to do with one refusal (or mapping).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Admission {
     /// Journal it in full.
@@ -59,18 +96,25 @@ pub(super) enum Admission {
 }
 
 /// The open windows, per (uid, class).
-#[derive(Default)]
-pub(super) struct RefusalWindows {
-    windows: Mutex<HashMap<(u32, RefusalClass), Window>>,
+pub(super) struct Windows<C> {
+    windows: Mutex<HashMap<(u32, C), Window>>,
 }
 
-impl RefusalWindows {
-    /// Admit one refusal of `class` by `caller` at `now`. Also returns the coalesced record of
-    /// the caller's previous window of this class when it ended with refusals counted.
+impl<C> Default for Windows<C> {
+    fn default() -> Windows<C> {
+        Windows {
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<C: Coalesced> Windows<C> {
+    /// Admit one answer of `class` to `caller` at `now`. Also returns the coalesced record of
+    /// the caller's previous window of this class when it ended with answers counted.
     pub(super) fn admit(
         &self,
         caller: &CallerRecord,
-        class: RefusalClass,
+        class: C,
         now: Instant,
         at: SystemTime,
     ) -> (Admission, Option<Event>) {
@@ -110,12 +154,12 @@ impl RefusalWindows {
     /// records, oldest window first.
     pub(super) fn close(&self, now: Instant, all: bool) -> Vec<Event> {
         let mut windows = self.windows.lock().expect("refusal windows lock");
-        let done: Vec<(u32, RefusalClass)> = windows
+        let done: Vec<(u32, C)> = windows
             .iter()
             .filter(|(_, window)| all || now.duration_since(window.opened) >= REFUSAL_WINDOW)
             .map(|(key, _)| *key)
             .collect();
-        let mut ended: Vec<(RefusalClass, Window)> = done
+        let mut ended: Vec<(C, Window)> = done
             .into_iter()
             .filter_map(|key| windows.remove(&key).map(|window| (key.1, window)))
             .collect();
@@ -126,7 +170,7 @@ impl RefusalWindows {
             .collect()
     }
 
-    /// Refusals counted in open windows, not journaled yet.
+    /// Answers counted in open windows, not journaled yet.
     pub(super) fn held(&self) -> u64 {
         let windows = self.windows.lock().expect("refusal windows lock");
         windows.values().map(|window| window.held).sum()
@@ -158,13 +202,36 @@ impl Daemon {
         }
     }
 
-    /// Journal the coalesced records of the windows that ended (every window at `stopping`).
-    /// A record that cannot be written is logged and its window is gone: its refusals changed
-    /// nothing, and the journal failure denies every call anyway.
-    pub async fn flush_refusals(&self, stopping: bool) {
-        for event in self.refusals.close(Instant::now(), stopping) {
+    /// Journal `event`, a `command` request of `caller` mapped onto a verb (`action` rewrite or
+    /// advise), unless the caller already had its share of full records in this window: then
+    /// it is only counted. An error means a record could not be written.
+    pub(super) async fn record_mapping(
+        &self,
+        caller: &CallerRecord,
+        action: CommandAction,
+        event: Event,
+    ) -> Result<(), JournalError> {
+        let (admission, ended) =
+            self.mappings
+                .admit(caller, action, Instant::now(), SystemTime::now());
+        if let Some(ended) = ended {
+            self.record(ended).await?;
+        }
+        match admission {
+            Admission::Journal => self.record(event).await.map(|_| ()),
+            Admission::Counted => Ok(()),
+        }
+    }
+
+    /// Journal the coalesced records of the windows that ended (every window at `stopping`),
+    /// refusals' and mappings'. A record that cannot be written is logged and its window is
+    /// gone: what it counted changed nothing, and the journal failure denies every call anyway.
+    pub async fn flush_coalesced(&self, stopping: bool) {
+        let now = Instant::now();
+        let ended = self.refusals.close(now, stopping);
+        for event in ended.into_iter().chain(self.mappings.close(now, stopping)) {
             if let Err(error) = self.record(event).await {
-                tracing::error!(%error, "coalesced refusals could not be journaled");
+                tracing::error!(%error, "coalesced refusals or mappings could not be journaled");
             }
         }
     }
@@ -191,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_caller_gets_its_share_per_window_and_the_rest_are_counted_not_lost() {
-        let windows = RefusalWindows::default();
+        let windows = Windows::<RefusalClass>::default();
         let start = Instant::now();
         let at = SystemTime::now();
         let class = RefusalClass::Denied;

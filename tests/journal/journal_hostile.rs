@@ -298,3 +298,104 @@ fn a_refusal_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() 
         "{shown}"
     );
 }
+
+/// A caller in `rewrite` mode whose shell commands map onto a verb.
+const MAPPER: u32 = 61472;
+
+const MAPPING_POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.agent]
+uids = [61472]
+commands = "rewrite"
+
+[commands]
+privileged_paths = ["@DIR@/logs"]
+
+[sandbox.logs]
+read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"]
+network = "none"
+
+[verb.log-tail]
+description = "The last lines of a log file"
+category = "read-only"
+roles = ["agent"]
+sandbox = "logs"
+command = "/usr/bin/tail -n {lines} {file}"
+params.lines = { type = "int", min = 1, max = 1000, default = 10 }
+params.file = { type = "path", roots = ["@DIR@/logs"] }
+"#;
+
+/// Shell commands that map onto a verb, flooded by one caller in `rewrite` mode (each one
+/// different, so no de-duplication of identical commands hides the flood): before, every one
+/// was a `command_mapped` record (one per request, without bound). Now past the caller's share
+/// per window they are answered the same way but counted into `commands_coalesced`, and the
+/// counts reach the journal at the latest at the daemon's stop.
+#[test]
+fn a_command_mapping_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() {
+    let mut d = Daemon::start_with(MAPPING_POLICY, |dir| {
+        std::fs::create_dir(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("logs/app.log"), "1 ERROR upstream timed out\n").unwrap();
+    });
+    d.open_socket();
+    let before = record_sizes(&d).len();
+    let bytes_before = d.journal().len();
+    const FLOOD: usize = 2_000;
+    let log = d.path("logs/app.log");
+    let flood: Vec<Request> = (0..FLOOD)
+        .map(|n| Request::Command {
+            command: format!(
+                "sudo tail -n {} {} | grep -i error",
+                1 + n % 1000,
+                log.display()
+            ),
+            cwd: Some("/".into()),
+            tool: Some("claude-code Bash".into()),
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let answers = hostile::requests_as(MAPPER, &d.socket, &flood);
+    let elapsed = started.elapsed();
+    for answer in &answers {
+        match hostile::decode(answer) {
+            Response::Command {
+                decision: verbd::protocol::CommandDecision::Rewrite(call),
+            } => assert_eq!(call.verb, "log-tail"),
+            other => panic!("every flooded command is rewritten: {other:?}"),
+        }
+    }
+    // The clean stop journals the counts of the windows still open.
+    d.stop();
+    let records = record_sizes(&d);
+    let grown = d.journal().len() - bytes_before;
+    let new: Vec<&Value> = records[before..].iter().map(|(_, r)| &r["event"]).collect();
+    let full = new
+        .iter()
+        .filter(|e| e["kind"] == "command_mapped" && e["caller"]["uid"] == MAPPER)
+        .count() as u64;
+    let counted: u64 = new
+        .iter()
+        .filter(|e| e["kind"] == "commands_coalesced" && e["caller"]["uid"] == MAPPER)
+        .map(|e| {
+            assert_eq!(e["decision"], "rewrite", "{e}");
+            e["count"].as_u64().unwrap()
+        })
+        .sum();
+    let windows = elapsed.as_secs() / verbd::server::REFUSAL_WINDOW.as_secs() + 1;
+    let share = u64::from(verbd::server::FULL_RECORDS_PER_WINDOW) * windows;
+    println!(
+        "{FLOOD} mapped commands in {elapsed:?}: {full} command_mapped records + {counted} counted; \
+         the journal grew {grown} bytes ({} bytes per 10,000 requests)",
+        grown * 10_000 / FLOOD
+    );
+    assert!(
+        full <= share,
+        "{full} command_mapped records for one caller in {windows} window(s); at most {share}"
+    );
+    assert_eq!(
+        full + counted,
+        FLOOD as u64,
+        "every mapped command is in the journal, one by one or counted"
+    );
+}
