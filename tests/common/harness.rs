@@ -1,10 +1,19 @@
-//! What the areas' tests kept a copy of each: a daemon started with the directories its verbs
-//! write beneath, its policy file rewritten for a restart or reload, a call that must become a
-//! proposal, an approval by another uid, and the journal's `exec` records of one proposal.
+//! What the areas' tests kept a copy of each: a secret file the daemon accepts, a daemon
+//! started with the directories its verbs write beneath, its policy file rewritten for a restart
+//! or reload, a call that must become a proposal, an approval by another uid, and the journal's
+//! `exec` records of one proposal.
 #![allow(dead_code)] // each test binary uses part of it
 
 use super::Daemon;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Output;
+
+/// Write a secret file as the daemon accepts one: `value`, readable by its owner only.
+pub fn write_secret(path: &Path, value: &str) {
+    std::fs::write(path, value).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
 
 /// A call that became a proposal: its id, its full argument hash and the whole JSON answer.
 pub struct Proposed {

@@ -188,6 +188,8 @@ pub struct Verb {
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_output: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     rate: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<String>,
@@ -376,6 +378,7 @@ impl Verb {
             params: BTreeMap::new(),
             env: BTreeMap::new(),
             timeout: None,
+            max_output: None,
             rate: None,
             sandbox: None,
             allow_interpreter: false,
@@ -404,6 +407,12 @@ impl Verb {
         self
     }
 
+    /// A dry run of `argv` exactly as given.
+    pub fn dry_run_argv(mut self, argv: &[&str]) -> Verb {
+        self.dry_run = Some(Command::Argv(strings(argv)));
+        self
+    }
+
     pub fn quorum(mut self, quorum: Quorum) -> Verb {
         self.quorum = Some(quorum);
         self
@@ -426,6 +435,12 @@ impl Verb {
 
     pub fn timeout(mut self, timeout: &str) -> Verb {
         self.timeout = Some(timeout.into());
+        self
+    }
+
+    /// The most output a run returns (`8KiB`).
+    pub fn max_output(mut self, size: &str) -> Verb {
+        self.max_output = Some(size.into());
         self
     }
 

@@ -14,9 +14,10 @@ use crate::hostile;
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use common::harness::write_secret;
+use common::policy::{Category, Policy, Sandbox, Secret, Verb};
 use common::*;
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use verbd::protocol::{Request, Response};
 
 const AGENT: u32 = 61301;
@@ -26,66 +27,69 @@ const SECRET: &str = "Zq7\"vP2 x/m+K9%w";
 /// `max_output` of the capped verb.
 const CAP: usize = 8192;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61301]
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[sandbox.notes]
-read = ["/usr", "/lib", "/etc", "@DIR@/notes"]
-
-[verb.note-write]
-description = "write a note"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/notes"]
-
-[verb.note-read]
-description = "read a note back"
-builtin = "file.read"
-category = "read-only"
-roles = ["agent"]
-roots = ["@DIR@/notes"]
-
-[verb.note-cat]
-description = "cat the end note"
-category = "read-only"
-roles = ["agent"]
-sandbox = "notes"
-command = "/usr/bin/cat @DIR@/notes/end.txt"
-
-[verb.note-cat-capped]
-description = "cat the cut note, capped"
-category = "read-only"
-roles = ["agent"]
-sandbox = "notes"
-max_output = "8KiB"
-command = "/usr/bin/cat @DIR@/notes/cut.txt"
-
-[verb.note-follow]
-description = "follow the end note until the timeout"
-category = "read-only"
-roles = ["agent"]
-sandbox = "notes"
-timeout = "300ms"
-command = "/usr/bin/tail -c +1 -f @DIR@/notes/end.txt"
-"#;
+fn policy() -> Policy {
+    let notes_reader = |command: &str, description: &str| {
+        Verb::command(Category::ReadOnly, command)
+            .description(description)
+            .roles(&["agent"])
+            .sandbox("notes")
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .sandbox(
+            "notes",
+            Sandbox {
+                read: Some(
+                    ["/usr", "/lib", "/etc", "@DIR@/notes"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "note-write",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/notes"])
+                .description("write a note")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .verb(
+            "note-read",
+            Verb::builtin(Category::ReadOnly, "file.read", &["@DIR@/notes"])
+                .description("read a note back")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "note-cat",
+            notes_reader("/usr/bin/cat @DIR@/notes/end.txt", "cat the end note"),
+        )
+        .verb(
+            "note-cat-capped",
+            notes_reader(
+                "/usr/bin/cat @DIR@/notes/cut.txt",
+                "cat the cut note, capped",
+            )
+            .max_output("8KiB"),
+        )
+        .verb(
+            "note-follow",
+            notes_reader(
+                "/usr/bin/tail -c +1 -f @DIR@/notes/end.txt",
+                "follow the end note until the timeout",
+            )
+            .timeout("300ms"),
+        )
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("scrub oracle") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
-        let tok = dir.join("tok");
-        std::fs::write(&tok, format!("{SECRET}\n")).unwrap();
-        std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let d = Daemon::start_with(&policy().render(), |dir| {
+        write_secret(&dir.join("tok"), &format!("{SECRET}\n"));
         std::fs::create_dir(dir.join("notes")).unwrap();
     });
     d.open_socket();

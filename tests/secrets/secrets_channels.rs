@@ -5,72 +5,68 @@
 //! which must equal the real secret's, so a placeholder that never became the secret fails.
 use crate::common;
 use crate::common::digest::sha256_hex;
+use common::harness::write_secret;
+use common::policy::{Category, Policy, Secret, Verb};
 use common::*;
-use std::os::unix::fs::PermissionsExt;
 use verbd::protocol::Response;
 
 const SECRET: &str = "s3cr3t-Channel-0123456789-qrs";
 const AGENT: u32 = 61820;
 const SRE: u32 = 61821;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-kind = "human"
-uids = [0]
-[roles.agent]
-uids = [61820]
-[roles.sre]
-kind = "human"
-uids = [61821]
-[approvals]
-approvers = ["sre"]
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[verb.to-stderr]
-description = "writes the secret to stderr, and its digest to stdout"
-category = "read-only"
-roles = ["me", "agent"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "printf %s \"$TOKEN\" >&2; printf %s \"$TOKEN\" | sha256sum"]
-env = { TOKEN = "${secret:tok}" }
-
-[verb.read]
-description = "read a file"
-builtin = "file.read"
-category = "read-only"
-roles = ["me", "agent"]
-roots = ["@DIR@/files"]
-
-[verb.leaky-wipe]
-description = "destructive; its dry run prints the secret"
-category = "destructive"
-roles = ["me", "agent"]
-allow_interpreter = true
-command = ["/bin/true"]
-dry_run = ["/bin/sh", "-c", "echo would use $TOKEN; echo $TOKEN >&2"]
-env = { TOKEN = "${secret:tok}" }
-"#;
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .humans("me", &[0])
+        .agents("agent", &[AGENT])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .verb(
+            "to-stderr",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "printf %s \"$TOKEN\" >&2; printf %s \"$TOKEN\" | sha256sum",
+                ],
+            )
+            .description("writes the secret to stderr, and its digest to stdout")
+            .roles(&["me", "agent"])
+            .allow_interpreter()
+            .env("TOKEN", "${secret:tok}"),
+        )
+        .verb(
+            "read",
+            Verb::builtin(Category::ReadOnly, "file.read", &["@DIR@/files"])
+                .description("read a file")
+                .roles(&["me", "agent"]),
+        )
+        .verb(
+            "leaky-wipe",
+            Verb::argv(Category::Destructive, &["/bin/true"])
+                .description("destructive; its dry run prints the secret")
+                .roles(&["me", "agent"])
+                .allow_interpreter()
+                .dry_run_argv(&["/bin/sh", "-c", "echo would use $TOKEN; echo $TOKEN >&2"])
+                .env("TOKEN", "${secret:tok}"),
+        )
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("secrets_channels") {
         return None;
     }
     let dir = open_tempdir();
-    let tok = dir.path().join("tok");
-    std::fs::write(&tok, format!("{SECRET}\n")).unwrap();
-    std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_secret(&dir.path().join("tok"), &format!("{SECRET}\n"));
     std::fs::create_dir(dir.path().join("files")).unwrap();
     std::fs::write(
         dir.path().join("files/config.env"),
         format!("API_TOKEN={SECRET}\nMODE=prod\n"),
     )
     .unwrap();
-    let d = Daemon::spawn_in(dir, POLICY, &[("VERBD_LOG", "trace")]);
+    let d = Daemon::spawn_in(dir, &policy().render(), &[("VERBD_LOG", "trace")]);
     d.wait_ready();
     d.open_socket();
     Some(d)

@@ -3,8 +3,9 @@
 //! secret is split across writes; `${secret_file:…}` copies are private, per call, and removed.
 use crate::common;
 use base64::Engine;
+use common::harness::write_secret;
+use common::policy::{Category, Param, Policy, Secret, Verb};
 use common::*;
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 use verbd::protocol::Response;
 
@@ -12,73 +13,100 @@ const SECRET: &str = "s3cr3t-Value-0123456789-xyz";
 const FIRST: &str = "s3cr3t-Value-";
 const SECOND: &str = "0123456789-xyz";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-kind = "human"
-uids = [0]
-[roles.agent]
-uids = [61201]
-[roles.sre]
-kind = "human"
-uids = [61202]
-[approvals]
-approvers = ["sre"]
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[verb.show-env]
-description = "prints its environment"
-category = "read-only"
-roles = ["me"]
-command = "/usr/bin/printenv"
-env = { TOKEN = "${secret:tok}", OTHER = "plain" }
-
-[verb.show-argv]
-description = "prints its argv"
-category = "read-only"
-roles = ["me"]
-command = ["/usr/bin/printf", "[%s]\n", "--token=${secret:tok}", "{word}"]
-params.word = { type = "string", pattern = "[a-z]+" }
-
-[verb.split]
-description = "writes the secret in two pieces, with a pause between"
-category = "read-only"
-roles = ["me"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "printf %s \"$A\"; sleep 0.3; printf %s \"$B\"; echo", "split"]
-env = { A = "@FIRST@", B = "@SECOND@" }
-
-[verb.kubeconfig]
-description = "a tool that wants a file"
-category = "read-only"
-roles = ["me"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "stat -L -c '%n %i' \"$1\"; readlink \"$1\"; sha256sum < \"$1\"; sleep {secs}", "kube", "${secret_file:tok}"]
-params.secs = { type = "int", min = 0, max = 5 }
-
-[verb.encode]
-description = "prints the secret file base64-encoded (coreutils base64)"
-category = "read-only"
-roles = ["me"]
-command = ["/usr/bin/base64", "${secret_file:tok}"]
-
-[verb.encode-url]
-description = "prints the secret file base64url-encoded (coreutils basenc)"
-category = "read-only"
-roles = ["me"]
-command = ["/usr/bin/basenc", "--base64url", "${secret_file:tok}"]
-
-[verb.deploy]
-description = "mutating, with the secret in its argv"
-category = "mutating"
-roles = ["agent"]
-command = "/usr/bin/printf %s\\n --token=${secret:tok} {word}"
-params.word = { type = "string", pattern = "[a-z]+" }
-"#;
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .humans("me", &[0])
+        .agents("agent", &[61201])
+        .humans("sre", &[61202])
+        .approvers(&["sre"])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .verb(
+            "show-env",
+            Verb::command(Category::ReadOnly, "/usr/bin/printenv")
+                .description("prints its environment")
+                .roles(&["me"])
+                .env("TOKEN", "${secret:tok}")
+                .env("OTHER", "plain"),
+        )
+        .verb(
+            "show-argv",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/usr/bin/printf",
+                    "[%s]\n",
+                    "--token=${secret:tok}",
+                    "{word}",
+                ],
+            )
+            .description("prints its argv")
+            .roles(&["me"])
+            .param("word", Param::matching("[a-z]+")),
+        )
+        .verb(
+            "split",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "printf %s \"$A\"; sleep 0.3; printf %s \"$B\"; echo",
+                    "split",
+                ],
+            )
+            .description("writes the secret in two pieces, with a pause between")
+            .roles(&["me"])
+            .allow_interpreter()
+            .env("A", FIRST)
+            .env("B", SECOND),
+        )
+        .verb(
+            "kubeconfig",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "stat -L -c '%n %i' \"$1\"; readlink \"$1\"; sha256sum < \"$1\"; sleep {secs}",
+                    "kube",
+                    "${secret_file:tok}",
+                ],
+            )
+            .description("a tool that wants a file")
+            .roles(&["me"])
+            .allow_interpreter()
+            .param("secs", Param::int(0, 5)),
+        )
+        .verb(
+            "encode",
+            Verb::argv(
+                Category::ReadOnly,
+                &["/usr/bin/base64", "${secret_file:tok}"],
+            )
+            .description("prints the secret file base64-encoded (coreutils base64)")
+            .roles(&["me"]),
+        )
+        .verb(
+            "encode-url",
+            Verb::argv(
+                Category::ReadOnly,
+                &["/usr/bin/basenc", "--base64url", "${secret_file:tok}"],
+            )
+            .description("prints the secret file base64url-encoded (coreutils basenc)")
+            .roles(&["me"]),
+        )
+        .verb(
+            "deploy",
+            Verb::command(
+                Category::Mutating,
+                r"/usr/bin/printf %s\n --token=${secret:tok} {word}",
+            )
+            .description("mutating, with the secret in its argv")
+            .roles(&["agent"])
+            .param("word", Param::matching("[a-z]+")),
+        )
+}
 
 fn forms() -> Vec<String> {
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -107,11 +135,8 @@ fn start() -> Option<Daemon> {
     if !require_root("secrets") {
         return None;
     }
-    let policy = POLICY.replace("@FIRST@", FIRST).replace("@SECOND@", SECOND);
-    let d = Daemon::start_with(&policy, |dir| {
-        let p = dir.join("tok");
-        std::fs::write(&p, format!("{SECRET}\n")).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let d = Daemon::start_with(&policy().render(), |dir| {
+        write_secret(&dir.join("tok"), &format!("{SECRET}\n"));
     });
     d.open_socket();
     Some(d)
@@ -294,15 +319,10 @@ fn short_secret_is_a_warning_not_an_error() {
     if !require_root("secrets") {
         return;
     }
-    let policy = format!(
-        "{}\n[secrets.tiny]\nfile = \"@DIR@/tiny\"\n",
-        POLICY.replace("@FIRST@", FIRST).replace("@SECOND@", SECOND)
-    );
-    let d = Daemon::start_with(&policy, |dir| {
+    let policy = policy().secret("tiny", Secret::File("@DIR@/tiny".into()));
+    let d = Daemon::start_with(&policy.render(), |dir| {
         for (name, value) in [("tok", SECRET), ("tiny", "abc")] {
-            let p = dir.join(name);
-            std::fs::write(&p, value).unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            write_secret(&dir.join(name), value);
         }
     });
     assert!(d.log().contains("shorter than 8"), "{}", d.log());
@@ -314,14 +334,7 @@ fn short_secret_is_a_warning_not_an_error() {
 fn secrets_in_argv_draw_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p.toml");
-    std::fs::write(
-        &p,
-        POLICY
-            .replace("@DIR@", "/etc/verbd-test")
-            .replace("@FIRST@", FIRST)
-            .replace("@SECOND@", SECOND),
-    )
-    .unwrap();
+    std::fs::write(&p, policy().render().replace("@DIR@", "/etc/verbd-test")).unwrap();
     let out = std::process::Command::new(BIN)
         .args(["policy", "check"])
         .arg(&p)
