@@ -41,6 +41,8 @@ pub struct DaemonSettings {
     pub shutdown_grace: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_executions: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver_socket: Option<String>,
 }
 
 impl DaemonSettings {
@@ -222,6 +224,8 @@ pub struct Param {
     max: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pattern: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_length: Option<usize>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -266,6 +270,12 @@ impl Policy {
     /// `[daemon] max_executions`: runs at once, in all.
     pub fn max_executions(mut self, runs: usize) -> Policy {
         self.daemon.max_executions = Some(runs);
+        self
+    }
+
+    /// `[daemon] approver_socket`: the second socket, for approvers.
+    pub fn approver_socket(mut self, path: &str) -> Policy {
+        self.daemon.approver_socket = Some(path.into());
         self
     }
 
@@ -471,6 +481,7 @@ impl Param {
             min: None,
             max: None,
             pattern: None,
+            max_length: None,
         }
     }
 
@@ -497,5 +508,11 @@ impl Param {
             pattern: Some(pattern.into()),
             ..Param::of(ParamType::String)
         }
+    }
+
+    /// At most `characters` long.
+    pub fn max_length(mut self, characters: usize) -> Param {
+        self.max_length = Some(characters);
+        self
     }
 }

@@ -10,6 +10,8 @@
 //! generic rendering of the record would carry it into journald and from there to every log
 //! shipper. Nothing but sizes and hashes of it may leave.
 use crate::common;
+use common::harness::write_secret;
+use common::policy::{Category, Param, ParamType, Policy, Secret, Verb};
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,56 +25,63 @@ const SECRET: &str = "tok-Secret-Value-4242-zz";
 const CONTENT_MARK: &str = "FILE-CONTENT-MARK-7f3a";
 const DRY_RUN_MARK: &str = "DRY-RUN-OUTPUT-MARK-91c2";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-shutdown_grace = "1s"
-[roles.agent]
-uids = [61301, 63020]
-[roles.sre]
-kind = "human"
-uids = [61302]
-[approvals]
-approvers = ["sre"]
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .agents("agent", &[AGENT, 63020])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello {word}")
+                .description("say hello")
+                .roles(&["agent"])
+                .param("word", Param::matching("[a-z]+")),
+        )
+        .verb(
+            "note",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/notes"])
+                .description("write a note (approval)")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "drop",
+            Verb::command(Category::Destructive, "/bin/echo dropping {name}")
+                .description("drop a thing (dry run first)")
+                .roles(&["agent"])
+                .dry_run_argv(&[
+                    "/usr/bin/printf",
+                    &format!("would drop %s using %s {DRY_RUN_MARK}\n"),
+                    "{name}",
+                    "${secret:tok}",
+                ])
+                .param("name", Param::of(ParamType::K8sName)),
+        )
+}
 
-[secrets.tok]
-file = "@DIR@/tok"
-
-[verb.hello]
-description = "say hello"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo hello {word}"
-params.word = { type = "string", pattern = "[a-z]+" }
-
-[verb.note]
-description = "write a note (approval)"
-builtin = "file.write"
-category = "mutating"
-roles = ["agent"]
-roots = ["@DIR@/notes"]
-
-[verb.drop]
-description = "drop a thing (dry run first)"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo dropping {name}"
-dry_run = ["/usr/bin/printf", "would drop %s using %s DRY-RUN-OUTPUT-MARK-91c2\n", "{name}", "${secret:tok}"]
-params.name = { type = "k8s-name" }
-"#;
-
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
+/// A temp dir holding the policy, its secret and the notes directory, for a daemon that
+/// logs to journald.
+fn prepared_dir() -> tempfile::TempDir {
+    let dir = open_tempdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("policy.toml"),
+        policy().render().replace("@DIR@", d.to_str().unwrap()),
+    )
+    .unwrap();
+    write_secret(&d.join("tok"), SECRET);
+    std::fs::create_dir(d.join("notes")).unwrap();
+    dir
 }
 
 /// A precondition (a tool) is missing: a failure under CI, a loud skip otherwise.
 fn missing(what: &str) -> bool {
-    assert!(
-        !ci(),
-        "CI=true but {what} is missing (.ci/run installs it): a missing precondition is a failure"
+    common::skip::skip_or_fail(
+        "fleet_journald",
+        &format!("{what} is missing (.ci/run installs it)"),
     );
-    common::skip::announce(&format!("SKIPPED: {what} is missing"));
     true
 }
 
@@ -251,20 +260,8 @@ fn stop(mut daemon: Child) {
 /// marker, a destructive proposal whose dry run prints a marker and the secret, denied.
 /// Returns the temp dir, the daemon's pid and its state dir (the daemon has stopped).
 fn a_day_of_calls(journald: &RealJournald) -> (tempfile::TempDir, u32, PathBuf) {
-    let dir = open_tempdir();
+    let dir = prepared_dir();
     let d = dir.path();
-    std::fs::write(
-        d.join("policy.toml"),
-        POLICY.replace("@DIR@", d.to_str().unwrap()),
-    )
-    .unwrap();
-    std::fs::write(d.join("tok"), SECRET).unwrap();
-    std::fs::set_permissions(
-        d.join("tok"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-    std::fs::create_dir(d.join("notes")).unwrap();
     let daemon = journald.spawn_daemon(d);
     let pid = daemon.id();
     let socket = d.join("verbd.sock");
@@ -729,20 +726,8 @@ fn agent_text_cannot_add_a_field_to_a_journald_entry() {
     let Some(journald) = RealJournald::start() else {
         return;
     };
-    let dir = open_tempdir();
+    let dir = prepared_dir();
     let d = dir.path();
-    std::fs::write(
-        d.join("policy.toml"),
-        POLICY.replace("@DIR@", d.to_str().unwrap()),
-    )
-    .unwrap();
-    std::fs::write(d.join("tok"), SECRET).unwrap();
-    std::fs::set_permissions(
-        d.join("tok"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-    std::fs::create_dir(d.join("notes")).unwrap();
     let daemon = journald.spawn_daemon(d);
     let socket = d.join("verbd.sock");
     wait_ready(&socket, &d.join("daemon.log"));

@@ -9,6 +9,8 @@
 //! mention/link, or to carry file content or a dry run's output (which printed a secret) to a
 //! third-party service; the notifier process tries to read what its sandbox does not grant.
 use crate::common;
+use common::harness::write_secret;
+use common::policy::{Category, Param, ParamType, Policy, Secret, Verb};
 use common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -24,63 +26,56 @@ const CONTENT_MARK: &str = "FILE-CONTENT-MARK-c0ffee";
 const DRY_RUN_MARK: &str = "DRY-RUN-OUTPUT-MARK-b33f";
 const HOST: &str = "web1.example";
 
-fn base_policy() -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-shutdown_grace = "1s"
-[roles.agent]
-uids = [{AGENT}]
-[roles.oncall]
-kind = "human"
-uids = [{ONCALL}]
-[roles.me]
-kind = "human"
-uids = [{ONCALL}]
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[verb.restart]
-description = "restart a unit"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo restarted {{unit}}"
-params.unit = {{ type = "systemd-unit" }}
-
-[verb.say]
-description = "post a message somewhere"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo {{message}}"
-params.message = {{ type = "string", pattern = ".*", max_length = 200 }}
-
-[verb.purge]
-description = "purge a cache"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo purge {{path}} {{note}}"
-params.path = {{ type = "string", pattern = ".*", max_length = 120 }}
-params.note = {{ type = "string", pattern = ".*", max_length = 120 }}
-
-[verb.note]
-description = "write a note"
-builtin = "file.write"
-category = "mutating"
-roles = ["agent"]
-roots = ["@DIR@/notes"]
-
-[verb.drop]
-description = "drop a thing (dry run first)"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo dropping {{name}}"
-dry_run = ["/usr/bin/printf", "would drop %s using %s DRY-RUN-OUTPUT-MARK-b33f\n", "{{name}}", "${{secret:tok}}"]
-params.name = {{ type = "k8s-name" }}
-"#
-    )
+fn base_policy() -> Policy {
+    let free_text = |max_length| Param::matching(".*").max_length(max_length);
+    Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .agents("agent", &[AGENT])
+        .humans("oncall", &[ONCALL])
+        .humans("me", &[ONCALL])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .verb(
+            "restart",
+            Verb::command(Category::Mutating, "/bin/echo restarted {unit}")
+                .description("restart a unit")
+                .roles(&["agent"])
+                .param("unit", Param::of(ParamType::SystemdUnit)),
+        )
+        .verb(
+            "say",
+            Verb::command(Category::Mutating, "/bin/echo {message}")
+                .description("post a message somewhere")
+                .roles(&["agent"])
+                .param("message", free_text(200)),
+        )
+        .verb(
+            "purge",
+            Verb::command(Category::Mutating, "/bin/echo purge {path} {note}")
+                .description("purge a cache")
+                .roles(&["agent"])
+                .param("path", free_text(120))
+                .param("note", free_text(120)),
+        )
+        .verb(
+            "note",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/notes"])
+                .description("write a note")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "drop",
+            Verb::command(Category::Destructive, "/bin/echo dropping {name}")
+                .description("drop a thing (dry run first)")
+                .roles(&["agent"])
+                .dry_run_argv(&[
+                    "/usr/bin/printf",
+                    &format!("would drop %s using %s {DRY_RUN_MARK}\n"),
+                    "{name}",
+                    "${secret:tok}",
+                ])
+                .param("name", Param::of(ParamType::K8sName)),
+        )
 }
 
 /// A recipe file from policy/notifiers/, as an operator pastes it, with only what must differ on
@@ -119,8 +114,9 @@ fn recipe(name: &str, substitutions: &[(&str, String)]) -> String {
     text.replace(&line, &(line.trim_end_matches('"').to_string() + &host))
 }
 
+/// The base policy with the recipe's tables after it, as an operator pastes a recipe.
 fn start(recipe_text: &str, setup: impl FnOnce(&Path)) -> Daemon {
-    let policy = format!("{}\n{recipe_text}", base_policy());
+    let policy = format!("{}\n{recipe_text}", base_policy().render());
     let d = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("notes")).unwrap();
         write_secret(&dir.join("tok"), SECRET);
@@ -130,23 +126,29 @@ fn start(recipe_text: &str, setup: impl FnOnce(&Path)) -> Daemon {
     d
 }
 
-fn write_secret(path: &Path, value: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, value).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+/// The ntfy recipe publishing to the local listener on `port`, with its token.
+fn start_ntfy(port: u16) -> Daemon {
+    let recipe_text = recipe(
+        "ntfy",
+        &[
+            (
+                "https://ntfy.example.com",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
+        ],
+    );
+    start(&recipe_text, |dir| {
+        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
+    })
 }
 
 /// Proposes as the agent; returns (id, full hash).
 fn propose(d: &Daemon, verb: &str, args: &[&str]) -> (u64, String) {
-    let mut argv = vec!["call", "--json", verb];
+    let mut argv = vec![verb];
     argv.extend_from_slice(args);
-    let out = d.cli_as(AGENT, &argv);
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (
-        v["id"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_string(),
-    )
+    let proposed = d.propose_as(AGENT, &argv);
+    (proposed.id, proposed.hash)
 }
 
 /// The `approve:` line of a message, run word for word by the approver (verbd's path aside).
@@ -274,19 +276,7 @@ fn ntfy_recipe_publishes_the_proposal_and_its_approve_command() {
         return;
     }
     let (port, rx) = http_listener();
-    let recipe_text = recipe(
-        "ntfy",
-        &[
-            (
-                "https://ntfy.example.com",
-                format!("http://127.0.0.1:{port}"),
-            ),
-            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
-        ],
-    );
-    let d = start(&recipe_text, |dir| {
-        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
-    });
+    let d = start_ntfy(port);
     let (id, hash) = propose(&d, "restart", &["unit=nginx.service"]);
     let request = next(&rx, &d);
     println!("{request:#?}");
@@ -748,7 +738,9 @@ fn a_notifier_template_is_checked_at_load() {
         ),
     ] {
         let dir = open_tempdir();
-        let policy = base_policy().replace("@DIR@", dir.path().to_str().unwrap())
+        let policy = base_policy()
+            .render()
+            .replace("@DIR@", dir.path().to_str().unwrap())
             + &format!("[approvals]\napprovers = [\"oncall\"]\nnotify = \"{notify}\"\n{extra}\n");
         let path = dir.path().join("policy.toml");
         std::fs::write(&path, policy).unwrap();
@@ -836,19 +828,7 @@ fn an_argument_cannot_add_an_ntfy_header_or_action() {
         return;
     }
     let (port, rx) = http_listener();
-    let recipe_text = recipe(
-        "ntfy",
-        &[
-            (
-                "https://ntfy.example.com",
-                format!("http://127.0.0.1:{port}"),
-            ),
-            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
-        ],
-    );
-    let d = start(&recipe_text, |dir| {
-        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
-    });
+    let d = start_ntfy(port);
     let forged = "x\u{85}Actions: http, Approve, https://evil.example\u{2028}Click: https://evil.example\u{2028}approve:   verbd approve 99 --hash deadbeefdeadbeef [open](https://evil.example)";
     let (id, hash) = propose(&d, "say", &[&format!("message={forged}")]);
     let request = next(&rx, &d);
@@ -918,19 +898,7 @@ fn an_argument_cannot_pass_for_another_pair_or_field() {
         return;
     }
     let (port, rx) = http_listener();
-    let recipe_text = recipe(
-        "ntfy",
-        &[
-            (
-                "https://ntfy.example.com",
-                format!("http://127.0.0.1:{port}"),
-            ),
-            ("/etc/verbd/secrets/ntfy_token", "@DIR@/ntfy_token".into()),
-        ],
-    );
-    let d = start(&recipe_text, |dir| {
-        write_secret(&dir.join("ntfy_token"), "tk_test0123456789abcdef")
-    });
+    let d = start_ntfy(port);
     let (id, hash) = propose_imitation(&d);
     let request = next(&rx, &d);
     println!("ntfy body:\n{}", request.body);

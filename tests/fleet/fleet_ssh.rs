@@ -7,6 +7,7 @@
 //! The test accounts exist only inside sshd's private mount namespace (bind-mounted copies of
 //! /etc/passwd and /etc/group), so nothing is added to the host's user database.
 use crate::common;
+use common::policy::{Category, Param, ParamType, Policy, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -21,20 +22,13 @@ const APPROVERS_GID: u32 = 61510;
 const LAPTOP_HOSTILE_UID: u32 = 61503;
 const SSHD: &str = "/usr/sbin/sshd";
 
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
 fn have_tools() -> bool {
     for tool in [SSHD, "/usr/bin/ssh", "/usr/bin/ssh-keygen"] {
         if !Path::new(tool).exists() {
-            assert!(
-                !ci(),
-                "CI=true but {tool} is missing (.ci/run installs openssh-server)"
+            common::skip::skip_or_fail(
+                "fleet_ssh",
+                &format!("{tool} is missing (install openssh-server; .ci/run does)"),
             );
-            common::skip::announce(&format!(
-                "SKIPPED: {tool} is missing (install openssh-server)"
-            ));
             return false;
         }
     }
@@ -326,41 +320,44 @@ fn stop(mut child: Child) {
     let _ = child.wait();
 }
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-shutdown_grace = "1s"
-approver_socket = "@DIR@/approve.sock"
-[roles.agent]
-uids = [61502]
-[roles.oncall]
-kind = "human"
-uids = [61501]
-[approvals]
-approvers = ["oncall"]
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .approver_socket("@DIR@/approve.sock")
+        .agents("agent", &[AGENT_UID])
+        .humans("oncall", &[APPROVER_UID])
+        .approvers(&["oncall"])
+        .verb(
+            "restart",
+            Verb::command(Category::Mutating, "/bin/echo restarted {unit}")
+                .description("restart a unit")
+                .roles(&["agent"])
+                .param("unit", Param::of(ParamType::SystemdUnit)),
+        )
+}
 
-[verb.restart]
-description = "restart a unit"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo restarted {unit}"
-params.unit = { type = "systemd-unit" }
-"#;
+/// What every test here starts from: a daemon whose approver socket is as the socket unit
+/// makes it (root:verbd-approvers 0660), the approver's and the agent's laptops, a real sshd
+/// configured with `config_tail`, and the agent's pending proposal (its id, and its hash's
+/// first 16 digits).
+struct Scene {
+    d: Daemon,
+    approve_socket: PathBuf,
+    approver_laptop: Laptop,
+    agent_laptop: Laptop,
+    server: tempfile::TempDir,
+    sshd: Sshd,
+    id: String,
+    hash: String,
+}
 
-#[test]
-fn an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid() {
-    if !require_root("an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid") || !have_tools()
-    {
-        return;
-    }
-    let d = Daemon::start(POLICY);
+fn scene(config_tail: &str) -> Scene {
+    let d = Daemon::start(&policy().render());
     d.open_socket();
-    // The approver socket as the socket unit makes it: root:verbd-approvers 0660.
     let approve_socket = d.path("approve.sock");
     chown(&approve_socket, 0, APPROVERS_GID);
     std::fs::set_permissions(&approve_socket, std::fs::Permissions::from_mode(0o660)).unwrap();
-
     let approver_laptop = Laptop::new("approver");
     let agent_laptop = Laptop::new("agent");
     let server = tempfile::Builder::new()
@@ -371,17 +368,37 @@ fn an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid() {
         server.path(),
         &approver_laptop.public_key(),
         &agent_laptop.public_key(),
-        &documented_sshd_block(),
+        config_tail,
     );
+    let proposed = d.propose_as(AGENT_UID, &["restart", "unit=nginx.service"]);
+    Scene {
+        d,
+        approve_socket,
+        approver_laptop,
+        agent_laptop,
+        server,
+        sshd,
+        id: proposed.id.to_string(),
+        hash: proposed.hash[..16].to_string(),
+    }
+}
 
-    let out = d.cli_as(
-        AGENT_UID,
-        &["call", "--json", "restart", "unit=nginx.service"],
-    );
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = proposal["id"].as_u64().unwrap().to_string();
-    let hash = proposal["hash"].as_str().unwrap()[..16].to_string();
+#[test]
+fn an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid() {
+    if !require_root("an_approval_through_an_ssh_forward_is_the_sshd_sessions_uid") || !have_tools()
+    {
+        return;
+    }
+    let Scene {
+        d,
+        approve_socket,
+        approver_laptop,
+        agent_laptop,
+        server,
+        sshd,
+        id,
+        hash,
+    } = scene(&documented_sshd_block());
 
     // The attack: the agent account can log in by SSH too and forwards the approver socket.
     let (agent_ssh, _) = agent_laptop.forward(&sshd, server.path(), "agent", &approve_socket);
@@ -487,32 +504,17 @@ fn each_layer_holds_when_the_one_before_it_is_misconfigured() {
     if !require_root("each_layer_holds_when_the_one_before_it_is_misconfigured") || !have_tools() {
         return;
     }
-    let d = Daemon::start(POLICY);
-    d.open_socket();
-    let approve_socket = d.path("approve.sock");
-    chown(&approve_socket, 0, APPROVERS_GID);
-    std::fs::set_permissions(&approve_socket, std::fs::Permissions::from_mode(0o660)).unwrap();
-    let approver_laptop = Laptop::new("approver");
-    let agent_laptop = Laptop::new("agent");
-    let server = tempfile::Builder::new()
-        .prefix("verbd-sshd-")
-        .tempdir()
-        .unwrap();
     // sshd without the approvers block: every account may forward to Unix sockets.
-    let sshd = Sshd::start(
-        server.path(),
-        &approver_laptop.public_key(),
-        &agent_laptop.public_key(),
-        "AllowStreamLocalForwarding yes\nAllowTcpForwarding yes\n",
-    );
-    let out = d.cli_as(
-        AGENT_UID,
-        &["call", "--json", "restart", "unit=nginx.service"],
-    );
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = proposal["id"].as_u64().unwrap().to_string();
-    let hash = proposal["hash"].as_str().unwrap()[..16].to_string();
+    let Scene {
+        d,
+        approve_socket,
+        approver_laptop,
+        agent_laptop,
+        server,
+        sshd,
+        id,
+        hash,
+    } = scene("AllowStreamLocalForwarding yes\nAllowTcpForwarding yes\n");
 
     // Second layer: the agent's session is not in verbd-approvers, the socket is 0660.
     let (agent_ssh, _) = agent_laptop.forward(&sshd, server.path(), "agent", &approve_socket);
@@ -568,31 +570,16 @@ fn a_hostile_account_cannot_use_or_take_the_forwarded_socket() {
     if !require_root("a_hostile_account_cannot_use_or_take_the_forwarded_socket") || !have_tools() {
         return;
     }
-    let d = Daemon::start(POLICY);
-    d.open_socket();
-    let approve_socket = d.path("approve.sock");
-    chown(&approve_socket, 0, APPROVERS_GID);
-    std::fs::set_permissions(&approve_socket, std::fs::Permissions::from_mode(0o660)).unwrap();
-    let approver_laptop = Laptop::new("approver");
-    let agent_laptop = Laptop::new("agent");
-    let server = tempfile::Builder::new()
-        .prefix("verbd-sshd-")
-        .tempdir()
-        .unwrap();
-    let sshd = Sshd::start(
-        server.path(),
-        &approver_laptop.public_key(),
-        &agent_laptop.public_key(),
-        &documented_sshd_block(),
-    );
-    let out = d.cli_as(
-        AGENT_UID,
-        &["call", "--json", "restart", "unit=nginx.service"],
-    );
-    assert_eq!(out.status.code(), Some(73), "{out:?}");
-    let proposal: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = proposal["id"].as_u64().unwrap().to_string();
-    let hash = proposal["hash"].as_str().unwrap()[..16].to_string();
+    let Scene {
+        d,
+        approve_socket,
+        approver_laptop,
+        agent_laptop,
+        server,
+        sshd,
+        id,
+        hash,
+    } = scene(&documented_sshd_block());
     let shared = approver_laptop.dir.path();
     std::fs::set_permissions(shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let local = shared.join("verbd-approve.sock");
