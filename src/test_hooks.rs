@@ -7,10 +7,13 @@
 //!   dry-run twin) fails at STAGE (a [`Stage::name`]) before exec. It can only end a child, never
 //!   weaken one (see `PreparedSandbox::fail_stage_for_test`).
 //! - `VERBD_TEST_JOURNAL_FAULT=KIND:fail`: every journal record of event kind KIND is written and
-//!   then fails before its `fdatasync` (the writer rolls it back), as a failing disk would.
-//! - `VERBD_TEST_JOURNAL_FAULT=KIND:block:DIR`: before the `fdatasync` of each record of kind KIND,
-//!   create `DIR/blocked.KIND` and wait until `DIR/release.KIND` exists (at most
-//!   [`BLOCK_LIMIT`], then fail the write: a hook never lets a record through unsynced).
+//!   then its `fdatasync` fails (the writer rolls back every record that fdatasync was to
+//!   cover), as a failing disk would.
+//! - `VERBD_TEST_JOURNAL_FAULT=KIND:block:DIR`: just before the `fdatasync` that is to make a
+//!   record of kind KIND durable (its line written), create `DIR/blocked.KIND` and wait until
+//!   `DIR/release.KIND` exists (at most [`BLOCK_LIMIT`], then fail that fdatasync: a hook never
+//!   lets a record through unsynced). What the daemon does before the fdatasync (answer a
+//!   mapped command) happens meanwhile; what it does after (start a child) waits.
 //! - `VERBD_TEST_ACCEPT_PANIC_UID=N`: a socket's accept thread panics when it has accepted a
 //!   connection of uid N, as a bug there would: the daemon must stop loudly, not serve deaf.
 //!
@@ -20,8 +23,6 @@
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-use serde_json::{Map, Value};
 
 use crate::sandbox::{PreparedSandbox, Stage};
 
@@ -60,8 +61,9 @@ pub fn fail_stage_if_asked(profile: &str, sandbox: PreparedSandbox) -> PreparedS
     sandbox.fail_stage_for_test(stage)
 }
 
-/// Called by the journal writer after writing `event`'s line and before its `fdatasync`.
-pub fn before_journal_sync(event: &Map<String, Value>) -> io::Result<()> {
+/// Called by the journal writer for each record of kind `kind` written since the last
+/// `fdatasync`, just before the `fdatasync` that is to make them durable.
+pub fn before_journal_sync(record_kind: &str) -> io::Result<()> {
     let Ok(setting) = std::env::var(JOURNAL_FAULT_ENV) else {
         return Ok(());
     };
@@ -69,7 +71,7 @@ pub fn before_journal_sync(event: &Map<String, Value>) -> io::Result<()> {
     let (Some(kind), Some(fault)) = (parts.next(), parts.next()) else {
         panic!("{JOURNAL_FAULT_ENV}={setting:?}: expected KIND:fail or KIND:block:DIR");
     };
-    if event.get("kind").and_then(Value::as_str) != Some(kind) {
+    if record_kind != kind {
         return Ok(());
     }
     match (fault, parts.next()) {

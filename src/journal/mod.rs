@@ -65,7 +65,9 @@
 //! returning; then it publishes the new head. [`Journal::append_group`] writes several lines
 //! and covers them all with one `fdatasync` before publishing any head or returning any result
 //! ([`GroupCommit`] gathers concurrent appenders into such groups): a record is never reported,
-//! published or applied before it is durable. On any error it truncates the file back to the last
+//! published or applied before it is durable — except that [`GroupCommit::append_written`]
+//! (advice nothing acts on) hears of its record once written, the group's fdatasync following
+//! at once under the same lock; it is still published and applied only once durable. On any error it truncates the file back to the last
 //! complete record, so the chain stays intact and a later append works once the cause (e.g.
 //! ENOSPC) is gone; if even that truncation fails, appends are refused until it succeeds. A head
 //! that could not be published is retried before the next append, which is refused while it

@@ -2,7 +2,9 @@
 //!
 //! [`Ledger::record`] appends an event to the journal (fsync'd), then applies the very same event
 //! to the proposal book with `Book::apply` — the function replay uses at start — under the
-//! journal's lock, so the book sees events in journal order. Nothing else changes the book. A
+//! journal's lock, so the book sees events in journal order. [`Ledger::record_written`] is for
+//! advice alone (command mappings, which the book ignores): it returns once the record is
+//! written, and its fdatasync follows at once. Nothing else changes the book. A
 //! change wakes everyone waiting in [`Ledger::changed`] (`wait` requests), so nobody polls.
 //!
 //! Beside the book the ledger keeps what is deliberately *not* journaled state:
@@ -134,6 +136,31 @@ impl Ledger {
             .expect("journal task panicked")?;
         self.changes.send_modify(|n| *n += 1);
         Ok(appended)
+    }
+
+    /// Journal `event`, a record nothing acts on and the book does not apply (a command mapping
+    /// or their count), and return as soon as its line is written, before its fdatasync
+    /// (`GroupCommit::append_written`): a kill of the daemon does not lose it; a kernel crash or
+    /// power cut within that fdatasync, or its failure (logged), can. An error means it was not
+    /// written.
+    pub async fn record_written(&self, event: Event) -> Result<Appended, JournalError> {
+        debug_assert!(
+            matches!(
+                event,
+                Event::CommandMapped { .. } | Event::CommandsCoalesced { .. }
+            ),
+            "only advice is answered before it is durable: {event:?}"
+        );
+        let journal = self.journal.clone();
+        let (tell, written) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            journal.append_written(event, move |result| {
+                let _ = tell.send(result);
+            })
+        });
+        written
+            .await
+            .expect("the journal tells every appender of its record (journal task panicked)")
     }
 
     /// Read the book (short critical section; never held across an await).

@@ -17,7 +17,9 @@
 //!
 //! Invariants: every decision is journaled (and fsync'd) before the caller sees it — except that
 //! a caller's refusals past its share in a window are counted and journaled as one
-//! `refusals_coalesced` record when the window ends (`refusals.rs`: a refusal acts on nothing) —
+//! `refusals_coalesced` record when the window ends (`refusals.rs`: a refusal acts on nothing),
+//! likewise a caller's command mappings, and a command mapping is answered once its record is
+//! written, its fdatasync right after (`commands.rs`: a mapping is advice that nothing acts on) —
 //! and a call whose record cannot be written is denied (fail closed, invariant 6); the agent and
 //! approver sockets have separate pools, and inside each every uid its own budget of connections
 //! and parked waits, so one caller's flood (slow senders, `wait`s, parallel calls) costs only its

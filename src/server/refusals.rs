@@ -204,7 +204,9 @@ impl Daemon {
 
     /// Journal `event`, a `command` request of `caller` mapped onto a verb (`action` rewrite or
     /// advise), unless the caller already had its share of full records in this window: then
-    /// it is only counted. An error means a record could not be written.
+    /// it is only counted. Returns once the record is written, before its fdatasync
+    /// (`Ledger::record_written`: a mapping is advice, acted on by nothing). An error means a
+    /// record could not be written.
     pub(super) async fn record_mapping(
         &self,
         caller: &CallerRecord,
@@ -215,10 +217,10 @@ impl Daemon {
             self.mappings
                 .admit(caller, action, Instant::now(), SystemTime::now());
         if let Some(ended) = ended {
-            self.record(ended).await?;
+            self.ledger.record_written(ended).await?;
         }
         match admission {
-            Admission::Journal => self.record(event).await.map(|_| ()),
+            Admission::Journal => self.ledger.record_written(event).await.map(|_| ()),
             Admission::Counted => Ok(()),
         }
     }

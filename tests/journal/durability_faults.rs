@@ -3,7 +3,10 @@
 //! daemon's `test-hooks` journal fault (`VERBD_TEST_JOURNAL_FAULT`, src/test_hooks.rs) fails or
 //! holds the `fdatasync` of one record kind; meanwhile the test watches the child's side effect (a
 //! file in the verb's write root) and the caller's socket. Reversing either order in
-//! src/server/call.rs or src/server/approve.rs makes these tests fail.
+//! src/server/call.rs or src/server/approve.rs makes these tests fail, and so does answering
+//! those records before their fdatasync the way a command mapping is answered (the hook holds
+//! the fdatasync itself, after the line is written). The one record answered once written, a
+//! command mapping (advice), must survive a kill of the daemon right after its answer.
 use crate::common;
 use common::*;
 use std::path::Path;
@@ -20,11 +23,15 @@ version = 1
 allow_root = true
 [roles.agent]
 uids = [0, 61801]
+commands = "rewrite"
 [roles.sre]
 kind = "human"
 uids = [61802]
 [approvals]
 approvers = ["sre"]
+
+[commands]
+privileged_paths = ["@DIR@/logs"]
 
 [sandbox.work]
 read = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
@@ -43,6 +50,15 @@ category = "mutating"
 roles = ["agent"]
 sandbox = "work"
 command = ["/usr/bin/touch", "@DIR@/work/sub/changed"]
+
+[verb.log-tail]
+description = "The last lines of a log file"
+category = "read-only"
+roles = ["agent"]
+sandbox = "work"
+command = "/usr/bin/tail -n {lines} {file}"
+params.lines = { type = "int", min = 1, max = 1000, default = 10 }
+params.file = { type = "path", roots = ["@DIR@/logs"] }
 "#;
 
 /// A daemon whose journal hook is `fault` (or none), with `work/sub` ready for the verbs.
@@ -52,6 +68,12 @@ fn start(fault: Option<&str>) -> Option<Daemon> {
     }
     let dir = open_tempdir();
     std::fs::create_dir_all(dir.path().join("work/sub")).unwrap();
+    std::fs::create_dir(dir.path().join("logs")).unwrap();
+    std::fs::write(
+        dir.path().join("logs/app.log"),
+        "1 ERROR upstream timed out\n",
+    )
+    .unwrap();
     let control = dir.path().join("control");
     std::fs::create_dir(&control).unwrap();
     let env_value = fault.map(|f| f.replace("@CONTROL@", control.to_str().unwrap()));
@@ -318,4 +340,117 @@ fn a_sigterm_while_the_start_record_is_written_stops_the_daemon_gracefully() {
     assert!(stop > start, "no stop record after the start: {kinds:?}");
     assert!(!d.socket.exists(), "the socket file was left behind");
     assert!(log.contains("stopped (SIGTERM)"), "{log}");
+}
+
+/// `verbd audit verify` on the daemon's state directory: exit code and output.
+fn verify(d: &Daemon) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .args(["audit", "verify", "--state-dir"])
+        .arg(&d.state)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Send a `command` request (a Bash call that maps onto `log-tail`) on another thread.
+fn command_in_background(d: &Daemon) -> mpsc::Receiver<Response> {
+    let socket = d.socket.clone();
+    let command = format!(
+        "sudo tail -n 5 {} | grep -i error",
+        d.path("logs/app.log").display()
+    );
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let request = verbd::protocol::Request::Command {
+            command,
+            cwd: Some("/".into()),
+            tool: Some("claude-code Bash".into()),
+        };
+        let response = verbd::client::request(&socket, &request, Duration::from_secs(120))
+            .expect("daemon answers");
+        let _ = tx.send(response);
+    });
+    rx
+}
+
+fn assert_rewritten(response: &Response) {
+    match response {
+        Response::Command {
+            decision: verbd::protocol::CommandDecision::Rewrite(call),
+        } => assert_eq!(call.verb, "log-tail"),
+        other => panic!("expected a rewrite onto log-tail, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_command_mapping_is_answered_once_written_and_a_kill_of_the_daemon_keeps_it() {
+    let Some(mut d) = start(Some("command_mapped:block:@CONTROL@")) else {
+        return;
+    };
+    let answer = command_in_background(&d);
+    wait_for(
+        &d.path("control/blocked.command_mapped"),
+        "the mapping record's fdatasync",
+    );
+    // Its line is written and its fdatasync held: the agent has its answer meanwhile.
+    let response = answer.recv_timeout(Duration::from_secs(10)).expect(
+        "no answer while the mapping's fdatasync was held: a mapping waits for its fdatasync again",
+    );
+    assert_rewritten(&response);
+    // The daemon is killed before that fdatasync.
+    d.kill9();
+    let mapped: Vec<serde_json::Value> = d
+        .journal_events()
+        .into_iter()
+        .filter(|e| e["kind"] == "command_mapped")
+        .collect();
+    assert_eq!(mapped.len(), 1, "the answered mapping is in the journal");
+    assert_eq!(mapped[0]["decision"], "rewrite", "{}", mapped[0]);
+    assert_eq!(mapped[0]["verb"], "log-tail", "{}", mapped[0]);
+    assert_eq!(mapped[0]["caller"]["uid"], 0, "{}", mapped[0]);
+    let (code, out) = verify(&d);
+    assert_eq!(code, 0, "the journal verifies after the kill:\n{out}");
+    // A new daemon opens it (its start-up check), keeps the record and chains after it.
+    d.respawn();
+    assert!(matches!(d.call("mark", &[]), Response::Ok { .. }));
+    d.stop();
+    let kinds = kinds(&d);
+    let mapped = kinds.iter().position(|k| k == "command_mapped");
+    let exec = kinds.iter().position(|k| k == "exec");
+    assert!(
+        mapped.is_some() && mapped < exec,
+        "the mapping stays, before the next call: {kinds:?}"
+    );
+    let (code, out) = verify(&d);
+    assert_eq!(code, 0, "the journal verifies after the restart:\n{out}");
+}
+
+#[test]
+fn a_mapping_whose_fdatasync_fails_was_answered_and_is_logged_lost_nothing_else() {
+    // The mapping was answered once written; its fdatasync then fails and it is rolled back
+    // with what that fdatasync covered. The daemon never reported it durable; it says it lost
+    // it, and the next records (a call) are durable as ever.
+    let Some(mut d) = start(Some("command_mapped:fail")) else {
+        return;
+    };
+    let response = command_in_background(&d)
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap();
+    assert_rewritten(&response);
+    assert!(matches!(d.call("mark", &[]), Response::Ok { .. }));
+    assert!(d.path("work/sub/ran").exists(), "the call ran");
+    d.stop();
+    let kinds = kinds(&d);
+    assert!(!kinds.iter().any(|k| k == "command_mapped"), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "exec"), "{kinds:?}");
+    let log = d.log();
+    assert!(
+        log.contains("a record answered once written is lost"),
+        "the loss is logged:\n{log}"
+    );
+    let (code, out) = verify(&d);
+    assert_eq!(code, 0, "the journal verifies:\n{out}");
 }

@@ -112,6 +112,9 @@ struct Unsynced {
     /// The journald entry, built only when journald is connected.
     record: Option<Record>,
     bytes: u64,
+    /// The event's kind, for the journal fault hook before the fdatasync.
+    #[cfg(feature = "test-hooks")]
+    kind: String,
 }
 
 /// The writer's position at the last durable record, put back when an fdatasync fails.
@@ -248,11 +251,26 @@ impl Journal {
         &mut self,
         events: &[E],
     ) -> Vec<Result<Appended, JournalError>> {
+        self.append_group_telling(events, |_, _| {})
+    }
+
+    /// [`Journal::append_group`], calling `written(index, appended)` for each record as soon as
+    /// its line is written (in the page cache, chained, MAC'd) and before the fdatasync that
+    /// will cover it: for a caller that may act on a record that is written but not yet
+    /// durable. Its head is still published only once it is durable, and the final result (in
+    /// the returned vector) is an error if that fdatasync fails: the record is then rolled back
+    /// with the others it was to cover.
+    pub fn append_group_telling<E: Serialize>(
+        &mut self,
+        events: &[E],
+        mut written: impl FnMut(usize, &Appended),
+    ) -> Vec<Result<Appended, JournalError>> {
         let mut results = Vec::with_capacity(events.len());
         let mut covered = Vec::new();
         for event in events {
             match self.stage(event, &mut results, &mut covered) {
                 Ok(appended) => {
+                    written(results.len(), &appended);
                     covered.push(results.len());
                     results.push(Ok(appended));
                 }
@@ -471,10 +489,7 @@ impl Journal {
         let mut bytes = line.into_bytes();
         let hash = sha256(&bytes);
         bytes.push(b'\n');
-        let written = (&self.live).write_all(&bytes);
-        #[cfg(feature = "test-hooks")]
-        let written = written.and_then(|()| crate::test_hooks::before_journal_sync(event));
-        if let Err(source) = written {
+        if let Err(source) = (&self.live).write_all(&bytes) {
             return Err(match self.roll_back() {
                 Ok(()) => JournalError::Write {
                     path: self.live_path.clone(),
@@ -537,6 +552,12 @@ impl Journal {
             },
             record,
             bytes: bytes.len() as u64,
+            #[cfg(feature = "test-hooks")]
+            kind: event
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
         });
         Ok(Appended {
             seq,
@@ -555,7 +576,14 @@ impl Journal {
         let synced = if self.rollback_pending {
             self.roll_back()
         } else {
-            self.live.sync_data()
+            #[cfg(feature = "test-hooks")]
+            let hooked = self
+                .unsynced
+                .iter()
+                .try_for_each(|unsynced| crate::test_hooks::before_journal_sync(&unsynced.kind));
+            #[cfg(not(feature = "test-hooks"))]
+            let hooked = Ok(());
+            hooked.and_then(|()| self.live.sync_data())
         };
         if let Err(source) = synced {
             self.unsynced.clear();
