@@ -135,6 +135,24 @@ pub struct Sandbox {
     pub network: Option<Network>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unix_sockets: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub umask: Option<String>,
+}
+
+impl Sandbox {
+    /// A profile reading (and executing) beneath `read` and writing beneath `write`.
+    pub fn new(read: &[&str], write: &[&str]) -> Sandbox {
+        Sandbox {
+            read: Some(strings(read)),
+            write: Some(strings(write)),
+            ..Sandbox::default()
+        }
+    }
+}
+
+/// Write the policy `verbd exec --policy PATH` reads: the profile `agent` alone.
+pub fn write_exec_policy(path: &std::path::Path, agent: Sandbox) {
+    std::fs::write(path, Policy::new().sandbox("agent", agent).render()).unwrap();
 }
 
 /// A command template: one line split with shell words at load time, or an explicit argv.

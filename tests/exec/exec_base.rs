@@ -10,6 +10,7 @@
 //!   any other refused connect is reported once per path, not once per call;
 //! - new files follow the caller's umask, unless the profile sets one.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -35,15 +36,16 @@ fn setup(umask: Option<&str>) -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::os::unix::fs::chown(project.join("other.txt"), Some(OTHER), Some(OTHER)).unwrap();
     std::os::unix::fs::chown(&project, Some(AGENT), Some(AGENT)).unwrap();
     let policy = dir.path().join("policy.toml");
-    let umask = umask.map_or(String::new(), |m| format!("umask = {m:?}\n"));
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\"]\nwrite = [{:?}]\n{umask}",
-            project.to_str().unwrap()
-        ),
-    )
-    .unwrap();
+        Sandbox {
+            umask: umask.map(String::from),
+            ..Sandbox::new(
+                &["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                &[project.to_str().unwrap()],
+            )
+        },
+    );
     (dir, project, policy)
 }
 

@@ -6,6 +6,7 @@
 //! per operation, each checking git's own view of the result afterwards. What git obeys stays
 //! the human's: `tests/exec/exec_git_plants.rs`.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -27,15 +28,20 @@ fn project() -> Project {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&work).unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}]\nwrite = [{:?}]\n",
-            home.to_str().unwrap(),
-            work.to_str().unwrap()
+        Sandbox::new(
+            &[
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/etc",
+                home.to_str().unwrap(),
+            ],
+            &[work.to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     Command::new("chown")
         .args(["-R", &format!("{AGENT}:{AGENT}")])
         .arg(&home)

@@ -9,6 +9,7 @@
 //! the human's git, in the repository and in the worktree, runs nothing the agent chose (and
 //! the same plants made without `verbd exec` do make it run the agent's programs).
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -237,17 +238,23 @@ impl Setup {
             "policy-{}.toml",
             write.file_name().unwrap().to_str().unwrap()
         ));
-        std::fs::write(
+        let plants = self.dir.path().join("outside-plants.sh");
+        write_exec_policy(
             &policy,
-            format!(
-                "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}, {:?}]\nwrite = [{:?}]\n",
-                self.home.to_str().unwrap(),
-                self.evil.to_str().unwrap(),
-                self.dir.path().join("outside-plants.sh").to_str().unwrap(),
-                write.to_str().unwrap()
+            Sandbox::new(
+                &[
+                    "/usr",
+                    "/lib",
+                    "/lib64",
+                    "/bin",
+                    "/etc",
+                    self.home.to_str().unwrap(),
+                    self.evil.to_str().unwrap(),
+                    plants.to_str().unwrap(),
+                ],
+                &[write.to_str().unwrap()],
             ),
-        )
-        .unwrap();
+        );
         policy
     }
 

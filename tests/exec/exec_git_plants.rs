@@ -13,6 +13,7 @@
 //! Control: the same plants made without `verbd exec` make the human's git run the agent's
 //! programs.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -279,18 +280,18 @@ fn setup() -> Setup {
     );
     commit(&other, "b.txt");
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}, {:?}, {:?}]\nwrite = [{:?}]\n",
-            evil.to_str().unwrap(),
-            dir.path().join("plants.sh").to_str().unwrap(),
-            dir.path().join("worktree-plants.sh").to_str().unwrap(),
-            dir.path().join("submodule-plants.sh").to_str().unwrap(),
-            work.to_str().unwrap()
-        ),
-    )
-    .unwrap();
+    let scripts =
+        ["plants.sh", "worktree-plants.sh", "submodule-plants.sh"].map(|s| dir.path().join(s));
+    let mut read = vec![
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/bin",
+        "/etc",
+        evil.to_str().unwrap(),
+    ];
+    read.extend(scripts.iter().map(|s| s.to_str().unwrap()));
+    write_exec_policy(&policy, Sandbox::new(&read, &[work.to_str().unwrap()]));
     Setup {
         _dir: dir,
         repo,

@@ -12,6 +12,7 @@
 //!   listing gives is a mount of the program's own namespace (its read-only binds hold);
 //! - `--print-status` and `verbd sandbox why --exec` name the ancestors.
 use crate::common;
+use common::policy::{Network, NetworkMode, Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -72,14 +73,16 @@ fn layout() -> Layout {
     }
     std::os::unix::fs::chown(&other, Some(OTHER), Some(OTHER)).unwrap();
     let policy = base.join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\"]\nwrite = [{:?}]\nnetwork = \"none\"\n",
-            proj.to_str().unwrap()
-        ),
-    )
-    .unwrap();
+        Sandbox {
+            network: Some(Network::Mode(NetworkMode::None)),
+            ..Sandbox::new(
+                &["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                &[proj.to_str().unwrap()],
+            )
+        },
+    );
     Layout {
         _dir: dir,
         home,

@@ -20,6 +20,8 @@
 //! The unconfined control, the same agent without `verbd exec`, shows the ACL and `chown`
 //! attacks work on the plain file system.
 use crate::common;
+use crate::xattr::{xattr_get, xattr_set};
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -133,49 +135,22 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
         .status()
         .unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    let tools = dir.path().join("tools");
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}]\nwrite = [{:?}]\n",
-            dir.path().join("tools").to_str().unwrap(),
-            repo.to_str().unwrap()
+        Sandbox::new(
+            &[
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/etc",
+                tools.to_str().unwrap(),
+            ],
+            &[repo.to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     (dir, repo, policy)
-}
-
-fn xattr_set(path: &Path, name: &str, value: &[u8]) {
-    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings and a buffer of the given length, alive for the call.
-    let rc = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-}
-
-/// The value of an extended attribute, `None` when it is absent.
-fn xattr_get(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    let mut buffer = vec![0u8; 4096];
-    // SAFETY: NUL-terminated strings and a writable buffer of the given length.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-        )
-    };
-    (n >= 0).then(|| buffer[..n as usize].to_vec())
 }
 
 /// The isolation asked for: `None` is the default.

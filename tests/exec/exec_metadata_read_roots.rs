@@ -19,6 +19,8 @@
 //! swapped between a file of the write root and `~/.bashrc` during the calls never carries a
 //! change out, and the unconfined control shows every attack working on the plain file system.
 use crate::common;
+use crate::xattr::{xattr_get, xattr_set};
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -214,16 +216,21 @@ fn layout() -> Layout {
         set_mtime(&home.join(entry), 1_000_000_000);
     }
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", {:?}, {:?}]\nwrite = [{:?}]\n",
-            tools.to_str().unwrap(),
-            home.to_str().unwrap(),
-            work.to_str().unwrap()
+        Sandbox::new(
+            &[
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/etc",
+                tools.to_str().unwrap(),
+                home.to_str().unwrap(),
+            ],
+            &[work.to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     Layout {
         _dir: dir,
         home,
@@ -241,38 +248,6 @@ fn set_mtime(path: &Path, seconds: i64) {
             .set_modified(time),
     )
     .unwrap();
-}
-
-fn xattr_set(path: &Path, name: &str, value: &[u8]) {
-    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings and a buffer of the given length, alive for the call.
-    let rc = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-}
-
-fn xattr_get(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    let mut buffer = vec![0u8; 4096];
-    // SAFETY: NUL-terminated strings and a writable buffer of the given length.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-        )
-    };
-    (n >= 0).then(|| buffer[..n as usize].to_vec())
 }
 
 /// The inode flags (`FS_IOC_GETFLAGS`).

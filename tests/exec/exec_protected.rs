@@ -19,6 +19,7 @@
 //!
 //! The same script run without `verbd exec` is the positive control: every attempt succeeds.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -169,15 +170,22 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
         .status()
         .unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    let tools = dir.path().join("tools");
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\", \"/proc\", {:?}]\nwrite = [{:?}]\n",
-            dir.path().join("tools").to_str().unwrap(),
-            repo.to_str().unwrap()
+        Sandbox::new(
+            &[
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/etc",
+                "/proc",
+                tools.to_str().unwrap(),
+            ],
+            &[repo.to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     (dir, repo, policy)
 }
 

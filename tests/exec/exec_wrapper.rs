@@ -1,6 +1,7 @@
 //! `verbd exec`: any program (here a shell script standing in for an agent) confined by a policy's
 //! sandbox profile — writes, protected names and syscalls — as root and as an unprivileged user.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -37,14 +38,10 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
     std::fs::write(repo.join("docs/CLAUDE.md"), "memory\n").unwrap();
     std::fs::create_dir(dir.path().join("outside")).unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/etc\", \"/bin\"]\nwrite = [\"{}\"]\n",
-            repo.display()
-        ),
-    )
-    .unwrap();
+        Sandbox::new(&["/usr", "/lib", "/etc", "/bin"], &[repo.to_str().unwrap()]),
+    );
     (dir, policy)
 }
 

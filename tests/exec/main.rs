@@ -18,3 +18,4 @@ mod exec_protected;
 mod exec_sockets;
 mod exec_wrapper;
 mod terminal_injection;
+mod xattr;

@@ -5,6 +5,7 @@
 //! outside `verbd exec` is the positive control (where the kernel allows TIOCSTI at all). Verbs
 //! get the same refusal.
 use crate::common;
+use common::policy::{Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -85,14 +86,13 @@ fn tiocsti_from_verbd_exec_is_refused_and_the_injected_command_never_runs() {
     std::fs::create_dir(&work).unwrap();
     std::os::unix::fs::chown(&work, Some(UID), Some(UID)).unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/etc\", \"/bin\", \"/dev\"]\nwrite = [{:?}]\n",
-            work.to_str().unwrap()
+        Sandbox::new(
+            &["/usr", "/lib", "/etc", "/bin", "/dev"],
+            &[work.to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     let injected = work.join("INJECTED");
     let control = work.join("CONTROL");
     let quoted = |s: &str| format!("'{s}'");
