@@ -62,7 +62,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// RSS of `pid` and of every process below it (the daemon's helper processes), in KiB. A
-/// child belongs to the *thread* that started it (the spawner to the daemon's spawner client
+/// child belongs to the *thread* that started it (the spawner to the daemon's spawner keeper
 /// thread), so every task's `children` is read.
 fn rss_tree_kib(pid: u32) -> u64 {
     let children: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))

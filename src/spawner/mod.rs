@@ -31,13 +31,16 @@
 //! - the spawner never runs anything it was not sent: it holds no policy and no secret, only
 //!   what each order carries, closed once the child is forked.
 
-use std::io::{self, Read, Write};
+use std::io::{self, PipeReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 
 use crate::sandbox::remote::{RemotePlan, SpawnOrder, SpawnRequest};
 
@@ -63,70 +66,89 @@ pub enum SpawnerError {
     AlreadyInstalled,
 }
 
-/// The daemon's handle on its spawner. Orders go to one long-lived thread, the *client*, which
-/// owns the socket, starts the spawner process and restarts it: a child's parent-death signal
-/// follows the thread that started its spawner, so that thread must live as long as the daemon
-/// (a tokio blocking thread would not).
+/// The daemon's handle on its spawner. A call's task talks to the spawner's socket itself — on
+/// the runtime through an [`AsyncFd`], or in `poll(2)` for the blocking callers (the self-test) —
+/// one order at a time under one lock, so every answer is the answer to the order
+/// before it. An order once begun is finished by a task of its own: a call that goes away
+/// meanwhile cannot leave its answer in the socket for the next order. Only starting a spawner
+/// process goes to another thread, the *keeper*: a child's parent-death signal follows the thread
+/// that started it, so that thread must live as long as the daemon (a runtime worker or a
+/// blocking-pool thread need not).
 pub struct Spawner {
-    jobs: std::sync::mpsc::Sender<Job>,
+    link: Arc<tokio::sync::Mutex<Link>>,
     pid: Arc<AtomicU32>,
 }
 
-/// One order on its way to the client thread. It owns copies of every descriptor it names, so
-/// a caller that goes away (a cancelled call) cannot close one that is then reused before the
-/// order is sent.
-struct Job {
-    bytes: Vec<u8>,
-    fds: Vec<OwnedFd>,
-    reply: tokio::sync::oneshot::Sender<io::Result<Spawned>>,
+/// The socket to the current spawner process, and the way to a new one.
+struct Link {
+    /// `None` before the first order and after a failure: the next order starts a spawner.
+    connection: Option<Connection>,
+    keeper: std::sync::mpsc::Sender<KeeperJob>,
+    pid: Arc<AtomicU32>,
 }
 
-/// One running spawner process.
-struct Connection {
+/// What the keeper thread is asked to do. Either way it first kills and reaps the spawner
+/// process it started last, if that is still there.
+enum KeeperJob {
+    /// Start a new spawner process and answer with our end of its socket.
+    Start(tokio::sync::oneshot::Sender<io::Result<Started>>),
+    /// The current spawner failed; nothing more.
+    Stop,
+}
+
+/// A spawner process the keeper started: our end of its socket (non-blocking) and its pid.
+struct Started {
     socket: UnixStream,
-    process: std::process::Child,
+    pid: u32,
 }
 
-impl Drop for Connection {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
+/// One order, framed (its length, then its bytes). It owns copies of every descriptor it names,
+/// so a caller that goes away (a cancelled call) cannot close one that is then reused before the
+/// order is sent.
+struct Order {
+    framed: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+/// Our end of one spawner process's socket, registered with the runtime at its first use there.
+struct Connection {
+    // Declared before the socket, so it is deregistered before the socket closes.
+    registered: Option<AsyncFd<RawFd>>,
+    socket: UnixStream,
+}
+
+/// How an order waits for its socket: on the runtime, or blocking this thread in `poll(2)`.
+#[derive(Clone, Copy)]
+enum Mode {
+    Async,
+    Blocking,
 }
 
 static INSTALLED: OnceLock<Spawner> = OnceLock::new();
 
-/// Starts this process's spawner (its client thread and the process); from now on
-/// [`installed`] returns it. The daemon calls this once, before its self-test.
+/// Starts this process's spawner (its keeper thread and the process); from now on
+/// [`installed`] returns it. The daemon calls this once, before its self-test and its runtime.
 pub fn install() -> Result<&'static Spawner, SpawnerError> {
     if INSTALLED.get().is_some() {
         return Err(SpawnerError::AlreadyInstalled);
     }
-    let (jobs, receiver) = std::sync::mpsc::channel();
-    let (started_tx, started_rx) = std::sync::mpsc::channel();
-    let pid = Arc::new(AtomicU32::new(0));
-    let client_pid = Arc::clone(&pid);
+    let (keeper, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name("verbd-spawner-client".into())
-        .spawn(move || {
-            let connection = match Connection::start() {
-                Ok(connection) => connection,
-                Err(e) => {
-                    let _ = started_tx.send(Err(e));
-                    return;
-                }
-            };
-            client_pid.store(connection.process.id(), Ordering::Relaxed);
-            let _ = started_tx.send(Ok(()));
-            serve_jobs(receiver, connection, &client_pid);
-        })
+        .name("verbd-spawner-keeper".into())
+        .spawn(move || keep(jobs))
         .map_err(SpawnerError::Start)?;
-    started_rx
-        .recv()
-        .map_err(|_| SpawnerError::Start(io::Error::other("the spawner client thread ended")))?
-        .map_err(SpawnerError::Start)?;
+    let pid = Arc::new(AtomicU32::new(0));
+    let mut link = Link {
+        connection: None,
+        keeper,
+        pid: Arc::clone(&pid),
+    };
+    block_on(link.start()).map_err(SpawnerError::Start)?;
     INSTALLED
-        .set(Spawner { jobs, pid })
+        .set(Spawner {
+            link: Arc::new(tokio::sync::Mutex::new(link)),
+            pid,
+        })
         .map_err(|_| SpawnerError::AlreadyInstalled)?;
     Ok(INSTALLED.get().expect("just installed"))
 }
@@ -137,51 +159,102 @@ pub fn installed() -> Option<&'static Spawner> {
     INSTALLED.get()
 }
 
-/// The client thread: one order at a time, the spawner restarted when it is found gone.
-fn serve_jobs(jobs: std::sync::mpsc::Receiver<Job>, first: Connection, pid: &AtomicU32) {
-    let mut connection = Some(first);
+/// The keeper thread: starts spawner processes when asked, and kills and reaps the one before.
+fn keep(jobs: std::sync::mpsc::Receiver<KeeperJob>) {
+    let mut current: Option<std::process::Child> = None;
     for job in jobs {
-        let raw: Vec<RawFd> = job.fds.iter().map(AsRawFd::as_raw_fd).collect();
+        if let Some(mut old) = current.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        if let KeeperJob::Start(reply) = job {
+            let started = start_process().map(|(socket, process)| {
+                let pid = process.id();
+                current = Some(process);
+                Started { socket, pid }
+            });
+            // An order that went away drops the socket: that spawner sees its end and exits.
+            let _ = reply.send(started);
+        }
+    }
+}
+
+/// Runs `future` to its end on this thread (the blocking callers' orders, whose socket waits
+/// are `poll(2)` calls; a wait on another thread parks this one until it wakes it).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+impl Link {
+    /// Has the keeper start a new spawner process (stopping the current one) and connects to it.
+    async fn start(&mut self) -> io::Result<()> {
+        self.connection = None;
+        self.pid.store(0, Ordering::Relaxed);
+        let keeper_gone = || io::Error::other("the spawner keeper thread ended");
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.keeper
+            .send(KeeperJob::Start(reply))
+            .map_err(|_| keeper_gone())?;
+        let started = answer.await.map_err(|_| keeper_gone())??;
+        started.socket.set_nonblocking(true)?;
+        self.pid.store(started.pid, Ordering::Relaxed);
+        self.connection = Some(Connection {
+            registered: None,
+            socket: started.socket,
+        });
+        Ok(())
+    }
+
+    /// Forgets a failed spawner; the keeper kills and reaps it, and the next order starts another.
+    fn drop_failed(&mut self) {
+        self.connection = None;
+        self.pid.store(0, Ordering::Relaxed);
+        let _ = self.keeper.send(KeeperJob::Stop);
+    }
+
+    /// Sends one order and reads its answer, starting a spawner process when there is none.
+    async fn deliver(&mut self, order: &Order, mode: Mode) -> io::Result<Spawned> {
+        let raw: Vec<RawFd> = order.fds.iter().map(AsRawFd::as_raw_fd).collect();
         let mut attempts = 0;
-        let result = loop {
+        loop {
             attempts += 1;
-            if connection.is_none() {
-                match Connection::start() {
-                    Ok(started) => {
-                        pid.store(started.process.id(), Ordering::Relaxed);
-                        connection = Some(started);
-                    }
-                    Err(e) => {
-                        break Err(io::Error::other(format!(
-                            "cannot restart the spawner process: {e}"
-                        )));
-                    }
-                }
+            if self.connection.is_none() {
+                self.start().await.map_err(|e| {
+                    io::Error::other(format!("cannot restart the spawner process: {e}"))
+                })?;
             }
-            let live = connection.as_mut().expect("started above");
-            match live.order(&job.bytes, &raw) {
-                Delivery::Answered(forked) => break forked,
-                // It was gone before it could read a byte: nothing was forked. Start a new one
-                // and send the order again, once.
+            let live = self.connection.as_mut().expect("started above");
+            match live.order(&order.framed, &raw, mode).await {
+                Delivery::Answered(forked) => return forked,
+                // It was gone before it could read a byte: nothing was forked. Start a new
+                // one and send the order again, once.
                 Delivery::NotDelivered(e) if attempts == 1 => {
                     tracing::warn!(error = %e, "the spawner process was gone; restarting it");
-                    connection = None;
-                    pid.store(0, Ordering::Relaxed);
+                    self.drop_failed();
                 }
                 Delivery::NotDelivered(e) | Delivery::Lost(e) => {
-                    // The next order starts a new spawner.
-                    connection = None;
-                    pid.store(0, Ordering::Relaxed);
+                    self.drop_failed();
                     tracing::error!(error = %e, "the spawner process failed while it held an order; it is restarted for the next call");
-                    break Err(io::Error::other(format!(
+                    return Err(io::Error::other(format!(
                         "the spawner process failed while starting this call ({e}); whether the program started is unknown"
                     )));
                 }
             }
-        };
-        drop(job.fds);
-        // A caller that went away drops the child, which kills and reaps it.
-        let _ = job.reply.send(result);
+        }
     }
 }
 
@@ -194,16 +267,8 @@ pub struct Spawned {
 }
 
 impl Spawner {
-    /// Hands one order to the client thread: the answer, and the read end of the child's exec
-    /// report pipe.
-    fn submit(
-        &self,
-        request: &SpawnRequest<'_>,
-        plan: RemotePlan,
-    ) -> io::Result<(
-        tokio::sync::oneshot::Receiver<io::Result<Spawned>>,
-        std::io::PipeReader,
-    )> {
+    /// One order for `request` and `plan`, and the read end of the child's exec report pipe.
+    fn order(request: &SpawnRequest<'_>, plan: RemotePlan) -> io::Result<(Order, PipeReader)> {
         let (report_read, report_write) = std::io::pipe()?;
         let (bytes, raw) = crate::sandbox::remote::encode(request, report_write.as_raw_fd(), &plan);
         let fds = raw
@@ -214,11 +279,10 @@ impl Spawner {
                 unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Job { bytes, fds, reply })
-            .map_err(|_| io::Error::other("the spawner client thread ended"))?;
-        Ok((answer, report_read))
+        let mut framed = Vec::with_capacity(4 + bytes.len());
+        framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        framed.extend_from_slice(&bytes);
+        Ok((Order { framed, fds }, report_read))
     }
 
     /// Starts one sandboxed child: sends the order, waits for the fork, then for the child's
@@ -226,10 +290,19 @@ impl Spawner {
     /// (`crate::sandbox::spawn_failure` decodes it) and with the errno when `execve` did.
     pub async fn spawn(&self, request: &SpawnRequest<'_>, plan: RemotePlan) -> io::Result<Spawned> {
         use tokio::io::AsyncReadExt;
-        let (answer, report) = self.submit(request, plan)?;
-        let mut spawned = answer
-            .await
-            .map_err(|_| io::Error::other("the spawner client thread ended"))??;
+        let (order, report) = Self::order(request, plan)?;
+        let link = Arc::clone(&self.link);
+        // A task of its own (on this worker, right after this one yields): dropping this call
+        // cannot stop an order half sent or an answer half read. A call that went away drops
+        // the child it would have got, which kills and reaps it.
+        let mut spawned = tokio::spawn(async move {
+            let delivered = link.lock_owned().await.deliver(&order, Mode::Async).await;
+            // Before the report is read: the order holds a copy of its pipe's write end.
+            drop(order);
+            delivered
+        })
+        .await
+        .map_err(|e| io::Error::other(format!("the spawner order was lost: {e}")))??;
         let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into())?;
         let mut code = Vec::with_capacity(4);
         report.read_to_end(&mut code).await?;
@@ -243,10 +316,12 @@ impl Spawner {
         request: &SpawnRequest<'_>,
         plan: RemotePlan,
     ) -> io::Result<Spawned> {
-        let (answer, mut report) = self.submit(request, plan)?;
-        let mut spawned = answer
-            .blocking_recv()
-            .map_err(|_| io::Error::other("the spawner client thread ended"))??;
+        let (order, mut report) = Self::order(request, plan)?;
+        let delivered = block_on(self.link.blocking_lock().deliver(&order, Mode::Blocking));
+        // The order's copies go now: among them the report pipe's write end, whose closing in
+        // the child at `execve` is what the read below waits for.
+        drop(order);
+        let mut spawned = delivered?;
         let mut code = Vec::with_capacity(4);
         report.read_to_end(&mut code)?;
         exec_report(&mut spawned, &code)?;
@@ -317,73 +392,90 @@ fn exec_report(spawned: &mut Spawned, report: &[u8]) -> io::Result<()> {
     }
 }
 
-impl Connection {
-    /// Starts the spawner: this binary again, in spawner mode, with one end of a socket pair as
-    /// descriptor 3 and the capabilities this process holds in its ambient set.
-    fn start() -> io::Result<Connection> {
-        let (ours, theirs) = UnixStream::pair()?;
-        let kept = permitted_capabilities()?;
-        let their_fd = theirs.as_raw_fd();
-        let mut command = Command::new("/proc/self/exe");
-        command
-            .arg(SPAWNER_ARG)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        // SAFETY: the closure runs raw syscalls only (dup2, fcntl, capset, prctl) on values
-        // computed before the fork; it allocates nothing and takes no lock.
-        unsafe {
-            command.pre_exec(move || {
-                if their_fd == SOCKET_FD {
-                    if libc::fcntl(SOCKET_FD, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                } else if libc::dup2(their_fd, SOCKET_FD) < 0 {
+/// Starts a spawner process: this binary again, in spawner mode, with one end of a socket pair as
+/// descriptor 3 and the capabilities this process holds in its ambient set. Returns our end and
+/// the process. Runs on the keeper thread (the spawner's parent-death signal follows it).
+fn start_process() -> io::Result<(UnixStream, std::process::Child)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let kept = permitted_capabilities()?;
+    let their_fd = theirs.as_raw_fd();
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg(SPAWNER_ARG)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: the closure runs raw syscalls only (dup2, fcntl, capset, prctl) on values
+    // computed before the fork; it allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(move || {
+            if their_fd == SOCKET_FD {
+                if libc::fcntl(SOCKET_FD, libc::F_SETFD, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                raise_ambient(kept)?;
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let process = command.spawn()?;
-        drop(theirs);
-        Ok(Connection {
-            socket: ours,
-            process,
-        })
+            } else if libc::dup2(their_fd, SOCKET_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            raise_ambient(kept)?;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
+    let process = command.spawn()?;
+    drop(theirs);
+    Ok((ours, process))
+}
 
-    /// Sends one order and reads the answer.
-    fn order(&mut self, bytes: &[u8], fds: &[RawFd]) -> Delivery {
-        let mut framed = Vec::with_capacity(4 + bytes.len());
-        framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        framed.extend_from_slice(bytes);
-        let sent = match send_with_fds(self.socket.as_raw_fd(), &framed, fds) {
+impl Connection {
+    /// Sends one framed order and reads the answer.
+    async fn order(&mut self, framed: &[u8], fds: &[RawFd], mode: Mode) -> Delivery {
+        let sent = match self
+            .io(mode, Interest::WRITABLE, |socket| {
+                send_with_fds(socket.as_raw_fd(), framed, fds)
+            })
+            .await
+        {
             Ok(sent) => sent,
             Err(e) => return Delivery::NotDelivered(e),
         };
-        match self.finish_order(&framed[sent..]) {
+        match self.finish_order(&framed[sent..], mode).await {
             Ok(answer) => Delivery::Answered(answer),
             Err(e) => Delivery::Lost(e),
         }
     }
 
-    fn finish_order(&mut self, rest: &[u8]) -> io::Result<io::Result<Spawned>> {
-        self.socket.write_all(rest)?;
-        let mut answer = [0u8; 8];
-        let (received, pidfd) = receive_with_fds(self.socket.as_raw_fd(), &mut answer, 1)?;
-        if received == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the spawner closed its socket",
-            ));
+    async fn finish_order(&mut self, rest: &[u8], mode: Mode) -> io::Result<io::Result<Spawned>> {
+        let mut written = 0;
+        while written < rest.len() {
+            written += self
+                .io(mode, Interest::WRITABLE, |mut socket| {
+                    socket.write(&rest[written..])
+                })
+                .await?;
         }
-        if received < answer.len() {
-            self.socket.read_exact(&mut answer[received..])?;
+        let mut answer = [0u8; 8];
+        let (received, pidfd) = self
+            .io(mode, Interest::READABLE, |socket| {
+                receive_with_fds(socket.as_raw_fd(), &mut answer, 1)
+            })
+            .await?;
+        let mut have = received;
+        while have < answer.len() {
+            let read = self
+                .io(mode, Interest::READABLE, |mut socket| {
+                    socket.read(&mut answer[have..])
+                })
+                .await?;
+            if read == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the spawner closed its socket",
+                ));
+            }
+            have += read;
         }
         let errno = i32::from_le_bytes(answer[..4].try_into().expect("4 bytes"));
         let pid = i32::from_le_bytes(answer[4..].try_into().expect("4 bytes"));
@@ -400,6 +492,66 @@ impl Connection {
                 io::ErrorKind::InvalidData,
                 "the spawner answered without a pidfd",
             )),
+        }
+    }
+
+    /// Runs `op` on the (non-blocking) socket until it does not answer `WouldBlock`, waiting for
+    /// `interest` in between: on the runtime (the socket is registered at its first use there),
+    /// or in `poll(2)`.
+    async fn io<T>(
+        &mut self,
+        mode: Mode,
+        interest: Interest,
+        mut op: impl FnMut(&UnixStream) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let Connection { registered, socket } = self;
+        match mode {
+            Mode::Async => {
+                if registered.is_none() {
+                    // SAFETY: the socket is owned by this connection, which drops the
+                    // registration before it (field order) and does not close it meanwhile.
+                    *registered = Some(unsafe {
+                        AsyncFd::register_with_interest(
+                            socket.as_raw_fd(),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                    }?);
+                }
+                let registered = registered.as_ref().expect("registered above");
+                registered.async_io(interest, |_| op(socket)).await
+            }
+            Mode::Blocking => loop {
+                match op(socket) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        wait_for(socket.as_raw_fd(), interest)?
+                    }
+                    result => return result,
+                }
+            },
+        }
+    }
+}
+
+/// Blocks in `poll(2)` until `socket` is ready for `interest` (or hung up).
+fn wait_for(socket: RawFd, interest: Interest) -> io::Result<()> {
+    let events = if interest.is_readable() {
+        libc::POLLIN
+    } else {
+        libc::POLLOUT
+    };
+    let mut poll_fd = libc::pollfd {
+        fd: socket,
+        events,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd on the stack, for the duration of the call.
+        if unsafe { libc::poll(&mut poll_fd, 1, -1) } >= 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
         }
     }
 }
