@@ -141,10 +141,11 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A profile reading (and executing) beneath `read` and writing beneath `write`.
+    /// An empty `write` leaves `write` unset (the built-in default: none).
     pub fn new(read: &[&str], write: &[&str]) -> Sandbox {
         Sandbox {
             read: Some(strings(read)),
-            write: Some(strings(write)),
+            write: (!write.is_empty()).then(|| strings(write)),
             ..Sandbox::default()
         }
     }
@@ -227,6 +228,7 @@ pub enum ParamType {
     Path,
     SystemdUnit,
     K8sName,
+    Sql,
 }
 
 /// `params.NAME = { type = …, … }`.
@@ -244,6 +246,16 @@ pub struct Param {
     pattern: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_length: Option<usize>,
+    #[serde(skip_serializing_if = "is_false")]
+    allow_dash: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deny_relations: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_relations: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deny_columns: Option<Vec<String>>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -500,6 +512,11 @@ impl Param {
             max: None,
             pattern: None,
             max_length: None,
+            allow_dash: false,
+            allow: None,
+            deny_relations: None,
+            allow_relations: None,
+            deny_columns: None,
         }
     }
 
@@ -526,6 +543,36 @@ impl Param {
             pattern: Some(pattern.into()),
             ..Param::of(ParamType::String)
         }
+    }
+
+    /// `allow_dash = true`: the value may begin an argv element with `-`.
+    pub fn allow_dash(mut self) -> Param {
+        self.allow_dash = true;
+        self
+    }
+
+    /// `sql`: the statement kinds it accepts (`select`, `show`, `explain-analyze`).
+    pub fn allow(mut self, kinds: &[&str]) -> Param {
+        self.allow = Some(strings(kinds));
+        self
+    }
+
+    /// `sql`: relations it refuses.
+    pub fn deny_relations(mut self, relations: &[&str]) -> Param {
+        self.deny_relations = Some(strings(relations));
+        self
+    }
+
+    /// `sql`: the only relations it reads.
+    pub fn allow_relations(mut self, relations: &[&str]) -> Param {
+        self.allow_relations = Some(strings(relations));
+        self
+    }
+
+    /// `sql`: columns it refuses.
+    pub fn deny_columns(mut self, columns: &[&str]) -> Param {
+        self.deny_columns = Some(strings(columns));
+        self
     }
 
     /// At most `characters` long.

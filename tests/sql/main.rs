@@ -13,6 +13,7 @@ mod sql_corpus;
 
 mod pg_ephemeral;
 mod pg_harness;
+mod psql_verbs;
 mod sql;
 mod sql_bypass;
 mod sql_daemon;

@@ -12,6 +12,8 @@ use crate::common;
 use crate::hostile;
 use crate::pg;
 
+use crate::psql_verbs::{open_socket_dir, pg_sandbox, psql_verb};
+use common::policy::{Param, ParamType, Policy};
 use common::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,50 +22,35 @@ use verbd::protocol::Response;
 const AGENT: u32 = 61302;
 const REAL_PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
 
-fn verb(name: &str, dir: &str, sql_options: &str) -> String {
-    format!(
-        r#"
-[verb.{name}]
-description = "one parsed read-only query"
-category = "read-only"
-roles = ["agent"]
-sandbox = "pg"
-command = ["{REAL_PSQL}", "-X", "--no-password", "-v", "ON_ERROR_STOP=1", "--csv", "-h", "{dir}", "-p", "5432", "-U", "agent", "-d", "verbd", "-c", "{{sql}}"]
-env = {{ PGOPTIONS = "-c default_transaction_read_only=on -c statement_timeout=10s" }}
-params.sql = {{ type = "sql"{sql_options} }}
-"#
-    )
-}
-
-fn policy(pg: &pg::PgCluster, extra_verbs: &[(&str, &str)]) -> String {
-    let dir = pg.socket_dir().display().to_string();
-    let mut policy = format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}]
-
-[sandbox.pg]
-read = ["/usr", "/lib", "/etc", "{dir}"]
-unix_sockets = ["{dir}/.s.PGSQL.5432"]
-"#
-    );
-    policy.push_str(&verb("stats", &dir, ""));
-    for (name, options) in extra_verbs {
-        policy.push_str(&verb(name, &dir, options));
+/// `stats` and the `extra_verbs`, each one parsed read-only query whose `sql` parameter is typed
+/// as given.
+fn policy(pg: &pg::PgCluster, extra_verbs: Vec<(&str, Param)>) -> String {
+    let verb = |param: Param| {
+        psql_verb(pg, REAL_PSQL, param, "10s")
+            .description("one parsed read-only query")
+            .roles(&["agent"])
+    };
+    let mut policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .sandbox("pg", pg_sandbox(pg))
+        .verb("stats", verb(sql()));
+    for (name, param) in extra_verbs {
+        policy = policy.verb(name, verb(param));
     }
-    policy
+    policy.render()
 }
 
-fn start(extra_verbs: &[(&str, &str)]) -> Option<(pg::PgCluster, Daemon)> {
+fn sql() -> Param {
+    Param::of(ParamType::Sql)
+}
+
+fn start(extra_verbs: Vec<(&str, Param)>) -> Option<(pg::PgCluster, Daemon)> {
     if !require_root("sql bypass") {
         return None;
     }
     let pg = pg::PgCluster::start()?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(pg.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_socket_dir(&pg);
     pg.setup(
         "CREATE TABLE users (id int PRIMARY KEY, name text, password_hash text);\n\
          INSERT INTO users VALUES (1, 'alice', '$argon2id$alice-hash'), (2, 'bob', '$argon2id$bob-hash');\n\
@@ -111,7 +98,9 @@ fn rows(d: &Daemon, verb: &str, sql: &str) -> String {
 
 #[test]
 fn unicode_escaped_pg_sleep_is_refused_not_slept() {
-    let Some((_pg, d)) = start(&[]) else { return };
+    let Some((_pg, d)) = start(vec![]) else {
+        return;
+    };
     let (answer, took) = call_as_agent(&d, "stats", r#"select U&"pg\005Fsleep"(3)"#);
     assert!(
         matches!(&answer, Response::Invalid { rule, .. } if rule == "denied-function"),
@@ -196,7 +185,7 @@ impl Drop for Victim {
 
 #[test]
 fn sql_hidden_in_a_string_cannot_kill_another_session() {
-    let Some((pg, d)) = start(&[]) else { return };
+    let Some((pg, d)) = start(vec![]) else { return };
     let mut session = Victim::start(&pg);
     let hidden =
         "select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'victim'";
@@ -271,10 +260,10 @@ fn sql_hidden_in_a_string_cannot_kill_another_session() {
 
 #[test]
 fn credential_catalogs_and_denied_relations_and_columns_are_refused() {
-    let Some((_pg, d)) = start(&[
-        ("no-users", r#", deny_relations = ["users"]"#),
-        ("only-t", r#", allow_relations = ["t"]"#),
-        ("no-hashes", r#", deny_columns = ["password_hash"]"#),
+    let Some((_pg, d)) = start(vec![
+        ("no-users", sql().deny_relations(&["users"])),
+        ("only-t", sql().allow_relations(&["t"])),
+        ("no-hashes", sql().deny_columns(&["password_hash"])),
     ]) else {
         return;
     };
@@ -359,9 +348,9 @@ fn credential_catalogs_and_denied_relations_and_columns_are_refused() {
 
 #[test]
 fn show_and_explain_analyze_only_by_opt_in() {
-    let Some((_pg, d)) = start(&[
-        ("show", r#", allow = ["select", "show"]"#),
-        ("analyze", r#", allow = ["select", "explain-analyze"]"#),
+    let Some((_pg, d)) = start(vec![
+        ("show", sql().allow(&["select", "show"])),
+        ("analyze", sql().allow(&["select", "explain-analyze"])),
     ]) else {
         return;
     };
@@ -642,7 +631,9 @@ const DENYLIST_CALLS: &[(&str, &str, &str)] = &[
 
 #[test]
 fn every_denylist_entry_is_refused_through_the_daemon() {
-    let Some((_pg, d)) = start(&[]) else { return };
+    let Some((_pg, d)) = start(vec![]) else {
+        return;
+    };
     let requests: Vec<_> = DENYLIST_CALLS
         .iter()
         .map(|(_, _, sql)| hostile::call("stats", &[("sql", sql)]))
@@ -700,7 +691,7 @@ fn every_denylist_entry_is_refused_through_the_daemon() {
 /// `allow_relations` admits only `t`. Found by comparing with PostgreSQL's own parser.
 #[test]
 fn a_quoted_name_the_parser_reads_as_a_string_is_refused() {
-    let Some((pg, d)) = start(&[("only-t", r#", allow_relations = ["t"]"#)]) else {
+    let Some((pg, d)) = start(vec![("only-t", sql().allow_relations(&["t"]))]) else {
         return;
     };
     pg.setup(

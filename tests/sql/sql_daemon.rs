@@ -3,51 +3,31 @@
 //! real read-only queries return the right rows.
 use crate::common;
 use crate::pg;
+use crate::psql_verbs::{open_socket_dir, pg_sandbox, psql_verb};
+use common::policy::{Param, ParamType, Policy};
 use common::*;
 use verbd::protocol::Response;
 
 const REAL_PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
 
 fn policy(pg: &pg::PgCluster) -> String {
-    let dir = pg.socket_dir().display().to_string();
-    let argv = |param: &str| {
-        format!(
-            r#"["{REAL_PSQL}", "-X", "--no-password", "-v", "ON_ERROR_STOP=1", "--csv", "-h", "{dir}", "-p", "5432", "-U", "agent", "-d", "verbd", "-c", "{{{param}}}"]"#
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox("pg", pg_sandbox(pg))
+        .verb(
+            "stats",
+            psql_verb(pg, REAL_PSQL, Param::of(ParamType::Sql), "5s")
+                .description("one parsed read-only query")
+                .roles(&["me"]),
         )
-    };
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-
-[sandbox.pg]
-read = ["/usr", "/lib", "/etc", "{dir}"]
-unix_sockets = ["{dir}/.s.PGSQL.5432"]
-
-[verb.stats]
-description = "one parsed read-only query"
-category = "read-only"
-roles = ["me"]
-sandbox = "pg"
-command = {stats}
-env = {{ PGOPTIONS = "-c default_transaction_read_only=on -c statement_timeout=5s" }}
-params.sql = {{ type = "sql" }}
-
-[verb.raw-stats]
-description = "TEST ONLY: the validator bypassed, to prove the second layer"
-category = "read-only"
-roles = ["me"]
-sandbox = "pg"
-command = {raw}
-env = {{ PGOPTIONS = "-c default_transaction_read_only=on -c statement_timeout=5s" }}
-params.sql = {{ type = "string", pattern = ".*", max_length = 4000 }}
-"#,
-        stats = argv("sql"),
-        raw = argv("sql"),
-    )
+        .verb(
+            "raw-stats",
+            psql_verb(pg, REAL_PSQL, Param::matching(".*").max_length(4000), "5s")
+                .description("TEST ONLY: the validator bypassed, to prove the second layer")
+                .roles(&["me"]),
+        )
+        .render()
 }
 
 fn start() -> Option<(pg::PgCluster, Daemon)> {
@@ -55,10 +35,7 @@ fn start() -> Option<(pg::PgCluster, Daemon)> {
         return None;
     }
     let pg = pg::PgCluster::start()?;
-    // Verb children have no capabilities (not even root's DAC override): let them reach the
-    // server's socket directory like any other client would.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(pg.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_socket_dir(&pg);
     let d = Daemon::start(&policy(&pg));
     Some((pg, d))
 }

@@ -7,6 +7,8 @@ use crate::common;
 use crate::pg;
 use crate::sql_corpus;
 
+use crate::psql_verbs::{open_socket_dir, pg_sandbox, psql_verb};
+use common::policy::{Category, Param, ParamType, Policy, Verb};
 use common::*;
 use verbd::policy::sql::{SqlOptions, validate};
 use verbd::protocol::Response;
@@ -15,46 +17,34 @@ use verbd::protocol::Response;
 const MIN_ACCEPTANCE_PERCENT: f64 = 95.0;
 
 fn policy(pg: &pg::PgCluster) -> String {
-    let dir = pg.socket_dir().display().to_string();
-    let psql = pg.psql_binary().display().to_string();
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-
-[sandbox.pg]
-read = ["/usr", "/lib", "/etc", "{dir}"]
-unix_sockets = ["{dir}/.s.PGSQL.5432"]
-
-[verb.stats]
-description = "one parsed read-only query"
-category = "read-only"
-roles = ["me"]
-sandbox = "pg"
-command = ["{psql}", "-X", "--no-password", "-v", "ON_ERROR_STOP=1", "--csv", "-h", "{dir}", "-p", "5432", "-U", "agent", "-d", "verbd", "-c", "{{sql}}"]
-env = {{ PGOPTIONS = "-c default_transaction_read_only=on -c statement_timeout=5s" }}
-params.sql = {{ type = "sql" }}
-
-[verb.stats-leading-comment]
-description = "the same, for queries that open with a `--` comment (`-c` takes them as its argument)"
-category = "read-only"
-roles = ["me"]
-sandbox = "pg"
-command = ["{psql}", "-X", "--no-password", "-v", "ON_ERROR_STOP=1", "--csv", "-h", "{dir}", "-p", "5432", "-U", "agent", "-d", "verbd", "-c", "{{sql}}"]
-env = {{ PGOPTIONS = "-c default_transaction_read_only=on -c statement_timeout=5s" }}
-params.sql = {{ type = "sql", allow_dash = true }}
-
-[verb.echo-word]
-description = "a string parameter that takes any one-line text"
-category = "read-only"
-roles = ["me"]
-command = ["/bin/echo", "{{word}}"]
-params.word = {{ type = "string", pattern = ".*", max_length = 200 }}
-"#
-    )
+    let psql = pg.psql_binary();
+    let psql = psql.to_str().unwrap();
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox("pg", pg_sandbox(pg))
+        .verb(
+            "stats",
+            psql_verb(pg, psql, Param::of(ParamType::Sql), "5s")
+                .description("one parsed read-only query")
+                .roles(&["me"]),
+        )
+        .verb(
+            "stats-leading-comment",
+            psql_verb(pg, psql, Param::of(ParamType::Sql).allow_dash(), "5s")
+                .description(
+                    "the same, for queries that open with a `--` comment (`-c` takes them as its argument)",
+                )
+                .roles(&["me"]),
+        )
+        .verb(
+            "echo-word",
+            Verb::argv(Category::ReadOnly, &["/bin/echo", "{word}"])
+                .description("a string parameter that takes any one-line text")
+                .roles(&["me"])
+                .param("word", Param::matching(".*").max_length(200)),
+        )
+        .render()
 }
 
 fn start() -> Option<(pg::PgCluster, Daemon)> {
@@ -62,9 +52,7 @@ fn start() -> Option<(pg::PgCluster, Daemon)> {
         return None;
     }
     let pg = pg::PgCluster::start()?;
-    // Verb children have no capabilities: let them reach the server's socket directory.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(pg.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_socket_dir(&pg);
     let d = Daemon::start(&policy(&pg));
     Some((pg, d))
 }
