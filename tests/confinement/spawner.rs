@@ -1,10 +1,14 @@
 //! The spawner process (module `verbd::spawner`): the daemon's sandboxed children are forked by a
 //! small single-threaded process, never by the daemon; it has the daemon's identity and nothing
 //! more; a spawner that dies is restarted, and the call it held ends as failed with its outcome
-//! unknown — never run twice, always journaled, the journal still verifying.
+//! unknown — never run twice, always journaled, the journal still verifying, also when it is
+//! killed at random moments while calls run.
 use crate::common;
 use common::*;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 use verbd::protocol::{Request, Response};
 
 const POLICY: &str = r#"
@@ -40,8 +44,11 @@ fn children(pid: u32) -> Vec<u32> {
 
 /// The daemon's spawner: its one child whose command line is `… __spawner`.
 fn spawner_of(daemon: &Daemon) -> Option<u32> {
-    let pid = daemon.child.as_ref().unwrap().id();
-    children(pid).into_iter().find(|child| {
+    spawner_of_pid(daemon.child.as_ref().unwrap().id())
+}
+
+fn spawner_of_pid(daemon: u32) -> Option<u32> {
+    children(daemon).into_iter().find(|child| {
         std::fs::read(format!("/proc/{child}/cmdline"))
             .map(|c| c.split(|b| *b == 0).any(|arg| arg == b"__spawner"))
             .unwrap_or(false)
@@ -182,4 +189,237 @@ fn a_killed_spawner_is_restarted_and_the_call_it_held_fails_once_and_is_journale
         daemon.state.to_str().unwrap(),
     ]);
     assert!(verify.status.success(), "{verify:?}");
+}
+
+const TORTURE_POLICY: &str = r#"
+version = 1
+[daemon]
+allow_root = true
+[roles.me]
+uids = [0]
+
+[sandbox.runs]
+read = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+write = ["@DIR@/runs"]
+
+[verb.mark]
+description = "each run leaves one directory; a second run of the same n would fail"
+category = "read-only"
+roles = ["me"]
+sandbox = "runs"
+command = "/usr/bin/mkdir @DIR@/runs/{n}"
+params.n = { type = "int", min = 0, max = 100000000 }
+"#;
+
+/// How long the torture runs, and how many clients call meanwhile.
+const TORTURE: Duration = Duration::from_secs(15);
+const TORTURE_CLIENTS: usize = 4;
+
+fn mark(socket: &Path, n: u32) -> Response {
+    verbd::client::request(
+        socket,
+        &Request::Call {
+            verb: "mark".into(),
+            args: [("n".to_string(), serde_json::Value::from(n.to_string()))]
+                .into_iter()
+                .collect(),
+            reason: None,
+            idempotency_key: None,
+            stream: None,
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap()
+}
+
+/// The spawner process while calls run. A child it forked shows the spawner's command line until
+/// its `execve`, and is the daemon's child too (`CLONE_PARENT`): the spawner is the oldest of
+/// them (a child of a spawner killed just before can still be older than its successor; the
+/// torture then kills that child instead, which ends its call as killed by `SIGKILL`).
+fn current_spawner(daemon: u32) -> Option<u32> {
+    let started = |pid: u32| -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Field 22, counted after the command name's closing parenthesis (field 2).
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(19)?
+            .parse()
+            .ok()
+    };
+    children(daemon)
+        .into_iter()
+        .filter(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .map(|c| c.split(|b| *b == 0).any(|arg| arg == b"__spawner"))
+                .unwrap_or(false)
+        })
+        .filter_map(|child| Some((started(child)?, child)))
+        .min()
+        .map(|(_, child)| child)
+}
+
+/// Random pauses (xorshift64*; the seed is printed, `VERBD_TORTURE_SEED` replays one).
+struct Pauses(u64);
+
+impl Pauses {
+    fn next(&mut self, below_ms: u64) -> Duration {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        Duration::from_millis(self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % below_ms)
+    }
+}
+
+/// Clients call without pause while the spawner is SIGKILLed at random moments. Every call is
+/// answered, either as run or as failed with its outcome unknown; none runs twice (the verb is
+/// `mkdir`, which fails on a second run of the same `n`); every call answered as run left its
+/// directory and no directory appears for a call never made; the journal holds exactly one
+/// `exec` and one `result` record per call, the failed ones exactly the unknown ones, and it
+/// verifies. The daemon serves normally afterwards.
+#[test]
+fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
+    if !require_root("spawner torture") {
+        return;
+    }
+    let daemon = Daemon::start_with(TORTURE_POLICY, |dir| {
+        std::fs::create_dir(dir.join("runs")).unwrap();
+    });
+    let runs = daemon.dir.path().join("runs");
+    let daemon_pid = daemon.child.as_ref().unwrap().id();
+    let seed = std::env::var("VERBD_TORTURE_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("spawner torture: VERBD_TORTURE_SEED={seed}");
+    let next = AtomicU32::new(0);
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let (answers, kills) = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..TORTURE_CLIENTS)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut answers = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        answers.push((n, mark(&daemon.socket, n)));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let mut pauses = Pauses(seed);
+        let mut kills = 0u32;
+        while start.elapsed() < TORTURE {
+            std::thread::sleep(pauses.next(100));
+            if let Some(spawner) = current_spawner(daemon_pid) {
+                let killed = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(spawner as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                kills += u32::from(killed.is_ok());
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let answers: Vec<(u32, Response)> = clients
+            .into_iter()
+            .flat_map(|client| client.join().unwrap())
+            .collect();
+        (answers, kills)
+    });
+    let calls = next.load(Ordering::Relaxed);
+    assert_eq!(answers.len() as u32, calls, "every call was answered");
+
+    let mut ran = Vec::new();
+    let mut unknown = Vec::new();
+    let mut killed = 0;
+    for (n, answer) in &answers {
+        match answer {
+            // A child taken for the spawner (see `current_spawner`): killed, not run twice.
+            Response::Ok { result, .. } if result.exit.signal == Some(libc::SIGKILL) => killed += 1,
+            Response::Ok { result, .. } => {
+                assert_eq!(
+                    result.exit.code,
+                    Some(0),
+                    "call {n} ran but its mkdir failed (a second run?): {result:?}"
+                );
+                ran.push(*n);
+            }
+            Response::Error { message }
+                if message.contains("spawner") && message.contains("unknown") =>
+            {
+                unknown.push(*n)
+            }
+            other => panic!("call {n}: neither run nor unknown: {other:?}"),
+        }
+    }
+    let made: Vec<u32> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|entry| {
+            entry
+                .unwrap()
+                .file_name()
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    for n in &ran {
+        assert!(made.contains(n), "call {n} answered as run left nothing");
+    }
+    for n in &made {
+        assert!(*n < calls, "a directory for call {n}, never made");
+    }
+    let unknown_that_ran = unknown.iter().filter(|n| made.contains(n)).count();
+
+    // The journal: one exec and one result per call; the failed results are the unknown calls.
+    let events = daemon.journal_events();
+    let mut execs_per_n: BTreeMap<String, u32> = BTreeMap::new();
+    for exec in events.iter().filter(|e| e["kind"] == "exec") {
+        *execs_per_n
+            .entry(exec["args"]["n"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(execs_per_n.len() as u32, calls, "one exec record per call");
+    assert!(
+        execs_per_n.values().all(|&count| count == 1),
+        "no call journaled twice"
+    );
+    let results: Vec<_> = events.iter().filter(|e| e["kind"] == "result").collect();
+    assert_eq!(results.len() as u32, calls, "one result record per call");
+    let failed = results.iter().filter(|r| !r["error"].is_null()).count();
+    assert_eq!(
+        failed,
+        unknown.len(),
+        "the failed results are the unknown calls"
+    );
+    let verify = daemon.cli(&[
+        "audit",
+        "verify",
+        "--state-dir",
+        daemon.state.to_str().unwrap(),
+    ]);
+    assert!(verify.status.success(), "{verify:?}");
+    eprintln!(
+        "spawner torture: {calls} calls by {TORTURE_CLIENTS} clients in {:.1} s, {kills} spawner \
+         kills, {} ran, {} unknown_outcome ({unknown_that_ran} of them had run), {killed} children \
+         killed in place of the spawner, journal verified",
+        start.elapsed().as_secs_f64(),
+        ran.len(),
+        unknown.len(),
+    );
+    assert!(kills >= 20, "the spawner was killed only {kills} times");
+
+    // Afterwards the daemon serves as before.
+    match mark(&daemon.socket, calls) {
+        Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
+        other => panic!("after the torture: {other:?}"),
+    }
 }
