@@ -13,6 +13,7 @@
 //! One verb (`pair`) needs a quorum of two, one `sre` and one `dba`: approvals of it, and crashes
 //! between them, are steps too, and after every step no proposal has run on fewer than two
 //! approvals by two people.
+use crate::common::policy::{Category, Param, Policy, Quorum, Verb};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,64 +32,50 @@ const SRE: u32 = 62002;
 const DBA: u32 = 62003;
 
 fn policy(dir: &Path) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}]
-[roles.sre]
-kind = "human"
-uids = [{SRE}]
-[roles.dba]
-kind = "human"
-uids = [{DBA}]
-[approvals]
-approvers = ["sre", "dba"]
-expires = "300ms"
-
-[verb.pair]
-description = "append a line once an sre and a dba approved"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent"]
-roots = ["{out}"]
-quorum = {{ count = 2, from = ["sre", "dba"], max_per_role = 1 }}
-
-[verb.note]
-description = "append a note (needs approval)"
-builtin = "file.append"
-category = "mutating"
-roles = ["agent"]
-roots = ["{out}"]
-
-[verb.slow]
-description = "a slow change (needs approval)"
-category = "mutating"
-roles = ["agent"]
-timeout = "60s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "string", pattern = "[0-9]+(\\.[0-9]+)?" }}
-
-[verb.tick]
-description = "append a tick at once"
-builtin = "file.append"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["{out}"]
-
-[verb.nap]
-description = "a long read"
-category = "read-only"
-roles = ["agent"]
-timeout = "60s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "int", min = 1, max = 999 }}
-"#,
-        out = dir.join("out").display()
-    )
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    let append = |description: &str| {
+        Verb::builtin(Category::Mutating, "file.append", &[out])
+            .description(description)
+            .roles(&["agent"])
+    };
+    let sleep = |category, description: &str, secs: Param| {
+        Verb::command(category, "/bin/sleep {secs}")
+            .description(description)
+            .roles(&["agent"])
+            .timeout("60s")
+            .param("secs", secs)
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("sre", &[SRE])
+        .humans("dba", &[DBA])
+        .approvers(&["sre", "dba"])
+        .approvals_expire("300ms")
+        .verb(
+            "pair",
+            append("append a line once an sre and a dba approved").quorum(Quorum {
+                count: 2,
+                from: vec!["sre".into(), "dba".into()],
+                max_per_role: Some(1),
+            }),
+        )
+        .verb("note", append("append a note (needs approval)"))
+        .verb(
+            "slow",
+            sleep(
+                Category::Mutating,
+                "a slow change (needs approval)",
+                Param::matching(r"[0-9]+(\.[0-9]+)?"),
+            ),
+        )
+        .verb("tick", append("append a tick at once").without_approval())
+        .verb(
+            "nap",
+            sleep(Category::ReadOnly, "a long read", Param::int(1, 999)),
+        )
+        .render()
 }
 
 fn caller(uid: u32) -> Caller {
