@@ -11,8 +11,9 @@
 use crate::common;
 use crate::hostile;
 
+use common::harness::write_secret;
+use common::policy::{Category, Policy, Sandbox, Secret, Verb};
 use common::*;
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 use verbd::protocol::Response;
@@ -20,36 +21,43 @@ use verbd::protocol::Response;
 const AGENT: u32 = 61460;
 const SECRET: &str = "copy-secret-9c1e-Qx7Lw2Rt";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61460]
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[sandbox.kube]
-read = ["/usr", "/lib", "/etc", "/proc", "@DIR@"]
-
-[verb.hold]
-description = "a tool that keeps its credential file open"
-category = "read-only"
-roles = ["agent"]
-sandbox = "kube"
-timeout = "4s"
-allow_interpreter = true
-command = ["/usr/bin/python3", "-c", "import sys, time\nf = open(sys.argv[1])\nprint(f.read().strip())\nprint('x' * 5000, flush=True)\ntime.sleep(10)", "${secret_file:tok}"]
-
-[verb.peek]
-description = "a second tool of the same profile"
-category = "read-only"
-roles = ["agent"]
-sandbox = "kube"
-allow_interpreter = true
-command = ["/usr/bin/python3", "-c", "@SCRIPT@"]
-"#;
+/// `hold` keeps its copy of the secret open; `peek`, of the same profile, runs `scan`.
+fn policy(scan: &str) -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .sandbox(
+            "kube",
+            Sandbox::new(&["/usr", "/lib", "/etc", "/proc", "@DIR@"], &[]),
+        )
+        .verb(
+            "hold",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/usr/bin/python3",
+                    "-c",
+                    "import sys, time\nf = open(sys.argv[1])\nprint(f.read().strip())\nprint('x' * 5000, flush=True)\ntime.sleep(10)",
+                    "${secret_file:tok}",
+                ],
+            )
+            .description("a tool that keeps its credential file open")
+            .roles(&["agent"])
+            .sandbox("kube")
+            .timeout("4s")
+            .allow_interpreter(),
+        )
+        .verb(
+            "peek",
+            Verb::argv(Category::ReadOnly, &["/usr/bin/python3", "-c", scan])
+                .description("a second tool of the same profile")
+                .roles(&["agent"])
+                .sandbox("kube")
+                .allow_interpreter(),
+        )
+        .render()
+}
 
 /// Counts readable files holding the secret (by its sha256: the output never carries it).
 fn scan_script(state: &str) -> String {
@@ -83,17 +91,8 @@ fn a_concurrent_verb_cannot_read_another_calls_secret_copy() {
     let dir = open_tempdir();
     let state = dir.path().join("state");
     let script = scan_script(state.to_str().unwrap());
-    let policy = POLICY.replace(
-        "@SCRIPT@",
-        &script.replace('\\', "\\\\").replace('\n', "\\n"),
-    );
-    std::fs::write(dir.path().join("tok"), format!("{SECRET}\n")).unwrap();
-    std::fs::set_permissions(
-        dir.path().join("tok"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
-    let d = Daemon::spawn_in(dir, &policy, &[]);
+    write_secret(&dir.path().join("tok"), &format!("{SECRET}\n"));
+    let d = Daemon::spawn_in(dir, &policy(&script), &[]);
     d.wait_ready();
     d.open_socket();
 
