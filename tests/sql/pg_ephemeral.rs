@@ -6,6 +6,8 @@
 //! an approved mutating verb runs as a role that holds the one privilege that verb needs.
 use crate::common;
 use crate::pg;
+use crate::psql_verbs::open_socket_dir;
+use common::harness::write_secret;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -138,7 +140,7 @@ fn start() -> Option<Setup> {
         return None;
     }
     let pg = pg::PgCluster::start()?;
-    std::fs::set_permissions(pg.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_socket_dir(&pg);
     pg.setup(&format!(
         "CREATE ROLE verbd_admin LOGIN CREATEROLE PASSWORD '{ADMIN_PASSWORD}';\n\
          GRANT pg_signal_backend TO verbd_admin;\n\
@@ -158,9 +160,7 @@ fn start() -> Option<Setup> {
         ("pg_admin", ADMIN_PASSWORD),
         ("pg_wrong", "not-the-password-at-all"),
     ] {
-        let path = secrets.path().join(name);
-        std::fs::write(&path, value).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_secret(&secrets.path().join(name), value);
     }
     let daemon = Daemon::start(&policy(&pg, secrets.path()));
     daemon.open_socket();
