@@ -25,6 +25,19 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `verbd policy suggest POLICY --from FROM`, which must succeed: what it printed.
+fn suggest(policy: &Path, from: &str) -> String {
+    let out = verbd(&[
+        "policy",
+        "suggest",
+        policy.to_str().unwrap(),
+        "--from",
+        from,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn coverage_json(policy: &str, from: &[&str]) -> (Option<i32>, Value) {
     let mut args = vec!["policy", "coverage", policy, "--format", "json", "--from"];
     args.extend_from_slice(from);
@@ -458,15 +471,7 @@ fn suggest_then_paste_then_check_passes_and_covers() {
             "tail -n 40 /var/log/app/b.log\n",
         ),
     );
-    let out = verbd(&[
-        "policy",
-        "suggest",
-        policy.to_str().unwrap(),
-        "--from",
-        history.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let suggested = String::from_utf8(out.stdout).unwrap();
+    let suggested = suggest(&policy, history.to_str().unwrap());
     // Never a shell, an interpreter or a credential read; said why.
     assert!(suggested.contains("#   `sudo bash -c 'systemctl restart nginx'`: `bash -c`: a command string run by a shell or interpreter"), "{suggested}");
     assert!(suggested.contains("#   `python3 -c 'print(1)'`: `python3 -c`: a command string run by a shell or interpreter"), "{suggested}");
@@ -622,15 +627,7 @@ fn coverage_names_the_pack_and_suggest_includes_it_before_drafting() {
     assert_eq!(none["summary"]["uncovered_in_packs"], 0, "{none}");
 
     // Suggest proposes the packs' include entries and drafts verbs only for the rest.
-    let out = verbd(&[
-        "policy",
-        "suggest",
-        policy.to_str().unwrap(),
-        "--from",
-        from,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let suggested = String::from_utf8(out.stdout).unwrap();
+    let suggested = suggest(&policy, from);
     assert!(
         suggested.contains(&format!(
             "# pack `redis` covers 2 recorded command(s), e.g. `redis-cli -h cache.internal INFO memory` ({from}:3):\n#   {{ path = \"{}\", verbs = [\"redis-info\"] }},\n#   values seen for redis_host: [\"cache.internal\"] (narrow with values = {{ redis_host = [...] }})\n# pack",
@@ -672,15 +669,7 @@ fn psql_drafts_run_as_the_pack_does_and_names_say_what_differs() {
             "journalctl -u api.service --since 2h\n",
         ),
     );
-    let out = verbd(&[
-        "policy",
-        "suggest",
-        policy.to_str().unwrap(),
-        "--from",
-        history.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let suggested = String::from_utf8(out.stdout).unwrap();
+    let suggested = suggest(&policy, history.to_str().unwrap());
     let psql = suggested
         .lines()
         .find(|l| l.starts_with("command = [") && l.contains("psql"))
