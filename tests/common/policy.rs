@@ -135,6 +135,9 @@ pub struct Sandbox {
     pub network: Option<Network>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unix_sockets: Option<Vec<String>>,
+    /// Service variables (`TMUX`, `SSH_AUTH_SOCK`, …) `verbd exec` keeps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_env: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub umask: Option<String>,
 }

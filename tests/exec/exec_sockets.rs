@@ -6,6 +6,7 @@
 //! caller's real uid).
 use crate::common;
 use crate::hostile;
+use common::policy::{Network, NetworkMode, Sandbox, write_exec_policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -24,7 +25,7 @@ const PYTHON: &str = "/usr/bin/python3";
 
 /// A temp dir with `work` (the agent's project, owned by `uid`) and `outside` (owned by `uid`,
 /// outside every write root), and a policy whose `agent` profile writes only `work`.
-fn setup(uid: u32, extra: &str) -> (tempfile::TempDir, PathBuf) {
+fn setup(uid: u32, customize: impl FnOnce(&mut Sandbox)) -> (tempfile::TempDir, PathBuf) {
     let dir = open_tempdir();
     for sub in ["work", "outside"] {
         let path = dir.path().join(sub);
@@ -32,16 +33,25 @@ fn setup(uid: u32, extra: &str) -> (tempfile::TempDir, PathBuf) {
         std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
     }
     let bin_dir = Path::new(BIN).parent().unwrap();
+    let work = dir.path().join("work");
+    let mut agent = Sandbox {
+        network: Some(Network::Mode(NetworkMode::None)),
+        ..Sandbox::new(
+            &[
+                "/usr",
+                "/lib",
+                "/etc",
+                "/bin",
+                "/dev",
+                "/proc",
+                bin_dir.to_str().unwrap(),
+            ],
+            &[work.to_str().unwrap()],
+        )
+    };
+    customize(&mut agent);
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/etc\", \"/bin\", \"/dev\", \"/proc\", {bin:?}]\nwrite = [{work:?}]\nnetwork = \"none\"\n{extra}",
-            bin = bin_dir.to_str().unwrap(),
-            work = dir.path().join("work").to_str().unwrap(),
-        ),
-    )
-    .unwrap();
+    write_exec_policy(&policy, agent);
     (dir, policy)
 }
 
@@ -91,7 +101,7 @@ fn tmux_send_keys_from_verbd_exec_is_refused_and_nothing_runs() {
     if !require_root("tmux_send_keys_from_verbd_exec_is_refused_and_nothing_runs") {
         return;
     }
-    let (dir, policy) = setup(TMUX_UID, "");
+    let (dir, policy) = setup(TMUX_UID, |_| {});
     let home = dir.path().join("work");
     let socket = dir.path().join("outside/tmux.sock");
     let socket_arg = socket.to_str().unwrap();
@@ -209,10 +219,9 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
     let services_dir = open_tempdir();
     let services = services_dir.path();
     let listed = services.join("listed.sock");
-    let (dir, policy) = setup(
-        LISTENERS_UID,
-        &format!("unix_sockets = [{:?}]\n", listed.to_str().unwrap()),
-    );
+    let (dir, policy) = setup(LISTENERS_UID, |agent| {
+        agent.unix_sockets = Some(vec![listed.to_str().unwrap().into()]);
+    });
     let home = dir.path().join("work");
     let agent_path = services.join("ssh-agent.sock");
     let bus_path = services.join("bus");
@@ -326,7 +335,7 @@ fn verbd_call_inside_verbd_exec_reaches_the_daemon_as_the_real_uid() {
     }
     let daemon = Daemon::start(ECHO_POLICY);
     daemon.open_socket();
-    let (dir, policy) = setup(CALLER_UID, "");
+    let (dir, policy) = setup(CALLER_UID, |_| {});
     let home = dir.path().join("work");
     let out = verbd_exec(&policy, CALLER_UID, &home, &[BIN, "call", "hello"])
         .env("VERBD_SOCKET", &daemon.socket)
@@ -357,7 +366,7 @@ fn service_variables_are_dropped_unless_kept_and_print_status_shows_the_allowlis
     if !require_root("service_variables_are_dropped_unless_kept") {
         return;
     }
-    let (dir, policy) = setup(ENV_UID, "keep_env = [\"TMUX\"]\n");
+    let (dir, policy) = setup(ENV_UID, |agent| agent.keep_env = Some(vec!["TMUX".into()]));
     let home = dir.path().join("work");
     let out = verbd_exec(&policy, ENV_UID, &home, &["/usr/bin/env"])
         .env("SSH_AUTH_SOCK", "/tmp/agent.sock")
@@ -476,7 +485,7 @@ fn the_self_test_canary_proves_unlisted_sockets_and_datagrams_are_unreachable() 
     if !require_root("the_self_test_canary_proves_unlisted_sockets_and_datagrams_are_unreachable") {
         return;
     }
-    let (_dir, policy) = setup(ENV_UID, "");
+    let (_dir, policy) = setup(ENV_UID, |_| {});
     let selftest = |unsandboxed: bool| {
         let mut cmd = Command::new(BIN);
         cmd.args(["selftest", "--policy"]).arg(&policy);
@@ -520,7 +529,7 @@ fn verbd_mcp_inside_verbd_exec_serves_the_agent_with_no_setup() {
     use std::io::Write;
     let daemon = Daemon::start(ECHO_POLICY);
     daemon.open_socket();
-    let (dir, policy) = setup(CALLER_UID, "");
+    let (dir, policy) = setup(CALLER_UID, |_| {});
     let home = dir.path().join("work");
     let mut child = verbd_exec(&policy, CALLER_UID, &home, &[BIN, "mcp"])
         .env("VERBD_SOCKET", &daemon.socket)
@@ -635,7 +644,7 @@ fn no_unix_datagram_reaches_an_unlisted_listener_from_verbd_exec() {
     let services_dir = open_tempdir();
     let target = services_dir.path().join("journal.sock");
     let listener = datagram_listener(&target);
-    let (dir, policy) = setup(DATAGRAM_UID, "");
+    let (dir, policy) = setup(DATAGRAM_UID, |_| {});
     let home = dir.path().join("work");
     let target_arg = target.to_str().unwrap();
 
@@ -754,19 +763,11 @@ fn a_listed_socket_inside_a_write_root_is_refused() {
     let listed_path = work.join("db.sock");
     let _listed = listener(&listed_path);
     std::os::unix::fs::chown(&listed_path, Some(SWAP_UID), Some(SWAP_UID)).unwrap();
-    let (policy_dir, policy) = setup(
-        SWAP_UID,
-        &format!("unix_sockets = [{:?}]\n", listed_path.to_str().unwrap()),
-    );
-    // The profile of `setup` writes its own work directory; point it at this one.
-    let policy_text = std::fs::read_to_string(&policy).unwrap().replace(
-        &format!(
-            "write = [{:?}]",
-            policy_dir.path().join("work").to_str().unwrap()
-        ),
-        &format!("write = [{:?}]", work.to_str().unwrap()),
-    );
-    std::fs::write(&policy, policy_text).unwrap();
+    let (_policy_dir, policy) = setup(SWAP_UID, |agent| {
+        agent.unix_sockets = Some(vec![listed_path.to_str().unwrap().into()]);
+        // The profile of `setup` writes its own work directory; point it at this one.
+        agent.write = Some(vec![work.to_str().unwrap().into()]);
+    });
     let out = verbd_exec(
         &policy,
         SWAP_UID,
