@@ -1,7 +1,7 @@
 //! `verbd exec`: any program (here a shell script standing in for an agent) confined by a policy's
 //! sandbox profile — writes, protected names and syscalls — as root and as an unprivileged user.
 use crate::common;
-use common::policy::{Sandbox, write_exec_policy};
+use common::policy::{Category, Policy, Sandbox, Verb, write_exec_policy};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -175,23 +175,25 @@ fn a_profile_without_read_runs_programs_from_the_default_read_roots() {
     if !require_root("a_profile_without_read_runs_programs_from_the_default_read_roots") {
         return;
     }
-    let policy = format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{NOREAD_UID}]
-[sandbox.noread]
-write = ["@DIR@/work"]
-[verb.whoami]
-description = "id"
-category = "read-only"
-roles = ["agent"]
-sandbox = "noread"
-command = "/usr/bin/id -u"
-"#
-    );
+    // No `read`: the profile takes the default read roots.
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[NOREAD_UID])
+        .sandbox(
+            "noread",
+            Sandbox {
+                write: Some(vec!["@DIR@/work".into()]),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "whoami",
+            Verb::command(Category::ReadOnly, "/usr/bin/id -u")
+                .description("id")
+                .roles(&["agent"])
+                .sandbox("noread"),
+        )
+        .render();
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("work")).unwrap();
     });
