@@ -4,9 +4,9 @@
 //! Invariants: the mode is the strongest of the caller's roles (`off` unless a role sets
 //! one); every answer but `pass` is journaled before it is sent (a journal that cannot be
 //! written denies, like every other request), with credentials in the command text redacted —
-//! a mapping onto a verb (rewrite, advise) as soon as its record is written, before the
+//! every answer (rewrite, advise, refuse) as soon as its record is written, before the
 //! fdatasync that follows at once, since it is advice that nothing acts on (the call the agent
-//! then runs is journaled durably as every call is), a refusal once durable (or counted);
+//! then runs is journaled durably as every call is), or once counted;
 //! refusals are journaled through the per-caller coalescing of every other refusal, and
 //! mappings onto a verb through the same coalescing of their own (`refusals.rs`), so an agent
 //! looping on commands, refused or mapped, cannot grow the journal without bound.

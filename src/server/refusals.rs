@@ -197,6 +197,11 @@ impl Daemon {
             self.record(ended).await?;
         }
         match admission {
+            // A refused shell command is advice like a mapping (the agent is told which verb
+            // to call instead), so it is answered once written, as `record_mapping` is.
+            Admission::Journal if matches!(event, Event::CommandMapped { .. }) => {
+                self.ledger.record_written(event).await.map(|_| ())
+            }
             Admission::Journal => self.record(event).await.map(|_| ()),
             Admission::Counted => Ok(()),
         }

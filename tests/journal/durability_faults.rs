@@ -357,11 +357,21 @@ fn verify(d: &Daemon) -> (i32, String) {
 
 /// Send a `command` request (a Bash call that maps onto `log-tail`) on another thread.
 fn command_in_background(d: &Daemon) -> mpsc::Receiver<Response> {
-    let socket = d.socket.clone();
     let command = format!(
         "sudo tail -n 5 {} | grep -i error",
         d.path("logs/app.log").display()
     );
+    shell_command_in_background(d, command)
+}
+
+/// A privileged command no verb stands for: refused, with the closest verb named.
+fn refused_command_in_background(d: &Daemon) -> mpsc::Receiver<Response> {
+    let command = format!("sudo rm -rf {}", d.path("logs").display());
+    shell_command_in_background(d, command)
+}
+
+fn shell_command_in_background(d: &Daemon, command: String) -> mpsc::Receiver<Response> {
+    let socket = d.socket.clone();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let request = verbd::protocol::Request::Command {
@@ -426,6 +436,37 @@ fn a_command_mapping_is_answered_once_written_and_a_kill_of_the_daemon_keeps_it(
     );
     let (code, out) = verify(&d);
     assert_eq!(code, 0, "the journal verifies after the restart:\n{out}");
+}
+
+#[test]
+fn a_refused_command_is_answered_once_written_and_a_kill_of_the_daemon_keeps_it() {
+    let Some(mut d) = start(Some("command_mapped:block:@CONTROL@")) else {
+        return;
+    };
+    let answer = refused_command_in_background(&d);
+    wait_for(
+        &d.path("control/blocked.command_mapped"),
+        "the refused command's record fdatasync",
+    );
+    let response = answer.recv_timeout(Duration::from_secs(10)).expect(
+        "no answer while the refusal's fdatasync was held: a refused command waits for it again",
+    );
+    match &response {
+        Response::Command {
+            decision: verbd::protocol::CommandDecision::Refuse { reason },
+        } => assert!(!reason.is_empty(), "the refusal gives its reason"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    d.kill9();
+    let refused: Vec<serde_json::Value> = d
+        .journal_events()
+        .into_iter()
+        .filter(|e| e["kind"] == "command_mapped")
+        .collect();
+    assert_eq!(refused.len(), 1, "the answered refusal is in the journal");
+    assert_eq!(refused[0]["decision"], "refuse", "{}", refused[0]);
+    let (code, out) = verify(&d);
+    assert_eq!(code, 0, "the journal verifies after the kill:\n{out}");
 }
 
 #[test]
