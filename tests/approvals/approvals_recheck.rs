@@ -3,7 +3,7 @@
 //! proposal is re-checked against the policy a **live reload** (`verbd reload`, no restart)
 //! swapped in: a changed template or a deleted verb voids the approval. Each has its control.
 use crate::common;
-use common::policy::{Category, Network, NetworkMode, Param, ParamType, Policy, Sandbox, Verb};
+use common::policy::{Category, NetworkMode, Param, ParamType, Policy, Sandbox, Verb};
 use common::*;
 
 const AGENT: u32 = 61830;
@@ -197,7 +197,7 @@ fn a_reload_that_changes_what_runs_but_not_the_argv_voids_the_approval() {
             reloaded(
                 stamp(Category::Destructive, "safe"),
                 Sandbox {
-                    network: Some(Network::Mode(NetworkMode::Full)),
+                    network: Some(NetworkMode::Full),
                     ..reads()
                 },
             ),

@@ -106,17 +106,9 @@ impl Approvals {
 #[serde(rename_all = "snake_case")]
 pub enum Secret {
     File(String),
-    Env(String),
 }
 
-/// `network = "none" | "full"`, or `{ connect_tcp = [PORT, …] }`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(untagged)]
-pub enum Network {
-    Mode(NetworkMode),
-    Ports { connect_tcp: Vec<u16> },
-}
-
+/// A profile's `network`.
 #[derive(Debug, Clone, Copy, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
@@ -132,7 +124,7 @@ pub struct Sandbox {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<Network>,
+    pub network: Option<NetworkMode>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unix_sockets: Option<Vec<String>>,
     /// Service variables (`TMUX`, `SSH_AUTH_SOCK`, …) `verbd exec` keeps.
@@ -228,7 +220,6 @@ pub enum ParamType {
     Enum,
     Int,
     String,
-    Path,
     SystemdUnit,
     K8sName,
     Sql,

@@ -12,7 +12,7 @@
 //!   listing gives is a mount of the program's own namespace (its read-only binds hold);
 //! - `--print-status` and `verbd sandbox why --exec` name the ancestors.
 use crate::common;
-use common::policy::{Network, NetworkMode, Sandbox, write_exec_policy};
+use common::policy::{NetworkMode, Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -76,7 +76,7 @@ fn layout() -> Layout {
     write_exec_policy(
         &policy,
         Sandbox {
-            network: Some(Network::Mode(NetworkMode::None)),
+            network: Some(NetworkMode::None),
             ..Sandbox::new(
                 &["/usr", "/lib", "/lib64", "/bin", "/etc"],
                 &[proj.to_str().unwrap()],

@@ -6,7 +6,7 @@
 //! caller's real uid).
 use crate::common;
 use crate::hostile;
-use common::policy::{Network, NetworkMode, Sandbox, write_exec_policy};
+use common::policy::{NetworkMode, Sandbox, write_exec_policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -35,7 +35,7 @@ fn setup(uid: u32, customize: impl FnOnce(&mut Sandbox)) -> (tempfile::TempDir, 
     let bin_dir = Path::new(BIN).parent().unwrap();
     let work = dir.path().join("work");
     let mut agent = Sandbox {
-        network: Some(Network::Mode(NetworkMode::None)),
+        network: Some(NetworkMode::None),
         ..Sandbox::new(
             &[
                 "/usr",

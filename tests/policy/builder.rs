@@ -3,7 +3,7 @@
 //! verbs it was given, and text that TOML must escape (quotes, backslashes, newlines, template
 //! braces) arrives exactly as written.
 use crate::common::policy::{
-    Category, Command, Network, Param, ParamType, Policy, Quorum, Sandbox, Secret, Verb,
+    Category, Command, NetworkMode, Param, ParamType, Policy, Quorum, Sandbox, Secret, Verb,
 };
 use verbd::policy::params::ParamKind;
 use verbd::policy::{Category as LoadedCategory, RoleKind, VerbAction, compile};
@@ -30,9 +30,7 @@ fn the_rendered_policy_loads_with_what_the_builder_was_given() {
             Sandbox {
                 read: Some(vec!["/usr".into(), "/bin".into()]),
                 write: Some(vec![root.into()]),
-                network: Some(Network::Ports {
-                    connect_tcp: vec![5432],
-                }),
+                network: Some(NetworkMode::Full),
                 ..Sandbox::default()
             },
         )
@@ -92,6 +90,10 @@ fn the_rendered_policy_loads_with_what_the_builder_was_given() {
     assert_eq!(
         loaded.sandboxes["narrow"].write,
         [std::path::PathBuf::from(root)]
+    );
+    assert_eq!(
+        loaded.sandboxes["narrow"].network,
+        verbd::sandbox::Network::Full
     );
     assert_eq!(
         loaded.verbs.keys().collect::<Vec<_>>(),
