@@ -132,6 +132,14 @@ pub struct Sandbox {
     pub keep_env: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub umask: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<RunAs>,
+}
+
+/// `run_as = { user }`: the account a profile's children run as.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunAs {
+    pub user: String,
 }
 
 impl Sandbox {

@@ -6,7 +6,7 @@
 //! caller's real uid).
 use crate::common;
 use crate::hostile;
-use common::policy::{NetworkMode, Sandbox, write_exec_policy};
+use common::policy::{Category, NetworkMode, Policy, RunAs, Sandbox, Verb, write_exec_policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -314,26 +314,25 @@ fn agent_bus_and_late_sockets_are_refused_and_a_listed_one_connects() {
     );
 }
 
-const ECHO_POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61702]
-
-[verb.hello]
-description = "greets"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo hello-from-verbd"
-"#;
+fn echo_policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[CALLER_UID])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello-from-verbd")
+                .description("greets")
+                .roles(&["agent"]),
+        )
+        .render()
+}
 
 #[test]
 fn verbd_call_inside_verbd_exec_reaches_the_daemon_as_the_real_uid() {
     if !require_root("verbd_call_inside_verbd_exec_reaches_the_daemon_as_the_real_uid") {
         return;
     }
-    let daemon = Daemon::start(ECHO_POLICY);
+    let daemon = Daemon::start(&echo_policy());
     daemon.open_socket();
     let (dir, policy) = setup(CALLER_UID, |_| {});
     let home = dir.path().join("work");
@@ -427,27 +426,37 @@ fn a_verb_reaches_only_its_listed_socket_and_the_server_sees_its_run_as_uid() {
     if !require_root("a_verb_reaches_only_its_listed_socket") {
         return;
     }
-    let policy = format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-[sandbox.db]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
-network = "none"
-unix_sockets = ["@DIR@/services/db.sock"]
-run_as = {{ user = "{VERB_RUN_AS}" }}
-[verb.probe]
-description = "tries the sockets"
-category = "read-only"
-roles = ["me"]
-sandbox = "db"
-allow_interpreter = true
-command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/db.sock", "@DIR@/services/ssh-agent.sock"]
-"#
-    );
+    let policy = Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox(
+            "db",
+            Sandbox {
+                network: Some(NetworkMode::None),
+                unix_sockets: Some(vec!["@DIR@/services/db.sock".into()]),
+                run_as: Some(RunAs {
+                    user: VERB_RUN_AS.to_string(),
+                }),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"], &[])
+            },
+        )
+        .verb(
+            "probe",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    PYTHON,
+                    "@DIR@/probe/probe.py",
+                    "@DIR@/services/db.sock",
+                    "@DIR@/services/ssh-agent.sock",
+                ],
+            )
+            .description("tries the sockets")
+            .roles(&["me"])
+            .sandbox("db")
+            .allow_interpreter(),
+        )
+        .render();
     let mut listeners = Vec::new();
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("probe")).unwrap();
@@ -527,7 +536,7 @@ fn verbd_mcp_inside_verbd_exec_serves_the_agent_with_no_setup() {
         return;
     }
     use std::io::Write;
-    let daemon = Daemon::start(ECHO_POLICY);
+    let daemon = Daemon::start(&echo_policy());
     daemon.open_socket();
     let (dir, policy) = setup(CALLER_UID, |_| {});
     let home = dir.path().join("work");
@@ -684,25 +693,32 @@ fn no_unix_datagram_reaches_an_unlisted_listener_from_a_verb() {
     if !require_root("no_unix_datagram_reaches_an_unlisted_listener_from_a_verb") {
         return;
     }
-    let policy = format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{DATAGRAM_CALLER_UID}]
-[sandbox.probe]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
-network = "none"
-[verb.probe]
-description = "sends datagrams"
-category = "read-only"
-roles = ["agent"]
-sandbox = "probe"
-allow_interpreter = true
-command = ["{PYTHON}", "@DIR@/probe/probe.py", "@DIR@/services/journal.sock"]
-"#
-    );
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[DATAGRAM_CALLER_UID])
+        .sandbox(
+            "probe",
+            Sandbox {
+                network: Some(NetworkMode::None),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"], &[])
+            },
+        )
+        .verb(
+            "probe",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    PYTHON,
+                    "@DIR@/probe/probe.py",
+                    "@DIR@/services/journal.sock",
+                ],
+            )
+            .description("sends datagrams")
+            .roles(&["agent"])
+            .sandbox("probe")
+            .allow_interpreter(),
+        )
+        .render();
     let mut listener = None;
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("probe")).unwrap();
