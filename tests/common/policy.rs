@@ -43,6 +43,15 @@ pub struct DaemonSettings {
     pub max_executions: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approver_socket: Option<String>,
+    /// The account a daemon started as root drops to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_uid: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<String>,
 }
 
 impl DaemonSettings {
@@ -66,6 +75,17 @@ pub struct Role {
     uids: Vec<u32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     groups: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commands: Option<CommandMode>,
+}
+
+/// A role's `commands`: what the daemon decides on the shell commands its agents type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommandMode {
+    Off,
+    Advise,
+    Rewrite,
 }
 
 /// `[approvals]`.
@@ -219,6 +239,44 @@ pub struct Verb {
     sandbox: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     allow_interpreter: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrent: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<Stream>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+    #[serde(skip_serializing_if = "Examples::is_empty")]
+    examples: Examples,
+}
+
+/// `examples.accept` / `examples.reject`: arguments the self-test checks the verb against.
+#[derive(Debug, Clone, Default, Serialize)]
+struct Examples {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    accept: Vec<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    reject: Vec<BTreeMap<String, String>>,
+}
+
+impl Examples {
+    fn is_empty(&self) -> bool {
+        self.accept.is_empty() && self.reject.is_empty()
+    }
+}
+
+fn arguments(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+/// `stream = { max_duration, max_lines }`: a streaming verb's bounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stream {
+    pub max_duration: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_lines: Option<u64>,
 }
 
 /// A parameter's `type`.
@@ -230,6 +288,10 @@ pub enum ParamType {
     String,
     SystemdUnit,
     K8sName,
+    Hostname,
+    Duration,
+    Path,
+    Bool,
     Sql,
 }
 
@@ -238,6 +300,10 @@ pub enum ParamType {
 pub struct Param {
     #[serde(rename = "type")]
     kind: ParamType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    required: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default: Option<toml::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     values: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,6 +314,12 @@ pub struct Param {
     pattern: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_length: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    roots: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_duration: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     allow_dash: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -305,6 +377,30 @@ impl Policy {
         self
     }
 
+    /// `[daemon] user`: the account the daemon drops to when started as root.
+    pub fn daemon_user(mut self, user: &str) -> Policy {
+        self.daemon.user = Some(user.into());
+        self
+    }
+
+    /// `[daemon] max_connections`: agent-socket connections, in all.
+    pub fn max_connections(mut self, connections: usize) -> Policy {
+        self.daemon.max_connections = Some(connections);
+        self
+    }
+
+    /// `[daemon] max_connections_per_uid`: connections one uid may hold.
+    pub fn max_connections_per_uid(mut self, connections: usize) -> Policy {
+        self.daemon.max_connections_per_uid = Some(connections);
+        self
+    }
+
+    /// `[daemon] queue_timeout`: how long a call over the limit waits for a slot.
+    pub fn queue_timeout(mut self, wait: &str) -> Policy {
+        self.daemon.queue_timeout = Some(wait.into());
+        self
+    }
+
     /// `[daemon] approver_socket`: the second socket, for approvers.
     pub fn approver_socket(mut self, path: &str) -> Policy {
         self.daemon.approver_socket = Some(path.into());
@@ -326,8 +422,19 @@ impl Policy {
             kind,
             uids: uids.to_vec(),
             groups: Vec::new(),
+            commands: None,
         };
         self.roles.insert(role.into(), entry);
+        self
+    }
+
+    /// A role's `commands`: the role must already be declared.
+    pub fn commands(mut self, role: &str, mode: CommandMode) -> Policy {
+        let entry = self
+            .roles
+            .get_mut(role)
+            .expect("commands of a declared role");
+        entry.commands = Some(mode);
         self
     }
 
@@ -337,6 +444,7 @@ impl Policy {
             kind: RoleKind::Agent,
             uids: Vec::new(),
             groups: strings(groups),
+            commands: None,
         };
         self.roles.insert(role.into(), entry);
         self
@@ -424,6 +532,10 @@ impl Verb {
             rate: None,
             sandbox: None,
             allow_interpreter: false,
+            max_concurrent: None,
+            stream: None,
+            sha256: None,
+            examples: Examples::default(),
         }
     }
 
@@ -503,17 +615,52 @@ impl Verb {
         self.allow_interpreter = true;
         self
     }
+
+    /// `max_concurrent`: its runs at once, all callers together.
+    pub fn max_concurrent(mut self, runs: usize) -> Verb {
+        self.max_concurrent = Some(runs);
+        self
+    }
+
+    /// `sha256`: the digest its program must have.
+    pub fn sha256(mut self, digest: &str) -> Verb {
+        self.sha256 = Some(digest.into());
+        self
+    }
+
+    /// `examples.accept`: arguments the self-test expects it to accept.
+    pub fn accepts(mut self, example: &[(&str, &str)]) -> Verb {
+        self.examples.accept.push(arguments(example));
+        self
+    }
+
+    /// `examples.reject`: arguments the self-test expects it to reject.
+    pub fn rejects(mut self, example: &[(&str, &str)]) -> Verb {
+        self.examples.reject.push(arguments(example));
+        self
+    }
+
+    /// `stream`: its output reaches the caller as it comes, within these bounds.
+    pub fn stream(mut self, bounds: Stream) -> Verb {
+        self.stream = Some(bounds);
+        self
+    }
 }
 
 impl Param {
     pub fn of(kind: ParamType) -> Param {
         Param {
             kind,
+            required: None,
+            default: None,
             values: None,
             min: None,
             max: None,
             pattern: None,
             max_length: None,
+            flag: None,
+            roots: None,
+            max_duration: None,
             allow_dash: false,
             allow: None,
             deny_relations: None,
@@ -545,6 +692,42 @@ impl Param {
             pattern: Some(pattern.into()),
             ..Param::of(ParamType::String)
         }
+    }
+
+    /// A `path` beneath one of `roots`.
+    pub fn path(roots: &[&str]) -> Param {
+        Param {
+            roots: Some(strings(roots)),
+            ..Param::of(ParamType::Path)
+        }
+    }
+
+    /// A `bool` that adds `flag` to the argv when true.
+    pub fn flag(flag: &str) -> Param {
+        Param {
+            flag: Some(flag.into()),
+            ..Param::of(ParamType::Bool)
+        }
+    }
+
+    /// A `duration` of at most `longest`.
+    pub fn duration(longest: &str) -> Param {
+        Param {
+            max_duration: Some(longest.into()),
+            ..Param::of(ParamType::Duration)
+        }
+    }
+
+    /// `default`: the value an omitted argument takes.
+    pub fn default(mut self, value: impl Into<toml::Value>) -> Param {
+        self.default = Some(value.into());
+        self
+    }
+
+    /// `required = false`: the argument may be omitted.
+    pub fn optional(mut self) -> Param {
+        self.required = Some(false);
+        self
     }
 
     /// `allow_dash = true`: the value may begin an argv element with `-`.

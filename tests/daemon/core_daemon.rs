@@ -3,6 +3,7 @@
 //! and policy errors with their locations.
 use crate::common;
 use crate::hostile;
+use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -12,72 +13,84 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use verbd::protocol::{self, Request, Response};
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-max_executions = 50
-queue_timeout = "1s"
-[roles.me]
-uids = [0]
-[roles.agent]
-uids = [61001]
+/// The verbs every test here calls, with the daemon's limits; who the daemon runs as is left
+/// to [`policy`] and the test that drops privileges.
+fn verbs() -> Policy {
+    Policy::new()
+        .max_executions(50)
+        .queue_timeout("1s")
+        .agents("me", &[0])
+        .agents("agent", &[61001])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("for the agent")
+                .roles(&["agent", "me"]),
+        )
+        .verb(
+            "private",
+            Verb::command(Category::ReadOnly, "/bin/echo private")
+                .description("root only")
+                .roles(&["me"]),
+        )
+        .verb(
+            "forky",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "echo started-{tag}; printf '%05000d' 0; sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}",
+                    "forky",
+                ],
+            )
+            .description("a child that leaves grandchildren behind, past its timeout")
+            .roles(&["me"])
+            .allow_interpreter()
+            .timeout("1s")
+            .param("tag", Param::int(1, 999999)),
+        )
+        .sandbox(
+            "zero",
+            Sandbox::new(&["/usr", "/lib", "/etc", "/dev/zero"], &[]),
+        )
+        .verb(
+            "flood",
+            Verb::command(Category::ReadOnly, "/usr/bin/head -c 100000000 /dev/zero")
+                .description("writes 100 MB to stdout")
+                .roles(&["me"])
+                .sandbox("zero")
+                .max_output("1MiB")
+                .timeout("60s"),
+        )
+        .verb(
+            "slow",
+            Verb::command(Category::ReadOnly, "/bin/sleep {secs}")
+                .description("sleeps")
+                .roles(&["me"])
+                .timeout("60s")
+                .max_concurrent(1)
+                .param("secs", Param::matching(r"[0-9]{1,3}(\.[0-9]{1,3})?")),
+        )
+        .verb(
+            "change",
+            Verb::command(Category::Mutating, "/bin/echo changed")
+                .description("mutating")
+                .roles(&["me"]),
+        )
+}
 
-[verb.hello]
-description = "for the agent"
-category = "read-only"
-roles = ["agent", "me"]
-command = "/bin/echo hello"
-
-[verb.private]
-description = "root only"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo private"
-
-[verb.forky]
-description = "a child that leaves grandchildren behind, past its timeout"
-category = "read-only"
-roles = ["me"]
-allow_interpreter = true
-timeout = "1s"
-command = ["/bin/sh", "-c", "echo started-{tag}; printf '%05000d' 0; sleep 4242.{tag} & sleep 4242.{tag} & sleep 4242.{tag}", "forky"]
-params.tag = { type = "int", min = 1, max = 999999 }
-
-[sandbox.zero]
-read = ["/usr", "/lib", "/etc", "/dev/zero"]
-
-[verb.flood]
-description = "writes 100 MB to stdout"
-category = "read-only"
-roles = ["me"]
-sandbox = "zero"
-max_output = "1MiB"
-timeout = "60s"
-command = "/usr/bin/head -c 100000000 /dev/zero"
-
-[verb.slow]
-description = "sleeps"
-category = "read-only"
-roles = ["me"]
-timeout = "60s"
-max_concurrent = 1
-command = "/bin/sleep {secs}"
-params.secs = { type = "string", pattern = "[0-9]{1,3}(\\.[0-9]{1,3})?" }
-
-[verb.change]
-description = "mutating"
-category = "mutating"
-roles = ["me"]
-command = "/bin/echo changed"
-"#;
+/// The daemon as the tests start it: as root, allowed to stay root.
+fn policy() -> String {
+    verbs().allow_root().render()
+}
 
 #[test]
 fn caller_without_role_is_refused_and_with_role_sees_only_its_verbs() {
     if !require_root("roles") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     let as_uid = |uid: u32, args: &[&str]| {
         Command::new(BIN)
@@ -122,7 +135,7 @@ fn identity_claims_in_requests_are_refused() {
     if !require_root("identity claims") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     let mut s = UnixStream::connect(&d.socket).unwrap();
     s.write_all(b"{\"v\":1,\"op\":\"call\",\"verb\":\"hello\",\"uid\":61001}\n")
         .unwrap();
@@ -140,7 +153,7 @@ fn timeout_kills_the_whole_process_group() {
     if !require_root("timeout") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     let tag = (std::process::id() % 999_999 + 1).to_string();
     let started = Instant::now();
     let r = d.call("forky", &[("tag", &tag)]);
@@ -170,7 +183,7 @@ fn output_cap_truncates_without_hanging_or_buffering_everything() {
     if !require_root("output cap") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     let r = d.call("flood", &[]);
     match &r {
         Response::Ok { result, .. } => {
@@ -211,7 +224,7 @@ fn non_read_only_verbs_never_run_without_approval() {
     if !require_root("approval gate") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     match d.call("change", &[]) {
         Response::Denied { reason } => assert!(reason.contains("approval"), "{reason}"),
         Response::ConfirmRequired { .. } => {}
@@ -229,7 +242,7 @@ fn busy_after_the_queue_deadline_and_disconnect_kills_the_child() {
     if !require_root("busy") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     // One `slow` at a time: a second concurrent call waits its turn for `queue_timeout` (1 s),
     // then is refused as busy, naming the limit.
     let mut first = UnixStream::connect(&d.socket).unwrap();
@@ -278,7 +291,7 @@ fn two_hundred_connections_with_ten_stalled_all_finish() {
     if !require_root("concurrency") {
         return;
     }
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     // Ten clients that send half a request and then stall.
     let stalled: Vec<UnixStream> = (0..10)
         .map(|_| {
@@ -464,7 +477,7 @@ fn root_start_drops_to_the_daemon_user_and_refuses_root_otherwise() {
     if !require_root("privilege drop") {
         return;
     }
-    let policy = POLICY.replace("allow_root = true", "user = \"nobody\"");
+    let policy = verbs().daemon_user("nobody").render();
     let d = Daemon::start(&policy);
     let pid = d.child.as_ref().unwrap().id();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -481,7 +494,7 @@ fn root_start_drops_to_the_daemon_user_and_refuses_root_otherwise() {
     // Verbs run as the daemon user.
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     // Without `user` and without allow_root, root is refused.
-    let policy = POLICY.replace("allow_root = true\n", "");
+    let policy = verbs().render();
     let dir = open_tempdir();
     let mut refused = Daemon::spawn_in(dir, &policy, &[]);
     let status = refused.child.as_mut().unwrap().wait().unwrap();
@@ -499,7 +512,7 @@ fn a_live_socket_is_never_taken_over_and_a_stale_one_is_replaced() {
     if !require_root("socket handling") {
         return;
     }
-    let mut d = Daemon::start(POLICY);
+    let mut d = Daemon::start(&policy());
     // A second daemon on the same socket refuses.
     let out = Command::new(BIN)
         .args(["serve", "--policy"])
@@ -531,10 +544,13 @@ fn connections_over_the_limit_get_busy_at_once() {
     if !require_root("connection limit") {
         return;
     }
-    let d = Daemon::start(&POLICY.replace(
-        "max_executions = 50",
-        "max_executions = 50\nmax_connections = 5\nmax_connections_per_uid = 3",
-    ));
+    let d = Daemon::start(
+        &verbs()
+            .allow_root()
+            .max_connections(5)
+            .max_connections_per_uid(3)
+            .render(),
+    );
     d.open_socket();
     // One agent holds its three places with stalled requests; its fourth connection is refused
     // at once, naming the per-uid limit.

@@ -2,46 +2,66 @@
 //! every parameter type accepts what it should and refuses the rest with the parameter named;
 //! hostile strings arrive as literal argv elements.
 use crate::common;
+use common::policy::{Category, Param, ParamType, Policy, Verb};
 use common::*;
 use verbd::protocol::Response;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-
-[verb.show]
-description = "print each argv element in brackets"
-category = "read-only"
-roles = ["me"]
-command = ["/usr/bin/printf", "[%s]\\n", "{word}", "{n}", "mode={mode}", "{unit}", "{pod}", "{host}", "{since}", "{file}", "{verbose}", "[", "--extra", "{extra}", "]"]
-params.word = { type = "string", pattern = "[a-z]+", max_length = 8 }
-params.n = { type = "int", min = 1, max = 100, default = 10 }
-params.mode = { type = "enum", values = ["fast", "slow"] }
-params.unit = { type = "systemd-unit" }
-params.pod = { type = "k8s-name" }
-params.host = { type = "hostname" }
-params.since = { type = "duration", max_duration = "1d" }
-params.file = { type = "path", roots = ["@DIR@/data"] }
-params.verbose = { type = "bool", flag = "--verbose" }
-params.extra = { type = "string", pattern = ".*", required = false }
-
-[verb.literal]
-description = "hostile strings stay one literal argv element"
-category = "read-only"
-roles = ["me"]
-command = "/usr/bin/printf '[%s]\n' {text}"
-params.text = { type = "string", pattern = "[^\\x00]*", max_length = 100 }
-
-[verb.dash]
-description = "allow_dash opt-in"
-category = "read-only"
-roles = ["me"]
-command = "/usr/bin/printf '[%s]\n' {offset}"
-params.offset = { type = "int", min = -10, max = 10, allow_dash = true }
-"#;
+/// `show` takes a parameter of every type; `literal` and `dash` take one each.
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .verb(
+            "show",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/usr/bin/printf",
+                    r"[%s]\n",
+                    "{word}",
+                    "{n}",
+                    "mode={mode}",
+                    "{unit}",
+                    "{pod}",
+                    "{host}",
+                    "{since}",
+                    "{file}",
+                    "{verbose}",
+                    "[",
+                    "--extra",
+                    "{extra}",
+                    "]",
+                ],
+            )
+            .description("print each argv element in brackets")
+            .roles(&["me"])
+            .param("word", Param::matching("[a-z]+").max_length(8))
+            .param("n", Param::int(1, 100).default(10))
+            .param("mode", Param::one_of(&["fast", "slow"]))
+            .param("unit", Param::of(ParamType::SystemdUnit))
+            .param("pod", Param::of(ParamType::K8sName))
+            .param("host", Param::of(ParamType::Hostname))
+            .param("since", Param::duration("1d"))
+            .param("file", Param::path(&["@DIR@/data"]))
+            .param("verbose", Param::flag("--verbose"))
+            .param("extra", Param::matching(".*").optional()),
+        )
+        .verb(
+            "literal",
+            Verb::command(Category::ReadOnly, "/usr/bin/printf '[%s]\n' {text}")
+                .description("hostile strings stay one literal argv element")
+                .roles(&["me"])
+                .param("text", Param::matching(r"[^\x00]*").max_length(100)),
+        )
+        .verb(
+            "dash",
+            Verb::command(Category::ReadOnly, "/usr/bin/printf '[%s]\n' {offset}")
+                .description("allow_dash opt-in")
+                .roles(&["me"])
+                .param("offset", Param::int(-10, 10).allow_dash()),
+        )
+        .render()
+}
 
 fn good() -> Vec<(&'static str, String)> {
     vec![
@@ -77,7 +97,7 @@ fn start() -> Option<Daemon> {
     if !require_root("core_params") {
         return None;
     }
-    Some(Daemon::start_with(POLICY, |dir| {
+    Some(Daemon::start_with(&policy(), |dir| {
         std::fs::create_dir(dir.join("data")).unwrap();
         std::fs::write(dir.join("data/x.log"), "x").unwrap();
     }))

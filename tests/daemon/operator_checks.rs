@@ -5,6 +5,7 @@
 //! dry run shows the approver.
 use crate::common;
 
+use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::{BIN, Daemon, open_tempdir, require_root};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -293,32 +294,28 @@ fn a_dry_run_shows_the_approver_the_paths_not_the_descriptors() {
     if !require_root("approvals as other uids") {
         return;
     }
-    let policy = format!(
-        r#"version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}]
-[roles.sre]
-kind = "human"
-uids = [{SRE}]
-[approvals]
-approvers = ["sre"]
-
-[sandbox.data]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/data"]
-write = ["@DIR@/data"]
-
-[verb.wipe]
-description = "remove a directory under data"
-category = "destructive"
-roles = ["agent"]
-sandbox = "data"
-command = "/bin/rm -r -- {{dir}}"
-dry_run = "/usr/bin/find {{dir}}"
-params.dir = {{ type = "path", roots = ["@DIR@/data"] }}
-"#
-    );
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .sandbox(
+            "data",
+            Sandbox::new(
+                &["/usr", "/lib", "/etc", "/bin", "@DIR@/data"],
+                &["@DIR@/data"],
+            ),
+        )
+        .verb(
+            "wipe",
+            Verb::command(Category::Destructive, "/bin/rm -r -- {dir}")
+                .description("remove a directory under data")
+                .roles(&["agent"])
+                .sandbox("data")
+                .dry_run("/usr/bin/find {dir}")
+                .param("dir", Param::path(&["@DIR@/data"])),
+        )
+        .render();
     let d = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir_all(dir.join("data/sub")).unwrap();
         std::fs::write(dir.join("data/sub/a.bin"), "x").unwrap();

@@ -2,6 +2,7 @@
 //! never accepts a connection and never tells systemd READY; a healthy one sends READY only after
 //! the self-test. Also: socket activation, live reload, and SIGTERM with a running verb.
 use crate::common;
+use common::policy::{Category, Param, Policy, Secret, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -9,29 +10,34 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HEALTHY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-shutdown_grace = "1s"
-[roles.me]
-kind = "human"
-uids = [0]
-[approvals]
-approvers = ["me"]
-[verb.hello]
-description = "hello"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo hello"
-[verb.nap]
-description = "a long verb"
-category = "read-only"
-roles = ["me"]
-timeout = "60s"
-command = "/bin/sleep {secs}"
-params.secs = { type = "string", pattern = "[0-9]+\\.[0-9]+" }
-"#;
+/// A policy that passes its self-test: `hello`, and `nap` for a run still going at shutdown.
+fn healthy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .shutdown_grace("1s")
+        .humans("me", &[0])
+        .approvers(&["me"])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("hello")
+                .roles(&["me"]),
+        )
+        .verb(
+            "nap",
+            Verb::command(Category::ReadOnly, "/bin/sleep {secs}")
+                .description("a long verb")
+                .roles(&["me"])
+                .timeout("60s")
+                .param("secs", Param::matching(r"[0-9]+\.[0-9]+")),
+        )
+}
+
+/// [`healthy`] with one more verb `name` for `me`, running `command`.
+fn healthy_and(name: &str, command: &str, verb: impl FnOnce(Verb) -> Verb) -> String {
+    let extra = Verb::command(Category::ReadOnly, command).roles(&["me"]);
+    healthy().verb(name, verb(extra)).render()
+}
 
 /// A datagram socket standing in for systemd's NOTIFY_SOCKET.
 struct Notify {
@@ -124,53 +130,57 @@ fn failing_self_test_never_serves() {
     let setuid = bins.path().join("suid-true");
     std::fs::copy("/bin/true", &setuid).unwrap();
     std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let verb = |command: &str, extra: &str| {
-        format!(
-            "{HEALTHY}\n[verb.bad]\ndescription = \"bad\"\ncategory = \"read-only\"\nroles = [\"me\"]\ncommand = \"{command}\"\n{extra}\n"
-        )
+    let verb = |command: &str, settings: fn(Verb) -> Verb| {
+        healthy_and("bad", command, |verb| settings(verb.description("bad")))
     };
     // (policy, text the failure report must contain, extra environment)
     type Case<'a> = (String, String, Vec<(&'a str, &'a str)>);
     let cases: Vec<Case> = vec![
         (
-            verb("/nonexistent/verbd-test-tool", ""),
+            verb("/nonexistent/verbd-test-tool", |verb| verb),
             "binary:bad".into(),
             vec![],
         ),
         (
-            verb(group_writable.to_str().unwrap(), ""),
+            verb(group_writable.to_str().unwrap(), |verb| verb),
             "mode 0775".into(),
             vec![],
         ),
-        (verb(setuid.to_str().unwrap(), ""), "setuid".into(), vec![]),
         (
-            verb(
-                "/bin/echo {w}",
-                "params.w = { type = \"string\", pattern = \"[a-z]+\" }\nexamples.accept = [{ w = \"UPPER\" }]",
-            ),
+            verb(setuid.to_str().unwrap(), |verb| verb),
+            "setuid".into(),
+            vec![],
+        ),
+        (
+            verb("/bin/echo {w}", |verb| {
+                verb.param("w", Param::matching("[a-z]+"))
+                    .accepts(&[("w", "UPPER")])
+            }),
             "examples:bad".into(),
             vec![],
         ),
         (
-            format!("{HEALTHY}\n[secrets.leaky]\nfile = \"@DIR@/leaky\"\n"),
+            healthy()
+                .secret("leaky", Secret::File("@DIR@/leaky".into()))
+                .render(),
             "secret:leaky".into(),
             vec![],
         ),
         (
-            verb("/bin/true", &format!("sha256 = \"{}\"", "0".repeat(64))),
+            verb("/bin/true", |verb| verb.sha256(&"0".repeat(64))),
             "the policy pins".into(),
             vec![],
         ),
         (
-            verb(
-                "/bin/echo {w}",
-                "params.w = { type = \"string\", pattern = \"[a-z]+\" }\nexamples.reject = [{ w = \"fine\" }]",
-            ),
+            verb("/bin/echo {w}", |verb| {
+                verb.param("w", Param::matching("[a-z]+"))
+                    .rejects(&[("w", "fine")])
+            }),
             "was ACCEPTED".into(),
             vec![],
         ),
         (
-            HEALTHY.to_string(),
+            healthy().render(),
             "sandbox:default".into(),
             vec![(verbd::selftest::UNSANDBOXED_CANARY_ENV, "1")],
         ),
@@ -215,7 +225,7 @@ fn ready_only_after_the_self_test() {
     let dir = open_tempdir();
     let notify = Notify::new(dir.path());
     let notify_path = notify.path.to_str().unwrap().to_string();
-    let d = Daemon::spawn_in(dir, HEALTHY, &[("NOTIFY_SOCKET", &notify_path)]);
+    let d = Daemon::spawn_in(dir, &healthy().render(), &[("NOTIFY_SOCKET", &notify_path)]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = loop {
         let mut buf = [0u8; 4096];
@@ -240,7 +250,7 @@ fn socket_activation_end_to_end() {
     }
     let dir = open_tempdir();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, HEALTHY).unwrap();
+    std::fs::write(&policy, healthy().render()).unwrap();
     let socket = dir.path().join("activated.sock");
     let mut child = Command::new("/usr/bin/systemd-socket-activate")
         .arg("-l")
@@ -284,7 +294,7 @@ fn reload_swaps_only_a_passing_policy() {
     if !require_root("reload") {
         return;
     }
-    let mut d = Daemon::start(HEALTHY);
+    let mut d = Daemon::start(&healthy().render());
     let pid = nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32);
     // A broken policy: the old one keeps serving.
     std::fs::write(&d.policy, "version = 1\n[verb.x]\ncomand = 1\n").unwrap();
@@ -298,7 +308,7 @@ fn reload_swaps_only_a_passing_policy() {
     // A policy that parses but fails its self-test (missing binary): also refused, via SIGHUP.
     std::fs::write(
         &d.policy,
-        format!("{HEALTHY}\n[verb.ghost]\ndescription = \"x\"\ncategory = \"read-only\"\nroles = [\"me\"]\ncommand = \"/nonexistent/ghost\"\n"),
+        healthy_and("ghost", "/nonexistent/ghost", |verb| verb.description("x")),
     )
     .unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
@@ -328,7 +338,7 @@ fn reload_swaps_only_a_passing_policy() {
     // A good one: the new verb appears.
     std::fs::write(
         &d.policy,
-        format!("{HEALTHY}\n[verb.fresh]\ndescription = \"x\"\ncategory = \"read-only\"\nroles = [\"me\"]\ncommand = \"/bin/echo fresh\"\n"),
+        healthy_and("fresh", "/bin/echo fresh", |verb| verb.description("x")),
     )
     .unwrap();
     let out = d.cli(&["reload"]);
@@ -349,7 +359,7 @@ fn sigterm_kills_a_long_verb_after_the_grace_period() {
     if !require_root("sigterm") {
         return;
     }
-    let mut d = Daemon::start(HEALTHY);
+    let mut d = Daemon::start(&healthy().render());
     let socket = d.socket.clone();
     let caller = std::thread::spawn(move || {
         verbd::client::request(
@@ -397,7 +407,7 @@ fn a_journal_that_does_not_verify_stops_the_daemon() {
     if !require_root("journal gate") {
         return;
     }
-    let mut d = Daemon::start(HEALTHY);
+    let mut d = Daemon::start(&healthy().render());
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     d.stop();
     let path = d.state.join("journal.jsonl");

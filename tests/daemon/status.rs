@@ -4,6 +4,7 @@
 //! (and says `verbd_up 0` when the daemon is gone), and an agent sees no counters.
 use crate::common;
 
+use common::policy::{Category, Param, Policy, Verb};
 use common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,36 +13,30 @@ const AGENT: u32 = 61480;
 const OPS: u32 = 61481;
 const SRE: u32 = 61482;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61480]
-[roles.ops]
-kind = "human"
-uids = [61481]
-[roles.sre]
-kind = "human"
-uids = [61482]
-[approvals]
-approvers = ["sre"]
-expires = "30m"
-
-[verb.echo]
-description = "echo a word"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo {text}"
-params.text = { type = "string", pattern = "[a-z]{1,8}" }
-
-[verb.touch]
-description = "create a marker (needs approval)"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/true {name}"
-params.name = { type = "string", pattern = "[a-z]{1,8}" }
-"#;
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("ops", &[OPS])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .verb(
+            "echo",
+            Verb::command(Category::ReadOnly, "/bin/echo {text}")
+                .description("echo a word")
+                .roles(&["agent"])
+                .param("text", Param::matching("[a-z]{1,8}")),
+        )
+        .verb(
+            "touch",
+            Verb::command(Category::Mutating, "/bin/true {name}")
+                .description("create a marker (needs approval)")
+                .roles(&["agent"])
+                .param("name", Param::matching("[a-z]{1,8}")),
+        )
+        .render()
+}
 
 fn status_json(d: &Daemon, uid: u32) -> (i32, Value) {
     let out = d.cli_as(uid, &["status", "--json"]);
@@ -70,7 +65,7 @@ fn calls(status: &Value) -> BTreeMap<(String, String), u64> {
 
 #[test]
 fn counters_move_exactly_as_calls_happen_and_agents_see_none() {
-    let d = Daemon::start(POLICY);
+    let d = Daemon::start(&policy());
     d.open_socket();
     let (code, before) = status_json(&d, OPS);
     assert_eq!(code, 0, "{before}");
@@ -196,7 +191,7 @@ fn counters_move_exactly_as_calls_happen_and_agents_see_none() {
 
 #[test]
 fn output_is_replaced_atomically_and_says_down_when_the_daemon_is_gone() {
-    let mut d = Daemon::start(POLICY);
+    let mut d = Daemon::start(&policy());
     d.open_socket();
     let dir = open_tempdir();
     std::fs::set_permissions(
@@ -376,24 +371,20 @@ fn parse_labels(body: &str, line: &str) -> BTreeMap<String, String> {
 const HOSTILE: u32 = 63000;
 const OTHER_AGENT: u32 = 63001;
 
-const TWO_AGENTS: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.hostile]
-uids = [63000]
-[roles.worker]
-uids = [63001]
-[roles.ops]
-kind = "human"
-uids = [61481]
-
-[verb.nap]
-description = "sleep a while"
-category = "read-only"
-roles = ["worker"]
-command = "/bin/sleep 3"
-"#;
+fn two_agents() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("hostile", &[HOSTILE])
+        .agents("worker", &[OTHER_AGENT])
+        .humans("ops", &[OPS])
+        .verb(
+            "nap",
+            Verb::command(Category::ReadOnly, "/bin/sleep 3")
+                .description("sleep a while")
+                .roles(&["worker"]),
+        )
+        .render()
+}
 
 /// The hostile agent polls `status` while another agent's verb runs: on the old code its answer
 /// said `executions_in_flight: 1` (another caller's activity, and when an approved run starts,
@@ -404,7 +395,7 @@ fn an_agent_cannot_see_other_callers_executions_in_flight() {
     if !require_root("an_agent_cannot_see_other_callers_executions_in_flight") {
         return;
     }
-    let d = Daemon::start(TWO_AGENTS);
+    let d = Daemon::start(&two_agents());
     d.open_socket();
     let socket = d.socket.clone();
     let worker = std::thread::spawn(move || {

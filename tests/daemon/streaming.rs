@@ -4,6 +4,7 @@
 //! `verbd sh -c` prints a streaming verb's output as it comes too, through its filters.
 //! Real `verbd serve`, real `tail -f`, callers at real uids (61201) through the CLI.
 use crate::common;
+use common::policy::{Category, CommandMode, Policy, Sandbox, Secret, Stream, Verb};
 use common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,56 +21,84 @@ const AGENT: u32 = 61201;
 /// two lines.
 const SECRET: &str = "streamed-S3cr3t-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFGHIJKL";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-kind = "human"
-uids = [0]
-[roles.agent]
-uids = [61201]
-commands = "rewrite"
-
-[secrets.tok]
-file = "@DIR@/tok"
-
-[verb.follow]
-description = "follows the application log"
-category = "read-only"
-roles = ["agent", "me"]
-sandbox = "logs"
-command = ["/usr/bin/tail", "-n", "+1", "-s", "0.2", "-f", "@DIR@/logs/app.log"]
-stream = { max_duration = "20s", max_lines = 5 }
-
-[sandbox.logs]
-read = ["/usr", "/etc", "@DIR@/logs"]
-
-[verb.dribble]
-description = "writes the secret one byte per write, raw and in base64 (wrapped at 76)"
-category = "read-only"
-roles = ["agent", "me"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "echo start; fold -w1 \"$1\" | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.01; done; echo; base64 \"$1\" | while read line; do printf '%s\\n' \"$line\" | fold -w1 | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.01; done; echo; done; echo end", "dribble", "${secret_file:tok}"]
-stream = { max_duration = "60s" }
-
-[verb.dribble-slowly]
-description = "writes the secret one byte per write, slowly (a time bound cuts it)"
-category = "read-only"
-roles = ["agent", "me"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "echo start; fold -w1 \"$1\" | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.05; done; echo", "dribble", "${secret_file:tok}"]
-stream = { max_duration = "1s" }
-
-[verb.hello]
-description = "does not stream"
-category = "read-only"
-roles = ["agent", "me"]
-command = "/bin/echo hello"
-"#;
+/// The streaming verbs, `hello` that does not stream, and the secret they write; `agents` are
+/// the uids of the agent role.
+fn policy(agents: &[u32]) -> Policy {
+    const DRIBBLE: &str = "echo start; fold -w1 \"$1\" | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.01; done; echo; base64 \"$1\" | while read line; do printf '%s\\n' \"$line\" | fold -w1 | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.01; done; echo; done; echo end";
+    const DRIBBLE_SLOWLY: &str = "echo start; fold -w1 \"$1\" | while read c || [ -n \"$c\" ]; do printf %s \"$c\"; sleep 0.05; done; echo";
+    Policy::new()
+        .allow_root()
+        .humans("me", &[0])
+        .agents("agent", agents)
+        .commands("agent", CommandMode::Rewrite)
+        .secret("tok", Secret::File("@DIR@/tok".into()))
+        .verb(
+            "follow",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/usr/bin/tail",
+                    "-n",
+                    "+1",
+                    "-s",
+                    "0.2",
+                    "-f",
+                    "@DIR@/logs/app.log",
+                ],
+            )
+            .description("follows the application log")
+            .roles(&["agent", "me"])
+            .sandbox("logs")
+            .stream(Stream {
+                max_duration: "20s".into(),
+                max_lines: Some(5),
+            }),
+        )
+        .sandbox("logs", Sandbox::new(&["/usr", "/etc", "@DIR@/logs"], &[]))
+        .verb(
+            "dribble",
+            Verb::argv(
+                Category::ReadOnly,
+                &["/bin/sh", "-c", DRIBBLE, "dribble", "${secret_file:tok}"],
+            )
+            .description("writes the secret one byte per write, raw and in base64 (wrapped at 76)")
+            .roles(&["agent", "me"])
+            .allow_interpreter()
+            .stream(Stream {
+                max_duration: "60s".into(),
+                max_lines: None,
+            }),
+        )
+        .verb(
+            "dribble-slowly",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    DRIBBLE_SLOWLY,
+                    "dribble",
+                    "${secret_file:tok}",
+                ],
+            )
+            .description("writes the secret one byte per write, slowly (a time bound cuts it)")
+            .roles(&["agent", "me"])
+            .allow_interpreter()
+            .stream(Stream {
+                max_duration: "1s".into(),
+                max_lines: None,
+            }),
+        )
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("does not stream")
+                .roles(&["agent", "me"]),
+        )
+}
 
 fn daemon() -> Daemon {
-    let daemon = Daemon::start_with(POLICY, |dir| {
+    let daemon = Daemon::start_with(&policy(&[AGENT]).render(), |dir| {
         std::fs::write(dir.join("tok"), SECRET).unwrap();
         std::fs::set_permissions(dir.join("tok"), std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::create_dir(dir.join("logs")).unwrap();
@@ -447,12 +476,7 @@ fn streams_cannot_take_every_execution_slot() {
     }
     const OTHER: u32 = 61202;
     const THIRD: u32 = 61203;
-    let policy = POLICY
-        .replace("allow_root = true", "allow_root = true\nmax_executions = 4")
-        .replace(
-            "uids = [61201]",
-            &format!("uids = [61201, {OTHER}, {THIRD}]"),
-        );
+    let policy = policy(&[AGENT, OTHER, THIRD]).max_executions(4).render();
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::write(dir.join("tok"), SECRET).unwrap();
         std::fs::set_permissions(dir.join("tok"), std::fs::Permissions::from_mode(0o600)).unwrap();
