@@ -24,6 +24,8 @@ pub struct Policy {
     roles: BTreeMap<String, Role>,
     #[serde(skip_serializing_if = "Approvals::is_default")]
     approvals: Approvals,
+    #[serde(skip_serializing_if = "Commands::is_default")]
+    commands: Commands,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     secrets: BTreeMap<String, Secret>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -86,6 +88,19 @@ pub enum CommandMode {
     Off,
     Advise,
     Rewrite,
+}
+
+/// `[commands]`: the paths whose use in a shell command needs a verb.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+struct Commands {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    privileged_paths: Vec<String>,
+}
+
+impl Commands {
+    fn is_default(&self) -> bool {
+        *self == Commands::default()
+    }
 }
 
 /// `[approvals]`.
@@ -354,6 +369,7 @@ impl Policy {
             daemon: DaemonSettings::default(),
             roles: BTreeMap::new(),
             approvals: Approvals::default(),
+            commands: Commands::default(),
             secrets: BTreeMap::new(),
             sandbox: BTreeMap::new(),
             verb: BTreeMap::new(),
@@ -435,6 +451,12 @@ impl Policy {
             .get_mut(role)
             .expect("commands of a declared role");
         entry.commands = Some(mode);
+        self
+    }
+
+    /// `[commands] privileged_paths`: a shell command naming one of these needs a verb.
+    pub fn privileged_paths(mut self, paths: &[&str]) -> Policy {
+        self.commands.privileged_paths = strings(paths);
         self
     }
 

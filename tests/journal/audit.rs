@@ -3,31 +3,37 @@
 //! written denies every call (fail closed) and the daemon serves again once space is back.
 use crate::common;
 use crate::common::digest::hmac;
+use common::policy::{Category, Param, Policy, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use verbd::protocol::Response;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-[verb.echo]
-description = "echo a word"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo {w}"
-params.w = { type = "string", pattern = "[a-z0-9]+", max_length = 200 }
-"#;
+/// `echo` for the callers in `me` (root, and whoever else a test adds).
+fn policy_for(me: &[u32]) -> String {
+    Policy::new()
+        .allow_root()
+        .agents("me", me)
+        .verb(
+            "echo",
+            Verb::command(Category::ReadOnly, "/bin/echo {w}")
+                .description("echo a word")
+                .roles(&["me"])
+                .param("w", Param::matching("[a-z0-9]+").max_length(200)),
+        )
+        .render()
+}
+
+fn policy() -> String {
+    policy_for(&[0])
+}
 
 fn journal_with_calls() -> Option<(Daemon, std::path::PathBuf)> {
     if !require_root("audit") {
         return None;
     }
-    let mut d = Daemon::start(POLICY);
+    let mut d = Daemon::start(&policy());
     for w in ["alpha", "beta", "gamma", "delta"] {
         assert_eq!(stdout_of(&d.call("echo", &[("w", w)])), format!("{w}\n"));
     }
@@ -170,7 +176,7 @@ fn full_journal_denies_calls_and_recovers() {
         .unwrap();
     assert!(status.success(), "mount tmpfs");
     let mount = Tmpfs(state.clone());
-    let d = Daemon::spawn_in(dir, POLICY, &[]);
+    let d = Daemon::spawn_in(dir, &policy(), &[]);
     d.wait_ready();
     // Fill the file system with a ballast file, leaving almost nothing (the journal's own
     // files — segment, witness, sealing key, checkpoint — take a few pages already).
@@ -357,7 +363,7 @@ fn setup_keys_then_verify_key_proves_every_epoch_and_a_wrong_key_fails() {
         return;
     }
     let mut vk = String::new();
-    let mut d = Daemon::start_with(POLICY, |dir| vk = setup_keys(&dir.join("state"), 3));
+    let mut d = Daemon::start_with(&policy(), |dir| vk = setup_keys(&dir.join("state"), 3));
     for w in ["one", "two", "three", "four"] {
         assert_eq!(stdout_of(&d.call("echo", &[("w", w)])), format!("{w}\n"));
     }
@@ -457,7 +463,7 @@ fn a_full_disk_while_sealing_denies_calls_and_loses_nothing() {
     let mount = Tmpfs(state.clone());
     // Two records per epoch: nearly every call crosses an epoch boundary and seals.
     let vk = setup_keys(&state, 2);
-    let d = Daemon::spawn_in(dir, POLICY, &[]);
+    let d = Daemon::spawn_in(dir, &policy(), &[]);
     d.wait_ready();
     let ballast = state.join("ballast");
     std::fs::write(&ballast, vec![b'x'; 64 * 1024]).unwrap();
@@ -778,7 +784,7 @@ fn agent_text_cannot_forge_a_record_in_the_jsonl_export() {
     if !require_root("agent_text_cannot_forge_a_record_in_the_jsonl_export") {
         return;
     }
-    let policy = POLICY.replace("uids = [0]", "uids = [0, 63040]");
+    let policy = policy_for(&[0, HOSTILE]);
     let d = Daemon::start(&policy);
     d.open_socket();
     let fake =

@@ -4,6 +4,7 @@
 //! (the follower stops and names the problem instead of printing what comes after).
 use crate::common;
 
+use common::policy::{Category, Param, Policy, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -11,24 +12,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-[verb.echo]
-description = "echo a word"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo {w}"
-params.w = { type = "string", pattern = "[a-z]+" }
-[verb.other]
-description = "something else"
-category = "read-only"
-roles = ["me"]
-command = "/bin/true"
-"#;
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .verb(
+            "echo",
+            Verb::command(Category::ReadOnly, "/bin/echo {w}")
+                .description("echo a word")
+                .roles(&["me"])
+                .param("w", Param::matching("[a-z]+")),
+        )
+        .verb(
+            "other",
+            Verb::command(Category::ReadOnly, "/bin/true")
+                .description("something else")
+                .roles(&["me"]),
+        )
+        .render()
+}
 
 /// A running `audit tail` and the lines it prints, as they come.
 struct Tail {
@@ -124,7 +126,7 @@ fn follow_prints_a_live_daemons_records_through_a_restart_with_filters() {
     if !require_root("audit tail --follow on a daemon's journal") {
         return;
     }
-    let mut d = Daemon::start(POLICY);
+    let mut d = Daemon::start(&policy());
     assert_eq!(stdout_of(&d.call("echo", &[("w", "alpha")])), "alpha\n");
     assert!(matches!(
         d.call("echo", &[("w", "NOT-A-WORD")]),

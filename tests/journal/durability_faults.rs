@@ -8,6 +8,7 @@
 //! the fdatasync itself, after the line is written). The one record answered once written, a
 //! command mapping (advice), must survive a kill of the daemon right after its answer.
 use crate::common;
+use common::policy::{Category, CommandMode, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::path::Path;
 use std::sync::mpsc;
@@ -17,49 +18,49 @@ use verbd::protocol::Response;
 const AGENT: u32 = 61801;
 const SRE: u32 = 61802;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [0, 61801]
-commands = "rewrite"
-[roles.sre]
-kind = "human"
-uids = [61802]
-[approvals]
-approvers = ["sre"]
-
-[commands]
-privileged_paths = ["@DIR@/logs"]
-
-[sandbox.work]
-read = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
-write = ["@DIR@/work"]
-
-[verb.mark]
-description = "leave a side effect in the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "work"
-command = ["/usr/bin/touch", "@DIR@/work/sub/ran"]
-
-[verb.change]
-description = "a change a human approves"
-category = "mutating"
-roles = ["agent"]
-sandbox = "work"
-command = ["/usr/bin/touch", "@DIR@/work/sub/changed"]
-
-[verb.log-tail]
-description = "The last lines of a log file"
-category = "read-only"
-roles = ["agent"]
-sandbox = "work"
-command = "/usr/bin/tail -n {lines} {file}"
-params.lines = { type = "int", min = 1, max = 1000, default = 10 }
-params.file = { type = "path", roots = ["@DIR@/logs"] }
-"#;
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[0, AGENT])
+        .commands("agent", CommandMode::Rewrite)
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .privileged_paths(&["@DIR@/logs"])
+        .sandbox(
+            "work",
+            Sandbox::new(&["/usr", "/bin", "/lib", "/lib64", "/etc"], &["@DIR@/work"]),
+        )
+        .verb(
+            "mark",
+            Verb::argv(
+                Category::ReadOnly,
+                &["/usr/bin/touch", "@DIR@/work/sub/ran"],
+            )
+            .description("leave a side effect in the write root")
+            .roles(&["agent"])
+            .sandbox("work"),
+        )
+        .verb(
+            "change",
+            Verb::argv(
+                Category::Mutating,
+                &["/usr/bin/touch", "@DIR@/work/sub/changed"],
+            )
+            .description("a change a human approves")
+            .roles(&["agent"])
+            .sandbox("work"),
+        )
+        .verb(
+            "log-tail",
+            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
+                .description("The last lines of a log file")
+                .roles(&["agent"])
+                .sandbox("work")
+                .param("lines", Param::int(1, 1000).default(10))
+                .param("file", Param::path(&["@DIR@/logs"])),
+        )
+        .render()
+}
 
 /// A daemon whose journal hook is `fault` (or none), with `work/sub` ready for the verbs.
 fn start(fault: Option<&str>) -> Option<Daemon> {
@@ -81,7 +82,7 @@ fn start(fault: Option<&str>) -> Option<Daemon> {
         .as_deref()
         .map(|v| vec![("VERBD_TEST_JOURNAL_FAULT", v)])
         .unwrap_or_default();
-    let d = Daemon::spawn_in(dir, POLICY, &env);
+    let d = Daemon::spawn_in(dir, &policy(), &env);
     d.wait_ready();
     d.open_socket();
     Some(d)
@@ -303,7 +304,7 @@ fn a_sigterm_while_the_start_record_is_written_stops_the_daemon_gracefully() {
     let control = dir.path().join("control");
     std::fs::create_dir(&control).unwrap();
     let fault = format!("start:block:{}", control.display());
-    let mut d = Daemon::spawn_in(dir, POLICY, &[("VERBD_TEST_JOURNAL_FAULT", &fault)]);
+    let mut d = Daemon::spawn_in(dir, &policy(), &[("VERBD_TEST_JOURNAL_FAULT", &fault)]);
     wait_for(&control.join("blocked.start"), "the held start record");
     let pid = d.child.as_ref().unwrap().id() as i32;
     nix::sys::signal::kill(

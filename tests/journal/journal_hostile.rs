@@ -9,6 +9,7 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, CommandMode, NetworkMode, Param, Policy, Sandbox, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -23,28 +24,26 @@ const MAX_RECORD_BYTES: usize = 8 * 1024;
 
 const HALF_MB: usize = 500_000;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61470]
-
-[verb.echo]
-description = "echo a word"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo {text}"
-params.text = { type = "string", pattern = "[a-z]{1,8}" }
-
-[verb.save]
-description = "write a file beneath data"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/data"]
-"#;
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .verb(
+            "echo",
+            Verb::command(Category::ReadOnly, "/bin/echo {text}")
+                .description("echo a word")
+                .roles(&["agent"])
+                .param("text", Param::matching("[a-z]{1,8}")),
+        )
+        .verb(
+            "save",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/data"])
+                .description("write a file beneath data")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .render()
+}
 
 fn call(verb: &str, args: BTreeMap<String, Value>) -> Request {
     Request::Call {
@@ -120,7 +119,7 @@ fn record_sizes(d: &Daemon) -> Vec<(usize, Value)> {
 
 #[test]
 fn hostile_requests_of_half_a_megabyte_make_journal_records_of_a_few_kib() {
-    let d = Daemon::start_with(POLICY, |dir| {
+    let d = Daemon::start_with(&policy(), |dir| {
         std::fs::create_dir(dir.join("data")).unwrap();
     });
     d.open_socket();
@@ -220,7 +219,7 @@ fn hostile_requests_of_half_a_megabyte_make_journal_records_of_a_few_kib() {
 #[test]
 fn a_refusal_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() {
     use verbd::events::RefusalClass;
-    let mut d = Daemon::start_with(POLICY, |dir| {
+    let mut d = Daemon::start_with(&policy(), |dir| {
         std::fs::create_dir(dir.join("data")).unwrap();
     });
     d.open_socket();
@@ -302,30 +301,30 @@ fn a_refusal_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() 
 /// A caller in `rewrite` mode whose shell commands map onto a verb.
 const MAPPER: u32 = 61472;
 
-const MAPPING_POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61472]
-commands = "rewrite"
-
-[commands]
-privileged_paths = ["@DIR@/logs"]
-
-[sandbox.logs]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"]
-network = "none"
-
-[verb.log-tail]
-description = "The last lines of a log file"
-category = "read-only"
-roles = ["agent"]
-sandbox = "logs"
-command = "/usr/bin/tail -n {lines} {file}"
-params.lines = { type = "int", min = 1, max = 1000, default = 10 }
-params.file = { type = "path", roots = ["@DIR@/logs"] }
-"#;
+fn mapping_policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[MAPPER])
+        .commands("agent", CommandMode::Rewrite)
+        .privileged_paths(&["@DIR@/logs"])
+        .sandbox(
+            "logs",
+            Sandbox {
+                network: Some(NetworkMode::None),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"], &[])
+            },
+        )
+        .verb(
+            "log-tail",
+            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
+                .description("The last lines of a log file")
+                .roles(&["agent"])
+                .sandbox("logs")
+                .param("lines", Param::int(1, 1000).default(10))
+                .param("file", Param::path(&["@DIR@/logs"])),
+        )
+        .render()
+}
 
 /// Shell commands that map onto a verb, flooded by one caller in `rewrite` mode (each one
 /// different, so no de-duplication of identical commands hides the flood): before, every one
@@ -334,7 +333,7 @@ params.file = { type = "path", roots = ["@DIR@/logs"] }
 /// counts reach the journal at the latest at the daemon's stop.
 #[test]
 fn a_command_mapping_flood_is_journaled_as_a_bounded_number_of_records_with_its_count() {
-    let mut d = Daemon::start_with(MAPPING_POLICY, |dir| {
+    let mut d = Daemon::start_with(&mapping_policy(), |dir| {
         std::fs::create_dir(dir.join("logs")).unwrap();
         std::fs::write(dir.join("logs/app.log"), "1 ERROR upstream timed out\n").unwrap();
     });
