@@ -1,28 +1,24 @@
 //! The Claude Code hook binary against the real daemon: real PreToolUse fixtures are allowed or
 //! denied by the daemon's `check` op (and journaled); every failure exits 2 with the deny JSON.
 use crate::common;
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn policy() -> String {
-    r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-kind = "human"
-uids = [0]
-[verb.note]
-description = "write notes"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/root"]
-"#
-    .to_string()
+    Policy::new()
+        .allow_root()
+        .humans("agent", &[0])
+        .verb(
+            "note",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/root"])
+                .description("write notes")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .render()
 }
 
 fn hook(socket: &Path, stdin: &[u8], env: &[(&str, &str)]) -> Output {

@@ -5,6 +5,7 @@
 //! `VERBD_MCP_PYTHON` may name another interpreter that has it. Without it the SDK tests skip
 //! loudly, and under `CI=true` they fail.
 use crate::common;
+use common::policy::{Category, Param, ParamType, Policy, Stream, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -19,96 +20,96 @@ const SRE: u32 = 61502;
 const OPS_AGENT: u32 = 61503;
 const NO_ROLE: u32 = 61504;
 
-fn policy(extra: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-queue_timeout = "500ms"
-[roles.agent]
-uids = [{AGENT}, {HOSTILE}]
-[roles.ops]
-uids = [{OPS_AGENT}]
-[roles.sre]
-kind = "human"
-uids = [{SRE}]
-[approvals]
-approvers = ["sre"]
-expires = "30m"
+/// The verbs the MCP tests list and call; a test adds its own with [`Policy::verb`].
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .queue_timeout("500ms")
+        .agents("agent", &[AGENT, HOSTILE])
+        .agents("ops", &[OPS_AGENT])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .verb("echo", echo_for(&["agent"]))
+        .verb(
+            "logs.tail",
+            Verb::command(
+                Category::ReadOnly,
+                "/bin/echo {unit} {lines} [ {level} ] {all}",
+            )
+            .description("Pretend to show a unit's journal")
+            .roles(&["agent"])
+            .param("unit", Param::of(ParamType::SystemdUnit))
+            .param("lines", Param::int(1, 5000).default(200))
+            .param("level", Param::one_of(&["info", "err"]).optional())
+            .param("all", Param::flag("--all")),
+        )
+        .verb(
+            "limited",
+            Verb::command(Category::ReadOnly, "/bin/true")
+                .description("Rate limited")
+                .roles(&["agent"])
+                .rate("1/h"),
+        )
+        .verb(
+            "slow",
+            Verb::command(Category::ReadOnly, "/bin/sleep 3")
+                .description("Sleeps; one at a time")
+                .roles(&["agent"])
+                .max_concurrent(1),
+        )
+        .verb(
+            "nap",
+            Verb::command(Category::ReadOnly, "/bin/sleep {secs}")
+                .description("Sleeps for a while")
+                .roles(&["agent"])
+                .timeout("20m")
+                .param("secs", Param::int(1, 999)),
+        )
+        .verb(
+            "failing",
+            Verb::command(Category::ReadOnly, "/bin/cat /nonexistent-verbd-test")
+                .description("Reads a file that is not there")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "bump",
+            Verb::command(Category::Mutating, "/bin/echo bumped {n}")
+                .description("Pretend to change something")
+                .roles(&["agent"])
+                .param("n", Param::int(1, 9)),
+        )
+        .verb(
+            "nuke",
+            Verb::command(Category::Destructive, "/bin/echo deleted {name}")
+                .description("Pretend to delete a pod")
+                .roles(&["agent"])
+                .dry_run("/bin/echo would delete {name}")
+                .param("name", Param::of(ParamType::K8sName)),
+        )
+        .verb(
+            "ops-only",
+            Verb::command(Category::ReadOnly, "/bin/echo ops")
+                .description("Only for the ops role")
+                .roles(&["ops"]),
+        )
+}
 
-[verb.echo]
-description = "Echo one word"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo {{text}}"
-params.text = {{ type = "string", pattern = "[A-Za-z0-9._-]{{1,64}}", max_length = 64, description = "one word" }}
-
-[verb."logs.tail"]
-description = "Pretend to show a unit's journal"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/echo {{unit}} {{lines}} [ {{level}} ] {{all}}"
-params.unit = {{ type = "systemd-unit" }}
-params.lines = {{ type = "int", min = 1, max = 5000, default = 200 }}
-params.level = {{ type = "enum", values = ["info", "err"], required = false }}
-params.all = {{ type = "bool", flag = "--all" }}
-
-[verb.limited]
-description = "Rate limited"
-category = "read-only"
-roles = ["agent"]
-rate = "1/h"
-command = "/bin/true"
-
-[verb.slow]
-description = "Sleeps; one at a time"
-category = "read-only"
-roles = ["agent"]
-max_concurrent = 1
-command = "/bin/sleep 3"
-
-[verb.nap]
-description = "Sleeps for a while"
-category = "read-only"
-roles = ["agent"]
-timeout = "20m"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "int", min = 1, max = 999 }}
-
-[verb.failing]
-description = "Reads a file that is not there"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/cat /nonexistent-verbd-test"
-
-[verb.bump]
-description = "Pretend to change something"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo bumped {{n}}"
-params.n = {{ type = "int", min = 1, max = 9 }}
-
-[verb.nuke]
-description = "Pretend to delete a pod"
-category = "destructive"
-roles = ["agent"]
-command = "/bin/echo deleted {{name}}"
-dry_run = "/bin/echo would delete {{name}}"
-params.name = {{ type = "k8s-name" }}
-
-[verb.ops-only]
-description = "Only for the ops role"
-category = "read-only"
-roles = ["ops"]
-command = "/bin/echo ops"
-{extra}
-"#
-    )
+/// `echo`, one word, for `roles`.
+fn echo_for(roles: &[&str]) -> Verb {
+    Verb::command(Category::ReadOnly, "/bin/echo {text}")
+        .description("Echo one word")
+        .roles(roles)
+        .param(
+            "text",
+            Param::matching("[A-Za-z0-9._-]{1,64}")
+                .max_length(64)
+                .description("one word"),
+        )
 }
 
 fn start() -> Daemon {
-    let d = Daemon::start(&policy(""));
+    let d = Daemon::start(&policy().render());
     d.open_socket();
     d
 }
@@ -222,15 +223,14 @@ fn end_to_end(mode: &str, era: &str) {
         return;
     }
     let d = start();
-    let mut added = policy(
-        r#"
-[verb.added]
-description = "Added by a reload"
-category = "read-only"
-roles = ["agent"]
-command = "/bin/true"
-"#,
-    );
+    let mut added = policy()
+        .verb(
+            "added",
+            Verb::command(Category::ReadOnly, "/bin/true")
+                .description("Added by a reload")
+                .roles(&["agent"]),
+        )
+        .render();
     added = added.replace("@DIR@", d.dir.path().to_str().unwrap());
     let steps = json!([
         { "op": "list" },                                                       // 0
@@ -492,15 +492,23 @@ command = "/bin/true"
 }
 
 /// A verb that streams three ticks, half a second apart.
-const TICKS: &str = r#"
-[verb.ticks]
-description = "Streams three ticks, half a second apart"
-category = "read-only"
-roles = ["agent"]
-allow_interpreter = true
-command = ["/bin/sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.5; done"]
-stream = { max_duration = "30s" }
-"#;
+fn ticks() -> Verb {
+    Verb::argv(
+        Category::ReadOnly,
+        &[
+            "/bin/sh",
+            "-c",
+            "for i in 1 2 3; do echo tick $i; sleep 0.5; done",
+        ],
+    )
+    .description("Streams three ticks, half a second apart")
+    .roles(&["agent"])
+    .allow_interpreter()
+    .stream(Stream {
+        max_duration: "30s".into(),
+        max_lines: None,
+    })
+}
 
 /// A streaming verb called with a progress token: each chunk arrives as
 /// `notifications/progress` (the text as `message`, the count rising) while the verb runs, the
@@ -513,7 +521,7 @@ fn streaming_progress(mode: &str) {
     if !require_root(&test) {
         return;
     }
-    let d = Daemon::start(&policy(TICKS));
+    let d = Daemon::start(&policy().verb("ticks", ticks()).render());
     d.open_socket();
     let steps = json!([
         { "op": "list" },
@@ -1005,11 +1013,8 @@ fn the_mcp_layer_adds_no_way_around_the_daemon() {
 
     // No decision is cached: a verb removed by a reload is refused at once, even though the
     // client still has the old list.
-    let without_echo = policy("").replace(
-        "[verb.echo]\ndescription = \"Echo one word\"\ncategory = \"read-only\"\nroles = [\"agent\"]",
-        "[verb.echo]\ndescription = \"Echo one word\"\ncategory = \"read-only\"\nroles = [\"ops\"]",
-    );
-    assert_ne!(without_echo, policy(""));
+    let without_echo = policy().verb("echo", echo_for(&["ops"])).render();
+    assert_ne!(without_echo, policy().render());
     std::fs::write(&d.policy, without_echo).unwrap();
     let reload = d.cli_as(SRE, &["reload"]);
     assert!(reload.status.success(), "{reload:?}");
@@ -1172,18 +1177,17 @@ fn a_client_that_never_reads_stdout_is_paused_and_loses_nothing() {
     // Room at the daemon for every call `verbd mcp` has in flight, and time to queue for a run,
     // so each gets its own output (as configured for the other tests, some would be `busy`).
     let d = Daemon::start(
-        &policy(
-            r#"
-[verb.count]
-description = "Count up to n"
-category = "read-only"
-roles = ["agent"]
-command = "/usr/bin/seq {n}"
-params.n = { type = "int", min = 1, max = 99999 }
-"#,
-        )
-        .replace("[daemon]\n", "[daemon]\nmax_connections_per_uid = 128\n")
-        .replace("queue_timeout = \"500ms\"", "queue_timeout = \"60s\""),
+        &policy()
+            .verb(
+                "count",
+                Verb::command(Category::ReadOnly, "/usr/bin/seq {n}")
+                    .description("Count up to n")
+                    .roles(&["agent"])
+                    .param("n", Param::int(1, 99999)),
+            )
+            .max_connections_per_uid(128)
+            .queue_timeout("60s")
+            .render(),
     );
     d.open_socket();
     let mut child = Command::new(BIN)

@@ -5,6 +5,7 @@
 //! denies (exit 2). Through `verbd sh -c`: the verb runs and its output goes through the
 //! command's filters, or the command is refused with the closest verb; no shell ever runs.
 use crate::common;
+use common::policy::{Category, CommandMode, NetworkMode, Param, Policy, Sandbox, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -17,64 +18,60 @@ use verbd::adapters::claude_hook;
 const ADVISED_UID: u32 = 63301;
 const OFF_UID: u32 = 63302;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
+/// The roles and verbs, with no role setting a `commands` mode: [`policy`] sets them.
+fn roles_and_verbs() -> Policy {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[0])
+        .agents("advised", &[ADVISED_UID])
+        .agents("plain", &[OFF_UID])
+        .humans("sre", &[63303])
+        .approvers(&["sre"])
+        .privileged_programs(&["psql"])
+        .privileged_paths(&["@DIR@/logs"])
+        .sandbox(
+            "logs",
+            Sandbox {
+                network: Some(NetworkMode::None),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"], &[])
+            },
+        )
+        .verb(
+            "log-tail",
+            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
+                .description("The last lines of a log file")
+                .roles(&["agent", "advised", "plain"])
+                .sandbox("logs")
+                .param("lines", Param::int(1, 1000).default(10))
+                .param("file", Param::path(&["@DIR@/logs"])),
+        )
+        .verb(
+            "service-restart",
+            Verb::command(Category::Mutating, "/usr/bin/systemctl restart {unit}")
+                .description("Restart a service (needs approval)")
+                .roles(&["agent"])
+                .param("unit", Param::one_of(&["nginx.service"])),
+        )
+        .verb(
+            "cache-clear",
+            Verb::command(Category::Destructive, "/usr/bin/rm -rf {dir}")
+                .description("Empty the cache directory")
+                .roles(&["agent"])
+                .dry_run("/usr/bin/ls -la {dir}")
+                .param("dir", Param::path(&["@DIR@/cache"])),
+        )
+}
 
-[roles.agent]
-uids = [0]
-commands = "rewrite"
-
-[roles.advised]
-uids = [63301]
-commands = "advise"
-
-[roles.plain]
-uids = [63302]
-
-[roles.sre]
-kind = "human"
-uids = [63303]
-
-[approvals]
-approvers = ["sre"]
-
-[commands]
-privileged_programs = ["psql"]
-privileged_paths = ["@DIR@/logs"]
-
-[sandbox.logs]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"]
-network = "none"
-
-[verb.log-tail]
-description = "The last lines of a log file"
-category = "read-only"
-roles = ["agent", "advised", "plain"]
-sandbox = "logs"
-command = "/usr/bin/tail -n {lines} {file}"
-params.lines = { type = "int", min = 1, max = 1000, default = 10 }
-params.file = { type = "path", roots = ["@DIR@/logs"] }
-
-[verb.service-restart]
-description = "Restart a service (needs approval)"
-category = "mutating"
-roles = ["agent"]
-command = "/usr/bin/systemctl restart {unit}"
-params.unit = { type = "enum", values = ["nginx.service"] }
-
-[verb.cache-clear]
-description = "Empty the cache directory"
-category = "destructive"
-roles = ["agent"]
-command = "/usr/bin/rm -rf {dir}"
-dry_run = "/usr/bin/ls -la {dir}"
-params.dir = { type = "path", roots = ["@DIR@/cache"] }
-"#;
+/// `agent` rewrites, `advised` advises, `plain` sets no mode (off).
+fn policy() -> String {
+    roles_and_verbs()
+        .commands("agent", CommandMode::Rewrite)
+        .commands("advised", CommandMode::Advise)
+        .render()
+}
 
 fn start() -> Daemon {
-    let daemon = Daemon::start_with(POLICY, |dir| {
+    let daemon = Daemon::start_with(&policy(), |dir| {
         std::fs::create_dir(dir.join("logs")).unwrap();
         std::fs::create_dir(dir.join("cache")).unwrap();
         let lines: String = (1..=60)
@@ -415,10 +412,10 @@ fn commands_mode_is_every_agent_roles_default_and_a_role_of_its_own_keeps_its_ow
     ) {
         return;
     }
-    let policy = POLICY
-        .replace("commands = \"rewrite\"\n", "")
-        .replace("commands = \"advise\"\n", "commands = \"off\"\n")
-        .replace("[commands]\n", "[commands]\nmode = \"rewrite\"\n");
+    let policy = roles_and_verbs()
+        .commands("advised", CommandMode::Off)
+        .commands_mode(CommandMode::Rewrite)
+        .render();
     assert!(!policy.contains("\"advise\""), "{policy}");
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("logs")).unwrap();

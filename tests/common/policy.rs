@@ -90,9 +90,14 @@ pub enum CommandMode {
     Rewrite,
 }
 
-/// `[commands]`: the paths whose use in a shell command needs a verb.
+/// `[commands]`: the site's mode, and the programs and paths whose use in a shell command
+/// needs a verb.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 struct Commands {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<CommandMode>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    privileged_programs: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     privileged_paths: Vec<String>,
 }
@@ -316,6 +321,8 @@ pub struct Param {
     #[serde(rename = "type")]
     kind: ParamType,
     #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     required: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     default: Option<toml::Value>,
@@ -451,6 +458,18 @@ impl Policy {
             .get_mut(role)
             .expect("commands of a declared role");
         entry.commands = Some(mode);
+        self
+    }
+
+    /// `[commands] mode`: the mode of every agent role that sets none of its own.
+    pub fn commands_mode(mut self, mode: CommandMode) -> Policy {
+        self.commands.mode = Some(mode);
+        self
+    }
+
+    /// `[commands] privileged_programs`: programs an agent reaches only through verbs.
+    pub fn privileged_programs(mut self, programs: &[&str]) -> Policy {
+        self.commands.privileged_programs = strings(programs);
         self
     }
 
@@ -673,6 +692,7 @@ impl Param {
     pub fn of(kind: ParamType) -> Param {
         Param {
             kind,
+            description: None,
             required: None,
             default: None,
             values: None,
@@ -743,6 +763,12 @@ impl Param {
     /// `default`: the value an omitted argument takes.
     pub fn default(mut self, value: impl Into<toml::Value>) -> Param {
         self.default = Some(value.into());
+        self
+    }
+
+    /// What the argument is, as clients show it.
+    pub fn description(mut self, text: &str) -> Param {
+        self.description = Some(text.into());
         self
     }
 
