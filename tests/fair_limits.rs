@@ -2,6 +2,7 @@
 //! fairly instead of getting `busy` at once (issue 16, lever 5). Each test is an attack by
 //! hostile uids (forked children that dropped to uids 61100+) against a real `verbd serve`.
 mod common;
+use common::policy::{Category, Param, Policy, Rlimits, Sandbox, Verb};
 use common::*;
 #[path = "common/hostile.rs"]
 mod hostile;
@@ -34,68 +35,61 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn policy(daemon: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-approver_socket = "@DIR@/approver.sock"
-{daemon}
-[roles.agents]
-uids = [{FLOODER}, {BYSTANDER}]
-[roles.me]
-uids = [0]
-[roles.sre]
-kind = "human"
-uids = [{APPROVER}]
-[approvals]
-approvers = ["sre"]
-
-[verb.hello]
-description = "a trivial verb"
-category = "read-only"
-roles = ["agents", "me"]
-command = "/bin/echo hello"
-
-[sandbox.few_files]
-rlimits = {{ open_files = 32 }}
-
-[verb.few_files]
-description = "a trivial verb allowed 32 descriptors"
-category = "read-only"
-roles = ["agents"]
-sandbox = "few_files"
-command = "/bin/echo few"
-
-[verb.nap]
-description = "sleeps"
-category = "read-only"
-roles = ["agents", "me"]
-timeout = "60s"
-command = "/bin/sleep {{secs}}"
-params.secs = {{ type = "string", pattern = "[0-9]{{1,2}}(\\.[0-9]{{1,3}})?" }}
-
-[verb.change]
-description = "mutating"
-category = "mutating"
-roles = ["agents"]
-command = "/bin/echo changed {{tag}}"
-params.tag = {{ type = "int", min = 1, max = 99 }}
-
-[verb.note]
-description = "write notes"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agents"]
-roots = ["@DIR@/root"]
-"#
-    )
+/// The verbs and roles every test here uses; a test sets the daemon's limits it is about.
+fn policy() -> Policy {
+    Policy::new()
+        .allow_root()
+        .approver_socket("@DIR@/approver.sock")
+        .agents("agents", &[FLOODER, BYSTANDER])
+        .agents("me", &[0])
+        .humans("sre", &[APPROVER])
+        .approvers(&["sre"])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("a trivial verb")
+                .roles(&["agents", "me"]),
+        )
+        .sandbox(
+            "few_files",
+            Sandbox {
+                rlimits: Some(Rlimits { open_files: 32 }),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "few_files",
+            Verb::command(Category::ReadOnly, "/bin/echo few")
+                .description("a trivial verb allowed 32 descriptors")
+                .roles(&["agents"])
+                .sandbox("few_files"),
+        )
+        .verb(
+            "nap",
+            Verb::command(Category::ReadOnly, "/bin/sleep {secs}")
+                .description("sleeps")
+                .roles(&["agents", "me"])
+                .timeout("60s")
+                .param("secs", Param::matching(r"[0-9]{1,2}(\.[0-9]{1,3})?")),
+        )
+        .verb(
+            "change",
+            Verb::command(Category::Mutating, "/bin/echo changed {tag}")
+                .description("mutating")
+                .roles(&["agents"])
+                .param("tag", Param::int(1, 99)),
+        )
+        .verb(
+            "note",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/root"])
+                .description("write notes")
+                .without_approval()
+                .roles(&["agents"]),
+        )
 }
 
-fn start(daemon: &str) -> Daemon {
-    let d = Daemon::start_with(&policy(daemon), |dir| {
+fn start(policy: Policy) -> Daemon {
+    let d = Daemon::start_with(&policy.render(), |dir| {
         std::fs::create_dir_all(dir.join("root/notes")).unwrap();
     });
     d.open_socket();
@@ -169,7 +163,7 @@ fn one_agent_flooding_waits_and_slow_sends_starves_nobody() {
     }
     let _alone = one_at_a_time();
     // The defaults only: they are what must hold.
-    let d = start("");
+    let d = start(policy());
     let approver_socket = d.path("approver.sock");
     let root = std::fs::canonicalize(d.dir.path()).unwrap().join("root");
     // The flooder proposes twice: one proposal to wait on, one for the approver to approve.
@@ -283,7 +277,7 @@ fn thirty_two_concurrent_calls_over_sixteen_slots_all_run() {
         return;
     }
     let _alone = one_at_a_time();
-    let d = start("max_executions = 16");
+    let d = start(policy().max_executions(16));
     let calls: Vec<Request> = (0..32)
         .map(|_| hostile::call("nap", &[("secs", "0.3")]))
         .collect();
@@ -322,7 +316,7 @@ fn thirty_two_clients_reconnecting_at_once_never_get_busy() {
         return;
     }
     let _alone = one_at_a_time();
-    let d = start("max_connections_per_uid = 32\nmax_executions = 64");
+    let d = start(policy().max_connections_per_uid(32).max_executions(64));
     // The start's readiness probe (a connect and close, as uid 0 too) holds its place until the
     // daemon has looked its caller up and read the end of its stream; under load that can
     // still be pending here, and a 33rd connection of uid 0 is rightly `busy`. Start the 32
@@ -374,7 +368,11 @@ fn one_uid_flooding_two_hundred_calls_delays_another_by_one_turn() {
     }
     let _alone = one_at_a_time();
     let d = start(
-        "max_executions = 4\nmax_connections = 300\nmax_connections_per_uid = 250\nqueue_timeout = \"120s\"",
+        policy()
+            .max_executions(4)
+            .max_connections(300)
+            .max_connections_per_uid(250)
+            .queue_timeout("120s"),
     );
     let socket = d.socket.clone();
     let flood = std::thread::spawn(move || {
@@ -419,7 +417,7 @@ fn a_call_still_queued_at_the_deadline_gets_busy_naming_the_limit() {
         return;
     }
     let _alone = one_at_a_time();
-    let d = start("max_executions = 1\nqueue_timeout = \"500ms\"");
+    let d = start(policy().max_executions(1).queue_timeout("500ms"));
     let socket = d.socket.clone();
     let hog = std::thread::spawn(move || {
         verbd::client::request(
@@ -472,7 +470,7 @@ fn a_uid_reconnecting_in_a_loop_is_answered_at_a_paced_rate() {
         return;
     }
     let _alone = one_at_a_time();
-    let d = start("");
+    let d = start(policy());
     let opening = b"{\"v\":1,";
     let places = hostile::hold_connections_as(
         FLOODER,
@@ -549,7 +547,7 @@ fn a_verb_with_a_low_descriptor_limit_starts_while_the_daemon_holds_many_connect
         return;
     }
     let _alone = one_at_a_time();
-    let d = start("max_connections_per_uid = 100");
+    let d = start(policy().max_connections_per_uid(100));
     let held = hostile::hold_connections_as(
         FLOODER,
         &d.socket,
@@ -582,7 +580,7 @@ fn the_daemon_raises_its_descriptor_limit_and_sizes_the_paced_budget_from_it() {
     );
     // Started as systemd starts it: soft 1024 (the tests of this file run one at a time).
     setrlimit(Resource::RLIMIT_NOFILE, 1024, hard).unwrap();
-    let d = start("");
+    let d = start(policy());
     setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
     let pid = d.child.as_ref().unwrap().id();
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
@@ -621,7 +619,7 @@ fn one_uid_cannot_take_the_whole_paced_budget() {
     }
     let _alone = one_at_a_time();
     // The daemon raises its soft limit to the hard one: it starts with both at 512.
-    let d = Daemon::start_with_open_files(&policy(""), 512, |dir| {
+    let d = Daemon::start_with_open_files(&policy().render(), 512, |dir| {
         std::fs::create_dir_all(dir.join("root/notes")).unwrap();
     });
     d.open_socket();

@@ -174,6 +174,14 @@ pub struct Sandbox {
     pub umask: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_as: Option<RunAs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlimits: Option<Rlimits>,
+}
+
+/// `rlimits = { open_files }`: the resource limits of a profile's children.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rlimits {
+    pub open_files: u64,
 }
 
 /// `run_as = { user }`: the account a profile's children run as.
