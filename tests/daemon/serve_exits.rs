@@ -4,6 +4,7 @@
 //! socket file left behind. A clean stop exits 0.
 use crate::common;
 use crate::hostile;
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
@@ -11,21 +12,18 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn healthy(daemon: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-{daemon}
-[roles.me]
-kind = "human"
-uids = [0]
-[verb.hello]
-description = "hello"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo hello"
-"#
+/// A policy that passes its self-test; who the daemon runs as is the test's.
+fn healthy() -> Policy {
+    hello_running("/bin/echo hello")
+}
+
+/// One verb, `hello`, that runs `command`.
+fn hello_running(command: &str) -> Policy {
+    Policy::new().humans("me", &[0]).verb(
+        "hello",
+        Verb::command(Category::ReadOnly, command)
+            .description("hello")
+            .roles(&["me"]),
     )
 }
 
@@ -98,7 +96,10 @@ fn a_missing_daemon_user_exits_78_not_a_restart_loop() {
     if !require_root("serve exits") {
         return;
     }
-    let ended = serve_once(&healthy("user = \"verbd-no-such-user\""), |_| {});
+    let ended = serve_once(
+        &healthy().daemon_user("verbd-no-such-user").render(),
+        |_| {},
+    );
     assert_config_error(&ended, "does not exist", "daemon user");
 }
 
@@ -107,7 +108,7 @@ fn running_as_root_without_allow_root_exits_78() {
     if !require_root("serve exits") {
         return;
     }
-    let ended = serve_once(&healthy(""), |_| {});
+    let ended = serve_once(&healthy().render(), |_| {});
     assert_config_error(&ended, "refusing to run as root", "daemon user");
 }
 
@@ -116,7 +117,7 @@ fn a_root_daemon_user_exits_78() {
     if !require_root("serve exits") {
         return;
     }
-    let ended = serve_once(&healthy("user = \"root\""), |_| {});
+    let ended = serve_once(&healthy().daemon_user("root").render(), |_| {});
     assert_config_error(&ended, "is root", "daemon user");
 }
 
@@ -126,7 +127,7 @@ fn a_refused_bind_exits_78() {
         return;
     }
     // A regular file where the socket goes: never removed, never bound.
-    let ended = serve_once(&healthy("allow_root = true"), |dir| {
+    let ended = serve_once(&healthy().allow_root().render(), |dir| {
         std::fs::write(dir.join("verbd.sock"), "not a socket").unwrap();
     });
     println!("exit {:?}; STATUS {:?}", ended.code, ended.notify);
@@ -140,7 +141,7 @@ fn an_unusable_state_dir_exits_78() {
     if !require_root("serve exits") {
         return;
     }
-    let ended = serve_once(&healthy("allow_root = true"), |dir| {
+    let ended = serve_once(&healthy().allow_root().render(), |dir| {
         // The state dir's path runs through a regular file.
         std::fs::write(dir.join("state"), "a file").unwrap();
     });
@@ -159,7 +160,7 @@ fn a_state_dir_the_daemon_user_cannot_reach_exits_78_and_says_so() {
     if !require_root("serve exits") {
         return;
     }
-    let ended = serve_once(&healthy("user = \"nobody\""), |dir| {
+    let ended = serve_once(&healthy().daemon_user("nobody").render(), |dir| {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     });
     println!("exit {:?}; log: {}", ended.code, ended.log);
@@ -194,7 +195,9 @@ fn a_failed_self_test_exits_78_and_removes_its_socket() {
         return;
     }
     // The binary cannot be checked (it does not exist): the self-test fails after the bind.
-    let policy = healthy("allow_root = true").replace("/bin/echo hello", "/nonexistent/echo hello");
+    let policy = hello_running("/nonexistent/echo hello")
+        .allow_root()
+        .render();
     let ended = serve_once(&policy, |_| {});
     assert_config_error(&ended, "FAIL", "FAIL");
 }
@@ -206,7 +209,7 @@ fn an_unknown_socket_from_systemd_exits_78() {
     }
     let dir = open_tempdir();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, healthy("allow_root = true")).unwrap();
+    std::fs::write(&policy, healthy().allow_root().render()).unwrap();
     let socket = dir.path().join("activated.sock");
     let mut child = Command::new("/usr/bin/systemd-socket-activate")
         .arg("-l")
@@ -246,7 +249,7 @@ fn a_clean_stop_exits_0_and_removes_its_socket() {
     if !require_root("serve exits") {
         return;
     }
-    let mut d = Daemon::start(&healthy("allow_root = true"));
+    let mut d = Daemon::start(&healthy().allow_root().render());
     assert_eq!(stdout_of(&d.call("hello", &[])), "hello\n");
     let status = d.stop().unwrap();
     println!("exit {:?}", status.code());
@@ -265,7 +268,7 @@ fn an_accept_thread_that_ends_stops_the_daemon_with_71() {
     let dir = open_tempdir();
     let mut d = Daemon::spawn_in(
         dir,
-        &healthy("allow_root = true"),
+        &healthy().allow_root().render(),
         &[("VERBD_TEST_ACCEPT_PANIC_UID", "61201")],
     );
     d.wait_ready();
