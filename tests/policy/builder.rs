@@ -3,10 +3,13 @@
 //! verbs it was given, and text that TOML must escape (quotes, backslashes, newlines, template
 //! braces) arrives exactly as written.
 use crate::common::policy::{
-    Category, Command, NetworkMode, Param, ParamType, Policy, Quorum, Sandbox, Secret, Verb,
+    Category, Command, CommandMode, NetworkMode, Param, ParamType, Policy, Quorum, Rlimits,
+    Sandbox, Secret, Stream, Verb,
 };
 use verbd::policy::params::ParamKind;
-use verbd::policy::{Category as LoadedCategory, RoleKind, VerbAction, compile};
+use verbd::policy::{
+    Category as LoadedCategory, CommandMode as LoadedCommandMode, RoleKind, VerbAction, compile,
+};
 
 #[test]
 fn the_rendered_policy_loads_with_what_the_builder_was_given() {
@@ -146,4 +149,99 @@ fn the_rendered_policy_loads_with_what_the_builder_was_given() {
         panic!("colour is an enum");
     };
     assert_eq!(values, &["red", "green"]);
+}
+
+/// What the daemon, journal, cli and fair-limits tests build: the daemon's user and limits,
+/// `[commands]` and a role's mode, a profile's rlimits, a verb's concurrency, stream bounds,
+/// digest and examples, and the parameters of every remaining type.
+#[test]
+fn the_daemon_limits_commands_and_parameter_types_load_as_given() {
+    let policy = Policy::new()
+        .daemon_user("nobody")
+        .max_connections(300)
+        .max_connections_per_uid(250)
+        .queue_timeout("120s")
+        .agents("agent", &[61001])
+        .agents("other", &[61002])
+        .commands("agent", CommandMode::Advise)
+        .commands_mode(CommandMode::Rewrite)
+        .privileged_programs(&["psql"])
+        .privileged_paths(&["/var/log"])
+        .sandbox(
+            "few_files",
+            Sandbox {
+                rlimits: Some(Rlimits { open_files: 32 }),
+                ..Sandbox::default()
+            },
+        )
+        .verb(
+            "show",
+            Verb::command(
+                Category::ReadOnly,
+                "/bin/echo {n} {host} {since} {file} {verbose} [ {extra} ]",
+            )
+            .roles(&["agent"])
+            .sandbox("few_files")
+            .max_concurrent(1)
+            .sha256(&"0".repeat(64))
+            .stream(Stream {
+                max_duration: "20s".into(),
+                max_lines: Some(5),
+            })
+            .param("n", Param::int(1, 100).default(10))
+            .param("host", Param::of(ParamType::Hostname))
+            .param("since", Param::duration("1d"))
+            .param("file", Param::path(&["/var/log"]))
+            .param("verbose", Param::flag("--verbose"))
+            .param(
+                "extra",
+                Param::matching("[a-z]+").optional().description("one word"),
+            )
+            .accepts(&[("extra", "UPPER")])
+            .rejects(&[("extra", "fine")]),
+        );
+    let text = policy.render();
+    let loaded = compile(&text, "<builder>").unwrap_or_else(|e| panic!("{e}\n{text}"));
+
+    assert_eq!(loaded.daemon.user.as_deref(), Some("nobody"));
+    assert!(!loaded.daemon.allow_root);
+    assert_eq!(loaded.daemon.max_connections, 300);
+    assert_eq!(loaded.daemon.max_connections_per_uid, 250);
+    assert_eq!(loaded.daemon.queue_timeout.as_secs(), 120);
+    assert_eq!(loaded.roles["agent"].commands, LoadedCommandMode::Advise);
+    assert_eq!(loaded.roles["other"].commands, LoadedCommandMode::Rewrite);
+    assert_eq!(loaded.commands.privileged_programs, ["psql"]);
+    assert_eq!(
+        loaded.commands.privileged_paths,
+        [std::path::PathBuf::from("/var/log")]
+    );
+    assert_eq!(loaded.sandboxes["few_files"].rlimits.open_files, 32);
+
+    let show = &loaded.verbs["show"];
+    assert_eq!(show.max_concurrent, Some(1));
+    assert_eq!(show.sha256.as_deref(), Some("0".repeat(64).as_str()));
+    let stream = show.stream.as_ref().unwrap();
+    assert_eq!(
+        (stream.max_duration.as_secs(), stream.max_lines),
+        (20, Some(5))
+    );
+    assert_eq!(show.examples_accept[0]["extra"], "UPPER");
+    assert_eq!(show.examples_reject[0]["extra"], "fine");
+    assert_eq!(show.params["n"].default.as_deref(), Some("10"));
+    assert!(matches!(show.params["host"].kind, ParamKind::Hostname));
+    let ParamKind::Duration { max } = &show.params["since"].kind else {
+        panic!("since is a duration");
+    };
+    assert_eq!(max.unwrap().as_secs(), 24 * 3600);
+    let ParamKind::Path { roots, .. } = &show.params["file"].kind else {
+        panic!("file is a path");
+    };
+    assert_eq!(roots, &[std::path::PathBuf::from("/var/log")]);
+    let ParamKind::Bool { flag } = &show.params["verbose"].kind else {
+        panic!("verbose is a bool");
+    };
+    assert_eq!(flag, "--verbose");
+    let extra = &show.params["extra"];
+    assert!(!extra.required);
+    assert_eq!(extra.description, "one word");
 }
