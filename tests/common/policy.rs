@@ -44,7 +44,13 @@ pub struct DaemonSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_executions: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub approver_socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver_socket_group: Option<String>,
     /// The account a daemon started as root drops to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -149,11 +155,16 @@ pub enum Secret {
 }
 
 /// A profile's `network`.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     None,
     Full,
+    /// `network = { connect_tcp = [PORT, …] }`: TCP connections to these ports alone.
+    #[serde(untagged)]
+    Ports {
+        connect_tcp: Vec<u16>,
+    },
 }
 
 /// `[sandbox.NAME]`: a profile; unset fields inherit the built-in default.
@@ -197,6 +208,16 @@ impl Sandbox {
         Sandbox {
             read: Some(strings(read)),
             write: (!write.is_empty()).then(|| strings(write)),
+            ..Sandbox::default()
+        }
+    }
+}
+
+impl Sandbox {
+    /// A profile reading what the built-in default reads and writing beneath `write`.
+    pub fn writing(write: &[&str]) -> Sandbox {
+        Sandbox {
+            write: Some(strings(write)),
             ..Sandbox::default()
         }
     }
@@ -352,6 +373,8 @@ pub struct Param {
     max_duration: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     allow_dash: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    create: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     allow: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -429,6 +452,24 @@ impl Policy {
     /// `[daemon] queue_timeout`: how long a call over the limit waits for a slot.
     pub fn queue_timeout(mut self, wait: &str) -> Policy {
         self.daemon.queue_timeout = Some(wait.into());
+        self
+    }
+
+    /// `[daemon] socket`: the agent socket.
+    pub fn socket(mut self, path: &str) -> Policy {
+        self.daemon.socket = Some(path.into());
+        self
+    }
+
+    /// `[daemon] socket_group`: the group that may connect to the agent socket.
+    pub fn socket_group(mut self, group: &str) -> Policy {
+        self.daemon.socket_group = Some(group.into());
+        self
+    }
+
+    /// `[daemon] approver_socket_group`: the group that may connect to the approver socket.
+    pub fn approver_socket_group(mut self, group: &str) -> Policy {
+        self.daemon.approver_socket_group = Some(group.into());
         self
     }
 
@@ -712,6 +753,7 @@ impl Param {
             roots: None,
             max_duration: None,
             allow_dash: false,
+            create: false,
             allow: None,
             deny_relations: None,
             allow_relations: None,
@@ -789,6 +831,13 @@ impl Param {
     /// `allow_dash = true`: the value may begin an argv element with `-`.
     pub fn allow_dash(mut self) -> Param {
         self.allow_dash = true;
+        self
+    }
+
+    /// `create = true`: a `path` may name a new entry, created by the daemon beneath a write
+    /// root of the verb's profile.
+    pub fn create(mut self) -> Param {
+        self.create = true;
         self
     }
 
