@@ -21,6 +21,7 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -30,80 +31,85 @@ const AGENT: u32 = 61450;
 const APPROVER: u32 = 61451;
 const DAEMON_ONLY: &str = "daemon-only-marker-7f3a";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61450]
-[roles.sre]
-kind = "human"
-uids = [61451]
-[approvals]
-approvers = ["sre"]
-expires = "30m"
-
-[sandbox.paths]
-read = ["/usr", "/lib", "/etc", "@DIR@"]
-write = ["@DIR@/data"]
-
-[sandbox.data-only]
-read = ["/usr", "/lib", "/etc", "@DIR@/data"]
-
-[verb.show]
-description = "print a file"
-category = "read-only"
-roles = ["agent"]
-sandbox = "paths"
-command = "/usr/bin/cat {path}"
-params.path = { type = "path", roots = ["@DIR@/data"] }
-
-[verb.peek-new]
-description = "print a file, created empty if it does not exist"
-category = "read-only"
-roles = ["agent"]
-sandbox = "paths"
-command = "/usr/bin/cat {path}"
-params.path = { type = "path", roots = ["@DIR@/data"], create = true }
-
-[verb.create]
-description = "create an empty file"
-category = "read-only"
-roles = ["agent"]
-sandbox = "paths"
-command = "/usr/bin/touch {path}"
-params.path = { type = "path", roots = ["@DIR@/data"], create = true }
-
-[verb.listing]
-description = "list a directory"
-category = "read-only"
-roles = ["agent"]
-sandbox = "paths"
-command = "/usr/bin/ls {dir}"
-params.dir = { type = "path", roots = ["@DIR@/data"] }
-
-[verb.search]
-description = "lines with `marker` in the files below a directory, following symlinks"
-category = "read-only"
-roles = ["agent"]
-sandbox = "data-only"
-command = "/usr/bin/grep -R -h -e marker {dir}"
-params.dir = { type = "path", roots = ["@DIR@/data"] }
-
-[verb.show-approved]
-description = "print a file after approval"
-category = "mutating"
-roles = ["agent"]
-sandbox = "paths"
-command = "/usr/bin/cat {path}"
-params.path = { type = "path", roots = ["@DIR@/data"] }
-"#;
+/// The agent's verbs on paths beneath `data`, one of them approved by `sre`.
+fn policy() -> String {
+    let data = ["@DIR@/data"];
+    let path = || Param::path(&data);
+    let on_paths = |category, description: &str, command: &str| {
+        Verb::command(category, command)
+            .description(description)
+            .roles(&["agent"])
+            .sandbox("paths")
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .humans("sre", &[APPROVER])
+        .approvers(&["sre"])
+        .approvals_expire("30m")
+        .sandbox(
+            "paths",
+            Sandbox::new(&["/usr", "/lib", "/etc", "@DIR@"], &["@DIR@/data"]),
+        )
+        .sandbox(
+            "data-only",
+            Sandbox::new(&["/usr", "/lib", "/etc", "@DIR@/data"], &[]),
+        )
+        .verb(
+            "show",
+            on_paths(Category::ReadOnly, "print a file", "/usr/bin/cat {path}")
+                .param("path", path()),
+        )
+        .verb(
+            "peek-new",
+            on_paths(
+                Category::ReadOnly,
+                "print a file, created empty if it does not exist",
+                "/usr/bin/cat {path}",
+            )
+            .param("path", path().create()),
+        )
+        .verb(
+            "create",
+            on_paths(
+                Category::ReadOnly,
+                "create an empty file",
+                "/usr/bin/touch {path}",
+            )
+            .param("path", path().create()),
+        )
+        .verb(
+            "listing",
+            on_paths(Category::ReadOnly, "list a directory", "/usr/bin/ls {dir}")
+                .param("dir", path()),
+        )
+        .verb(
+            "search",
+            Verb::command(Category::ReadOnly, "/usr/bin/grep -R -h -e marker {dir}")
+                .description(
+                    "lines with `marker` in the files below a directory, following symlinks",
+                )
+                .roles(&["agent"])
+                .sandbox("data-only")
+                .param("dir", path()),
+        )
+        .verb(
+            "show-approved",
+            on_paths(
+                Category::Mutating,
+                "print a file after approval",
+                "/usr/bin/cat {path}",
+            )
+            .param("path", path()),
+        )
+        .render()
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("hostile_paths") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
+    let d = Daemon::start_with(&policy(), |dir| {
         let data = dir.join("data");
         std::fs::create_dir(&data).unwrap();
         // Exists when the sandbox is prepared (write roots are walked at load).
