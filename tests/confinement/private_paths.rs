@@ -9,6 +9,7 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Param, Policy, Sandbox, Secret, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -18,68 +19,56 @@ use verbd::protocol::Response;
 const AGENT: u32 = 61764;
 const SECRET: &str = "private-secret-value-5b1e";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61764]
-[secrets.token]
-file = "@DIR@/token"
-
-[sandbox.wide]
-read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "@DIR@"]
-
-[verb.show]
-description = "print a file of the test directory"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat {path}"
-params.path = { type = "path", roots = ["@DIR@"] }
-
-[verb.cat-policy]
-description = "print the policy"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat @DIR@/policy.toml"
-
-[verb.cat-journal]
-description = "print the journal"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat @DIR@/state/journal.jsonl"
-
-[verb.cat-key]
-description = "print the journal key"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat @DIR@/state/journal.key"
-
-[verb.cat-secret]
-description = "print the secret source"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat @DIR@/token"
-
-[verb.list-state]
-description = "list the state directory"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/ls @DIR@/state"
-
-[verb.cat-notes]
-description = "control: print a file beside them"
-category = "read-only"
-roles = ["agent"]
-sandbox = "wide"
-command = "/bin/cat @DIR@/notes.txt"
-"#;
+/// Verbs of the profile `wide`, which reads the whole test directory: each `cat`s one file.
+fn verbs() -> String {
+    let wide = |description: &str, command: &str| {
+        Verb::command(Category::ReadOnly, command)
+            .description(description)
+            .roles(&["agent"])
+            .sandbox("wide")
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .secret("token", Secret::File("@DIR@/token".into()))
+        .sandbox(
+            "wide",
+            Sandbox::new(&["/usr", "/lib", "/lib64", "/bin", "/etc", "@DIR@"], &[]),
+        )
+        .verb(
+            "show",
+            wide("print a file of the test directory", "/bin/cat {path}")
+                .param("path", Param::path(&["@DIR@"])),
+        )
+        .verb(
+            "cat-policy",
+            wide("print the policy", "/bin/cat @DIR@/policy.toml"),
+        )
+        .verb(
+            "cat-journal",
+            wide("print the journal", "/bin/cat @DIR@/state/journal.jsonl"),
+        )
+        .verb(
+            "cat-key",
+            wide("print the journal key", "/bin/cat @DIR@/state/journal.key"),
+        )
+        .verb(
+            "cat-secret",
+            wide("print the secret source", "/bin/cat @DIR@/token"),
+        )
+        .verb(
+            "list-state",
+            wide("list the state directory", "/bin/ls @DIR@/state"),
+        )
+        .verb(
+            "cat-notes",
+            wide(
+                "control: print a file beside them",
+                "/bin/cat @DIR@/notes.txt",
+            ),
+        )
+        .render()
+}
 
 fn setup(dir: &std::path::Path) {
     std::fs::write(dir.join("notes.txt"), "notes beside the policy\n").unwrap();
@@ -109,7 +98,7 @@ fn verbs_cannot_read_the_policy_the_secrets_or_the_state_directory() {
     if !require_root("verbs_cannot_read_the_policy_the_secrets_or_the_state_directory") {
         return;
     }
-    let d = Daemon::start_with(POLICY, setup);
+    let d = Daemon::start_with(&verbs(), setup);
     d.open_socket();
     assert!(d.state.join("journal.jsonl").exists() && d.state.join("journal.key").exists());
 
@@ -162,8 +151,11 @@ fn a_write_root_over_a_private_path_is_refused_at_start() {
     if !require_root("a_write_root_over_a_private_path_is_refused_at_start") {
         return;
     }
-    let policy = "version = 1\n[daemon]\nallow_root = true\n[sandbox.loose]\nwrite = [\"@DIR@\"]\n";
-    let mut d = Daemon::spawn_in(open_tempdir(), policy, &[]);
+    let policy = Policy::new()
+        .allow_root()
+        .sandbox("loose", Sandbox::writing(&["@DIR@"]))
+        .render();
+    let mut d = Daemon::spawn_in(open_tempdir(), &policy, &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
@@ -195,7 +187,7 @@ fn the_canary_proves_on_every_start_that_no_private_path_is_readable() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        POLICY.replace("@DIR@", dir.path().to_str().unwrap()),
+        verbs().replace("@DIR@", dir.path().to_str().unwrap()),
     )
     .unwrap();
     let state = dir.path().join("state");
