@@ -6,71 +6,76 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use verbd::protocol::Response;
 
 const AGENT: u32 = 61763;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61763]
-
-[sandbox.runs]
-write = ["@DIR@/runs"]
-
-[verb.mktemp]
-description = "a scratch file at the top of the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/usr/bin/mktemp @DIR@/runs/run-XXXXXX"
-
-[verb.mkdir]
-description = "a new directory at the top of the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/bin/mkdir @DIR@/runs/new-dir"
-
-[verb.rename]
-description = "rename an entry at the top of the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/bin/mv @DIR@/runs/before @DIR@/runs/after"
-
-[verb.remove]
-description = "remove an entry at the top of the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/bin/rm @DIR@/runs/after"
-
-[verb.mktemp-outside]
-description = "control: a scratch file outside every write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/usr/bin/mktemp @DIR@/outside/run-XXXXXX"
-
-[verb.empty]
-description = "empty a file in the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "runs"
-command = "/usr/bin/truncate -s 0 {path}"
-params.path = { type = "path", roots = ["@DIR@/runs"] }
-"#;
+/// Verbs of the profile `runs`, which writes `runs` alone.
+fn policy() -> String {
+    let runs = |description: &str, command: &str| {
+        Verb::command(Category::ReadOnly, command)
+            .description(description)
+            .roles(&["agent"])
+            .sandbox("runs")
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .sandbox("runs", Sandbox::writing(&["@DIR@/runs"]))
+        .verb(
+            "mktemp",
+            runs(
+                "a scratch file at the top of the write root",
+                "/usr/bin/mktemp @DIR@/runs/run-XXXXXX",
+            ),
+        )
+        .verb(
+            "mkdir",
+            runs(
+                "a new directory at the top of the write root",
+                "/bin/mkdir @DIR@/runs/new-dir",
+            ),
+        )
+        .verb(
+            "rename",
+            runs(
+                "rename an entry at the top of the write root",
+                "/bin/mv @DIR@/runs/before @DIR@/runs/after",
+            ),
+        )
+        .verb(
+            "remove",
+            runs(
+                "remove an entry at the top of the write root",
+                "/bin/rm @DIR@/runs/after",
+            ),
+        )
+        .verb(
+            "mktemp-outside",
+            runs(
+                "control: a scratch file outside every write root",
+                "/usr/bin/mktemp @DIR@/outside/run-XXXXXX",
+            ),
+        )
+        .verb(
+            "empty",
+            runs(
+                "empty a file in the write root",
+                "/usr/bin/truncate -s 0 {path}",
+            )
+            .param("path", Param::path(&["@DIR@/runs"])),
+        )
+        .render()
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("write_roots") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
+    let d = Daemon::start_with(&policy(), |dir| {
         for sub in ["runs", "outside"] {
             std::fs::create_dir(dir.join(sub)).unwrap();
             std::fs::set_permissions(dir.join(sub), std::fs::Permissions::from_mode(0o777))
