@@ -6,6 +6,7 @@
 //! Each confinement check has a control verb whose profile allows the forbidden thing, and there
 //! the same probe reports `ESCAPED`.
 use crate::common;
+use common::policy::{Category, NetworkMode, Policy, Sandbox, Verb};
 use common::*;
 use std::time::Duration;
 use verbd::protocol::Response;
@@ -13,71 +14,96 @@ use verbd::protocol::Response;
 const AGENT: u32 = 61810;
 const SRE: u32 = 61811;
 
+/// The profile `tight` and its control `loose`, which also writes `outside` and has the network.
 fn policy() -> String {
     let bin_dir = std::path::Path::new(BIN)
         .parent()
         .unwrap()
         .display()
         .to_string();
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}, 0]
-[roles.sre]
-kind = "human"
-uids = [{SRE}]
-[approvals]
-approvers = ["sre"]
-
-[sandbox.tight]
-read = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "{bin_dir}"]
-write = ["@DIR@/inside"]
-
-[sandbox.loose]
-read = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "{bin_dir}"]
-write = ["@DIR@/inside", "@DIR@/outside"]
-network = "full"
-
-[verb.probe]
-description = "the canary, as a verb of the tight profile"
-category = "read-only"
-roles = ["agent"]
-sandbox = "tight"
-command = ["{BIN}", "__sandbox-canary", "--outside", "@DIR@/outside/sub", "--network-none"]
-
-[verb.probe-loose]
-description = "control: the same canary where writing outside and the network are allowed"
-category = "read-only"
-roles = ["agent"]
-sandbox = "loose"
-command = ["{BIN}", "__sandbox-canary", "--outside", "@DIR@/outside/sub", "--network-none"]
-
-[verb.status]
-description = "the child's own /proc/self/status"
-category = "read-only"
-roles = ["agent"]
-sandbox = "tight"
-command = ["/bin/cat", "/proc/self/status"]
-
-[verb.mark]
-description = "a side effect inside the write root"
-category = "read-only"
-roles = ["agent"]
-sandbox = "tight"
-command = ["/usr/bin/touch", "@DIR@/inside/sub/marked"]
-
-[verb.wipe]
-description = "destructive: its dry run tries to write where the real run may"
-category = "destructive"
-roles = ["agent"]
-sandbox = "tight"
-command = ["/usr/bin/touch", "@DIR@/inside/sub/real"]
-dry_run = ["/usr/bin/touch", "@DIR@/inside/sub/dry"]
-"#
-    )
+    let read = [
+        "/usr",
+        "/bin",
+        "/lib",
+        "/lib64",
+        "/etc",
+        "/proc",
+        bin_dir.as_str(),
+    ];
+    let canary = [
+        BIN,
+        "__sandbox-canary",
+        "--outside",
+        "@DIR@/outside/sub",
+        "--network-none",
+    ];
+    let verb = |category, description: &str, profile: &str, argv: &[&str]| {
+        Verb::argv(category, argv)
+            .description(description)
+            .roles(&["agent"])
+            .sandbox(profile)
+    };
+    let read_only = Category::ReadOnly;
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT, 0])
+        .humans("sre", &[SRE])
+        .approvers(&["sre"])
+        .sandbox("tight", Sandbox::new(&read, &["@DIR@/inside"]))
+        .sandbox(
+            "loose",
+            Sandbox {
+                network: Some(NetworkMode::Full),
+                ..Sandbox::new(&read, &["@DIR@/inside", "@DIR@/outside"])
+            },
+        )
+        .verb(
+            "probe",
+            verb(
+                read_only,
+                "the canary, as a verb of the tight profile",
+                "tight",
+                &canary,
+            ),
+        )
+        .verb(
+            "probe-loose",
+            verb(
+                read_only,
+                "control: the same canary where writing outside and the network are allowed",
+                "loose",
+                &canary,
+            ),
+        )
+        .verb(
+            "status",
+            verb(
+                read_only,
+                "the child's own /proc/self/status",
+                "tight",
+                &["/bin/cat", "/proc/self/status"],
+            ),
+        )
+        .verb(
+            "mark",
+            verb(
+                read_only,
+                "a side effect inside the write root",
+                "tight",
+                &["/usr/bin/touch", "@DIR@/inside/sub/marked"],
+            ),
+        )
+        .verb(
+            "wipe",
+            verb(
+                Category::Destructive,
+                "destructive: its dry run tries to write where the real run may",
+                "tight",
+                &["/usr/bin/touch", "@DIR@/inside/sub/real"],
+            )
+            .dry_run_argv(&["/usr/bin/touch", "@DIR@/inside/sub/dry"]),
+        )
+        .render()
 }
 
 fn start(env: &[(&str, &str)]) -> Option<Daemon> {
