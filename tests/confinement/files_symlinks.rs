@@ -6,55 +6,44 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use verbd::protocol::Response;
 
 const AGENT: u32 = 63510;
 const CONFIG: &str = "[core]\n\tbare = false\n";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [63510]
-
-[verb.put]
-description = "write a file"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/work"]
-
-[verb.add]
-description = "append to a file"
-builtin = "file.append"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/work"]
-
-[verb.get]
-description = "read a file"
-builtin = "file.read"
-category = "read-only"
-roles = ["agent"]
-roots = ["@DIR@/work"]
-
-[verb.ls]
-description = "list a directory"
-builtin = "file.list"
-category = "read-only"
-roles = ["agent"]
-roots = ["@DIR@/work"]
-"#;
+/// The file verbs beneath `work`, for the agent, the writing ones without approval.
+fn policy() -> String {
+    let file = |category, description: &str, builtin: &str| {
+        Verb::builtin(category, builtin, &["@DIR@/work"])
+            .description(description)
+            .roles(&["agent"])
+    };
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .verb(
+            "put",
+            file(Category::Mutating, "write a file", "file.write").without_approval(),
+        )
+        .verb(
+            "add",
+            file(Category::Mutating, "append to a file", "file.append").without_approval(),
+        )
+        .verb("get", file(Category::ReadOnly, "read a file", "file.read"))
+        .verb(
+            "ls",
+            file(Category::ReadOnly, "list a directory", "file.list"),
+        )
+        .render()
+}
 
 fn start() -> Option<Daemon> {
     if !require_root("files_symlinks") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
+    let d = Daemon::start_with(&policy(), |dir| {
         let work = dir.join("work");
         std::fs::create_dir_all(work.join(".git")).unwrap();
         std::fs::write(work.join(".git/config"), CONFIG).unwrap();
