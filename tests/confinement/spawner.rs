@@ -4,6 +4,7 @@
 //! unknown — never run twice, always journaled, the journal still verifying, also when it is
 //! killed at random moments while calls run.
 use crate::common;
+use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,20 +12,20 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use verbd::protocol::{Request, Response};
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-user = "nobody"
-[roles.me]
-uids = [0]
-
-[verb.hello]
-description = "says hello"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo hello {n}"
-params.n = { type = "int", min = 0, max = 1000000 }
-"#;
+/// `hello`, for root, from a daemon that drops to `nobody`.
+fn policy() -> String {
+    Policy::new()
+        .daemon_user("nobody")
+        .agents("me", &[0])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello {n}")
+                .description("says hello")
+                .roles(&["me"])
+                .param("n", Param::int(0, 1_000_000)),
+        )
+        .render()
+}
 
 /// The pids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
@@ -74,7 +75,7 @@ fn the_daemon_runs_its_children_through_a_single_threaded_spawner_with_its_ident
     if !require_root("spawner identity") {
         return;
     }
-    let daemon = Daemon::start(POLICY);
+    let daemon = Daemon::start(&policy());
     let spawner = spawner_of(&daemon).expect("the daemon has a spawner process");
     let daemon_pid = daemon.child.as_ref().unwrap().id();
     assert_eq!(status_field(spawner, "Threads"), "1");
@@ -133,7 +134,7 @@ fn a_killed_spawner_is_restarted_and_the_call_it_held_fails_once_and_is_journale
     if !require_root("spawner restart") {
         return;
     }
-    let daemon = Daemon::start(POLICY);
+    let daemon = Daemon::start(&policy());
     let first = spawner_of(&daemon).unwrap();
     let kill = |pid: u32, signal| {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap()
@@ -191,25 +192,25 @@ fn a_killed_spawner_is_restarted_and_the_call_it_held_fails_once_and_is_journale
     assert!(verify.status.success(), "{verify:?}");
 }
 
-const TORTURE_POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-
-[sandbox.runs]
-read = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
-write = ["@DIR@/runs"]
-
-[verb.mark]
-description = "each run leaves one directory; a second run of the same n would fail"
-category = "read-only"
-roles = ["me"]
-sandbox = "runs"
-command = "/usr/bin/mkdir @DIR@/runs/{n}"
-params.n = { type = "int", min = 0, max = 100000000 }
-"#;
+/// `mark`, which makes one directory per run beneath `runs`.
+fn torture_policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox(
+            "runs",
+            Sandbox::new(&["/usr", "/bin", "/lib", "/lib64", "/etc"], &["@DIR@/runs"]),
+        )
+        .verb(
+            "mark",
+            Verb::command(Category::ReadOnly, "/usr/bin/mkdir @DIR@/runs/{n}")
+                .description("each run leaves one directory; a second run of the same n would fail")
+                .roles(&["me"])
+                .sandbox("runs")
+                .param("n", Param::int(0, 100_000_000)),
+        )
+        .render()
+}
 
 /// How long the torture runs, and how many clients call meanwhile.
 const TORTURE: Duration = Duration::from_secs(15);
@@ -282,7 +283,7 @@ fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
     if !require_root("spawner torture") {
         return;
     }
-    let daemon = Daemon::start_with(TORTURE_POLICY, |dir| {
+    let daemon = Daemon::start_with(&torture_policy(), |dir| {
         std::fs::create_dir(dir.join("runs")).unwrap();
     });
     let runs = daemon.dir.path().join("runs");
