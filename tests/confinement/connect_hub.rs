@@ -2,6 +2,7 @@
 //! costs the daemon no broker thread, and a child that connects late — long after its start —
 //! is still brokered: its listed socket is reached, an unlisted one is refused.
 use crate::common;
+use common::policy::{Category, Policy, Sandbox, Verb};
 use common::*;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -25,31 +26,41 @@ except OSError as e:
     print("unlisted: errno", e.errno)
 "#;
 
+/// `quiet`, which connects nowhere, and `late`, whose profile lists one socket.
 fn policy() -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-[sandbox.late]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
-unix_sockets = ["@DIR@/listed/s.sock"]
-[verb.quiet]
-description = "runs a while, connects nowhere"
-category = "read-only"
-roles = ["me"]
-command = "/bin/sleep 1.5"
-[verb.late]
-description = "connects late"
-category = "read-only"
-roles = ["me"]
-sandbox = "late"
-allow_interpreter = true
-command = ["{PYTHON}", "@DIR@/probe/late.py", "@DIR@/listed/s.sock", "@DIR@/unlisted/s.sock"]
-"#
-    )
+    Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox(
+            "late",
+            Sandbox {
+                unix_sockets: Some(vec!["@DIR@/listed/s.sock".into()]),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"], &[])
+            },
+        )
+        .verb(
+            "quiet",
+            Verb::command(Category::ReadOnly, "/bin/sleep 1.5")
+                .description("runs a while, connects nowhere")
+                .roles(&["me"]),
+        )
+        .verb(
+            "late",
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    PYTHON,
+                    "@DIR@/probe/late.py",
+                    "@DIR@/listed/s.sock",
+                    "@DIR@/unlisted/s.sock",
+                ],
+            )
+            .description("connects late")
+            .roles(&["me"])
+            .sandbox("late")
+            .allow_interpreter(),
+        )
+        .render()
 }
 
 /// The names of the daemon's threads whose name starts with `verbd-connect`.
