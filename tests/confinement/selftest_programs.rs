@@ -9,30 +9,27 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Policy, Sandbox, Verb};
 use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const AGENT: u32 = 61767;
 
-fn policy(read: &str) -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [{AGENT}]
-[sandbox.probe]
-read = {read}
-[verb.echo]
-description = "says hello"
-category = "read-only"
-roles = ["agent"]
-sandbox = "probe"
-command = "/bin/echo hello"
-"#
-    )
+/// `echo` for the agent, in the profile `probe`, which reads `read` alone.
+fn policy(read: &[&str]) -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .sandbox("probe", Sandbox::new(read, &[]))
+        .verb(
+            "echo",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("says hello")
+                .roles(&["agent"])
+                .sandbox("probe"),
+        )
+        .render()
 }
 
 /// `verbd selftest` on `policy`: (exit code, stdout).
@@ -62,7 +59,7 @@ fn a_program_whose_libraries_the_profile_cannot_read_fails_the_self_test() {
     if !require_root("a_program_whose_libraries_the_profile_cannot_read_fails_the_self_test") {
         return;
     }
-    let (code, report) = selftest(&policy(r#"["/usr/bin"]"#));
+    let (code, report) = selftest(&policy(&["/usr/bin"]));
     assert_eq!(code, Some(1), "{report}");
     let line = programs_line(&report);
     assert!(line.starts_with("FAIL"), "{line}");
@@ -81,7 +78,7 @@ fn a_program_the_profile_cannot_execute_fails_the_self_test() {
     if !require_root("a_program_the_profile_cannot_execute_fails_the_self_test") {
         return;
     }
-    let (code, report) = selftest(&policy(r#"["/usr/lib", "/usr/lib64"]"#));
+    let (code, report) = selftest(&policy(&["/usr/lib", "/usr/lib64"]));
     assert_eq!(code, Some(1), "{report}");
     let line = programs_line(&report);
     assert!(line.starts_with("FAIL"), "{line}");
@@ -95,7 +92,7 @@ fn the_daemon_refuses_to_serve_a_verb_that_cannot_start_and_serves_one_that_can(
     if !require_root("the_daemon_refuses_to_serve_a_verb_that_cannot_start") {
         return;
     }
-    let mut d = Daemon::spawn_in(open_tempdir(), &policy(r#"["/usr/bin"]"#), &[]);
+    let mut d = Daemon::spawn_in(open_tempdir(), &policy(&["/usr/bin"]), &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
@@ -108,7 +105,7 @@ fn the_daemon_refuses_to_serve_a_verb_that_cannot_start_and_serves_one_that_can(
     assert!(d.log().contains("programs:probe"), "{}", d.log());
 
     // Control: with the libraries readable, the self-test passes and the verb runs.
-    let good = policy(r#"["/usr/bin", "/usr/lib", "/usr/lib64"]"#);
+    let good = policy(&["/usr/bin", "/usr/lib", "/usr/lib64"]);
     let (code, report) = selftest(&good);
     assert_eq!(code, Some(0), "{report}");
     assert!(programs_line(&report).starts_with("PASS"), "{report}");
