@@ -245,3 +245,52 @@ fn the_daemon_limits_commands_and_parameter_types_load_as_given() {
     assert!(!extra.required);
     assert_eq!(extra.description, "one word");
 }
+
+/// What the confinement tests build: a profile that only writes, a path parameter that may
+/// name a new file beneath that write root, and a profile's unix sockets and TCP ports.
+#[test]
+fn write_only_profiles_new_file_paths_and_sockets_load_as_given() {
+    let out = tempfile::tempdir().unwrap();
+    let root = out.path().to_str().unwrap();
+    let socket = format!("{root}/s.sock");
+    let policy = Policy::new()
+        .agents("agent", &[61001])
+        .sandbox("runs", Sandbox::writing(&[root]))
+        .sandbox(
+            "talks",
+            Sandbox {
+                unix_sockets: Some(vec![socket.clone()]),
+                network: Some(NetworkMode::Ports {
+                    connect_tcp: vec![5432],
+                }),
+                ..Sandbox::new(&["/usr"], &[])
+            },
+        )
+        .verb(
+            "create",
+            Verb::command(Category::Mutating, "/usr/bin/touch {path}")
+                .roles(&["agent"])
+                .sandbox("runs")
+                .param("path", Param::path(&[root]).create()),
+        );
+    let text = policy.render();
+    let loaded = compile(&text, "<builder>").unwrap_or_else(|e| panic!("{e}\n{text}"));
+
+    assert_eq!(
+        loaded.sandboxes["runs"].write,
+        [std::path::PathBuf::from(root)]
+    );
+    assert_eq!(
+        loaded.sandboxes["talks"].unix_sockets,
+        [std::path::PathBuf::from(&socket)]
+    );
+    assert!(loaded.sandboxes["talks"].write.is_empty());
+    assert_eq!(
+        loaded.sandboxes["talks"].network,
+        verbd::sandbox::Network::ConnectTcp(vec![5432])
+    );
+    let ParamKind::Path { create, .. } = &loaded.verbs["create"].params["path"].kind else {
+        panic!("path is a path");
+    };
+    assert!(create);
+}
