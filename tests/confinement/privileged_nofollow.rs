@@ -8,6 +8,7 @@
 //! (exit 78, so systemd does not restart into it) and leave the target root's. Positive control:
 //! an ordinary root-owned file in the state dir is given to the daemon user.
 use crate::common;
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -16,19 +17,19 @@ use std::time::{Duration, Instant};
 /// An account that exists on every Debian system and is not root.
 const DAEMON_USER: &str = "nobody";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-user = "nobody"
-[roles.me]
-kind = "human"
-uids = [0]
-[verb.hello]
-description = "hello"
-category = "read-only"
-roles = ["me"]
-command = "/bin/echo hello"
-"#;
+/// `hello`, for root as a human, from a daemon that drops to `nobody`.
+fn policy() -> String {
+    Policy::new()
+        .daemon_user(DAEMON_USER)
+        .humans("me", &[0])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("hello")
+                .roles(&["me"]),
+        )
+        .render()
+}
 
 fn daemon_uid() -> u32 {
     nix::unistd::User::from_name(DAEMON_USER)
@@ -42,7 +43,7 @@ fn daemon_uid() -> u32 {
 fn start_with(plant: impl FnOnce(&Path)) -> (Option<i32>, String, tempfile::TempDir) {
     let dir = open_tempdir();
     plant(dir.path());
-    let mut d = Daemon::spawn_in(dir, POLICY, &[]);
+    let mut d = Daemon::spawn_in(dir, &policy(), &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let code = loop {
         if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
@@ -177,7 +178,7 @@ fn the_default_socket_in_the_state_dir_survives_the_privilege_drop() {
     }
     let dir = open_tempdir();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, self::policy()).unwrap();
     let state = dir.path().join("state");
     let log = dir.path().join("daemon.log");
     let mut child = std::process::Command::new(BIN)
