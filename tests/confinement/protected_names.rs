@@ -7,6 +7,7 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Policy, Sandbox, Verb};
 use common::*;
 use std::path::Path;
 use std::process::Command;
@@ -14,25 +15,24 @@ use verbd::protocol::{Request, Response};
 
 const AGENT: u32 = 61303;
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61303]
-
-[sandbox.agent]
-read = ["/usr", "/lib", "/etc", "/bin"]
-write = ["@DIR@/repo"]
-
-[verb.edit]
-description = "write a file in the repository"
-builtin = "file.write"
-category = "mutating"
-approval = "none"
-roles = ["agent"]
-roots = ["@DIR@/repo"]
-"#;
+/// `edit`, the agent's `file.write` beneath `repo`, without approval.
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .sandbox(
+            "agent",
+            Sandbox::new(&["/usr", "/lib", "/etc", "/bin"], &["@DIR@/repo"]),
+        )
+        .verb(
+            "edit",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/repo"])
+                .description("write a file in the repository")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .render()
+}
 
 /// Paths (relative to the repository) whose writing makes a later human tool run or obey the
 /// agent's content; every parent directory exists.
@@ -112,7 +112,7 @@ fn start() -> Option<Daemon> {
     if !require_root("protected names") {
         return None;
     }
-    let d = Daemon::start_with(POLICY, |dir| {
+    let d = Daemon::start_with(&policy(), |dir| {
         let repo = dir.join("repo");
         let git = |args: &[&str]| {
             let out = Command::new("git")
