@@ -8,6 +8,7 @@
 //! the host's `/run` or accounts changes. The clients are real uids with the package's
 //! supplementary groups (`setpriv`), their environment cleared as `sudo -u` would.
 mod common;
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -174,30 +175,22 @@ impl Drop for Stopped {
 }
 
 fn policy_text() -> String {
-    format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-socket = "/run/verbd/verbd.sock"
-socket_group = "verbd-agents"
-approver_socket = "/run/verbd/approve.sock"
-approver_socket_group = "verbd-approvers"
-[roles.agent]
-uids = [{AGENT}]
-[roles.sre]
-kind = "human"
-uids = [{APPROVER}]
-[approvals]
-approvers = ["sre"]
-
-[verb.stamp]
-description = "a change someone approves"
-category = "mutating"
-roles = ["agent"]
-command = "/bin/echo stamped"
-"#
-    )
+    Policy::new()
+        .allow_root()
+        .socket("/run/verbd/verbd.sock")
+        .socket_group("verbd-agents")
+        .approver_socket("/run/verbd/approve.sock")
+        .approver_socket_group("verbd-approvers")
+        .agents("agent", &[AGENT])
+        .humans("sre", &[APPROVER])
+        .approvers(&["sre"])
+        .verb(
+            "stamp",
+            Verb::command(Category::Mutating, "/bin/echo stamped")
+                .description("a change someone approves")
+                .roles(&["agent"]),
+        )
+        .render()
 }
 
 /// Bind a copy of /etc/group that has the package's two groups over /etc/group (this mount
