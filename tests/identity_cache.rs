@@ -4,6 +4,7 @@
 mod common;
 #[path = "common/hostile.rs"]
 mod hostile;
+use common::policy::{Category, Policy, Verb};
 use common::*;
 use hostile::{call, decode, requests_as};
 use std::process::Command;
@@ -14,19 +15,19 @@ const UID: u32 = 61901;
 const USER: &str = "vperf61901";
 const OPS_GROUP: &str = "vperfops61901";
 
-const POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.ops]
-groups = ["vperfops61901"]
-
-[verb.hello]
-description = "for the ops group"
-category = "read-only"
-roles = ["ops"]
-command = "/bin/echo hello"
-"#;
+/// `hello`, for the members of the ops group.
+fn policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agent_groups("ops", &[OPS_GROUP])
+        .verb(
+            "hello",
+            Verb::command(Category::ReadOnly, "/bin/echo hello")
+                .description("for the ops group")
+                .roles(&["ops"]),
+        )
+        .render()
+}
 
 fn run(program: &str, args: &[&str]) {
     let status = Command::new(program).args(args).status().unwrap();
@@ -94,7 +95,7 @@ fn a_group_membership_change_reaches_a_cached_caller_at_its_next_call() {
     }
     let _accounts = Accounts::create();
     run("/usr/sbin/usermod", &["-a", "-G", OPS_GROUP, USER]);
-    let daemon = Daemon::start(POLICY);
+    let daemon = Daemon::start(&policy());
     daemon.open_socket();
     settle();
 
