@@ -5,6 +5,7 @@
 //! `TCP_FASTOPEN_CONNECT` still connects only where the brokered `connect` went. Checked for `verbd exec` as an unprivileged
 //! uid and for a verb run by a real daemon; the same probe unconfined is the positive control.
 use crate::common;
+use common::policy::{Category, NetworkMode, Policy, Sandbox, Verb, write_exec_policy};
 use common::*;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -137,14 +138,18 @@ fn verbd_exec_connects_only_to_the_listed_tcp_port() {
     let probe = dir.path().join("probe.py");
     std::fs::write(&probe, PROBE).unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/etc\", \"/bin\", {:?}]\nnetwork = {{ connect_tcp = [{a}] }}\n",
-            dir.path().to_str().unwrap()
-        ),
-    )
-    .unwrap();
+        Sandbox {
+            network: Some(NetworkMode::Ports {
+                connect_tcp: vec![a],
+            }),
+            ..Sandbox::new(
+                &["/usr", "/lib", "/etc", "/bin", dir.path().to_str().unwrap()],
+                &[],
+            )
+        },
+    );
     let run = |confined: bool| {
         let mut cmd = if confined {
             let mut cmd = Command::new(BIN);
@@ -198,25 +203,33 @@ fn a_verb_connects_only_to_its_listed_tcp_port() {
         return;
     }
     let (allowed, other, a, b) = listeners();
-    let policy = format!(
-        r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.me]
-uids = [0]
-[sandbox.db]
-read = ["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"]
-network = {{ connect_tcp = [{a}] }}
-[verb.probe]
-description = "tries the ports"
-category = "read-only"
-roles = ["me"]
-sandbox = "db"
-allow_interpreter = true
-command = ["{PYTHON}", "@DIR@/probe/probe.py", "{a}", "{b}"]
-"#
-    );
+    let probe = [
+        PYTHON,
+        "@DIR@/probe/probe.py",
+        &a.to_string(),
+        &b.to_string(),
+    ];
+    let policy = Policy::new()
+        .allow_root()
+        .agents("me", &[0])
+        .sandbox(
+            "db",
+            Sandbox {
+                network: Some(NetworkMode::Ports {
+                    connect_tcp: vec![a],
+                }),
+                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/probe"], &[])
+            },
+        )
+        .verb(
+            "probe",
+            Verb::argv(Category::ReadOnly, &probe)
+                .description("tries the ports")
+                .roles(&["me"])
+                .sandbox("db")
+                .allow_interpreter(),
+        )
+        .render();
     let daemon = Daemon::start_with(&policy, |dir| {
         std::fs::create_dir(dir.join("probe")).unwrap();
         std::fs::write(dir.join("probe/probe.py"), PROBE).unwrap();
