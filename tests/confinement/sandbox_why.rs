@@ -5,6 +5,7 @@
 use crate::common;
 use crate::hostile;
 
+use common::policy::{Category, Policy, Sandbox, Verb, write_exec_policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -120,32 +121,34 @@ fn text(out: &Output) -> String {
 
 fn exec_policy(dir: &Path) -> std::path::PathBuf {
     let policy = dir.join("policy.toml");
-    std::fs::write(
+    write_exec_policy(
         &policy,
-        format!(
-            "version = 1\n[sandbox.agent]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/etc\"]\nwrite = [{:?}]\n",
-            dir.join("repo").to_str().unwrap()
+        Sandbox::new(
+            &["/usr", "/lib", "/lib64", "/bin", "/etc"],
+            &[dir.join("repo").to_str().unwrap()],
         ),
-    )
-    .unwrap();
+    );
     policy
 }
 
-const VERB_POLICY: &str = r#"
-version = 1
-[daemon]
-allow_root = true
-[roles.agent]
-uids = [61765]
-[sandbox.narrow]
-read = ["/usr", "/lib", "/lib64", "/bin"]
-[verb.peek]
-description = "read a file outside the profile"
-category = "read-only"
-roles = ["agent"]
-sandbox = "narrow"
-command = "/bin/cat @DIR@/verb-denied.txt"
-"#;
+/// `peek`, which reads a file its profile `narrow` does not.
+fn verb_policy() -> String {
+    Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .sandbox(
+            "narrow",
+            Sandbox::new(&["/usr", "/lib", "/lib64", "/bin"], &[]),
+        )
+        .verb(
+            "peek",
+            Verb::command(Category::ReadOnly, "/bin/cat @DIR@/verb-denied.txt")
+                .description("read a file outside the profile")
+                .roles(&["agent"])
+                .sandbox("narrow"),
+        )
+        .render()
+}
 
 #[test]
 fn landlock_denials_are_audited_for_verbd_exec_and_for_verbs() {
@@ -207,7 +210,7 @@ fn landlock_denials_are_audited_for_verbd_exec_and_for_verbs() {
     println!("audit: {line}");
 
     // A verb run by the daemon: its denial is in the audit log too.
-    let daemon = Daemon::start_with(VERB_POLICY, |dir| {
+    let daemon = Daemon::start_with(&verb_policy(), |dir| {
         std::fs::write(dir.join("verb-denied.txt"), "not for the verb").unwrap();
     });
     daemon.open_socket();
