@@ -1,5 +1,5 @@
 //! Every exit code verbd exits with, once: a named constant with its meaning, and the tables the
-//! man pages' EXIT STATUS sections print (`crate::cli_docs`). The command line, `serve`, `audit`,
+//! man pages' EXIT STATUS sections print (the binary's `cli::docs`). The command line, `serve`, `audit`,
 //! the offline policy tools, the hooks and `verbd mcp` exit with these constants and no literal
 //! number; a unit test holds the tables to docs/protocol.md ("CLI exit codes"), so the document
 //! cannot drift from the code. (The sandbox's and the spawner's own children are no command: a

@@ -22,8 +22,6 @@ pub mod server;
 
 // What the server stands on: policy loading, the proposal book and its events, privileges.
 pub mod approvals;
-pub mod audit;
-pub mod cli_docs;
 pub mod events;
 pub mod loader;
 pub mod paths;

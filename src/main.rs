@@ -207,12 +207,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Tools(Tools::Notify { command }) => cli::notify::run(command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            verbd::cli_docs::completions(Cli::command(), shell, &mut std::io::stdout())?;
+            cli::docs::completions(Cli::command(), shell, &mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir } => {
             use clap::CommandFactory;
-            for page in verbd::cli_docs::man_pages(Cli::command(), &dir)? {
+            for page in cli::docs::man_pages(Cli::command(), &dir)? {
                 println!("{}", page.display());
             }
             Ok(ExitCode::SUCCESS)

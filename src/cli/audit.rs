@@ -1,7 +1,10 @@
 //! `verbd audit …`: the journal, offline. The work (verify, seal keys, export, gap
-//! acknowledgement, tail) lives in `verbd::audit`; this module holds the clap types and maps
-//! the result to an exit code.
+//! acknowledgement, tail) and its rendering for a person live in `report`; this module holds the
+//! clap types and maps the result to an exit code. The journal logic itself is the library's
+//! (`verbd::journal`).
 #![forbid(unsafe_code)]
+
+pub mod report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -103,7 +106,7 @@ pub enum AuditCommand {
         caller: Option<String>,
         /// Only records with this outcome
         #[arg(long, value_enum)]
-        outcome: Option<verbd::audit::RecordOutcome>,
+        outcome: Option<report::RecordOutcome>,
         /// Only records at or after this time: RFC 3339 (2026-12-01T08:00:00Z) or an age
         /// (30m, 2h, 1d)
         #[arg(long, value_name = "TIME|AGE")]
@@ -131,8 +134,8 @@ pub fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             verify_key_file,
             witness,
             json,
-        } => verbd::audit::verify(
-            verbd::audit::VerifyArgs {
+        } => report::verify(
+            report::VerifyArgs {
                 state_dir: dir(state_dir),
                 file,
                 verify_keys: verify_key,
@@ -153,23 +156,23 @@ pub fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             outcome,
             since,
         } => {
-            let filter = verbd::audit::TailFilter {
+            let filter = report::TailFilter {
                 verb,
-                caller: caller.as_deref().map(verbd::audit::CallerFilter::parse),
+                caller: caller.as_deref().map(report::CallerFilter::parse),
                 outcome,
                 since: since
                     .as_deref()
-                    .map(verbd::audit::TailFilter::parse_since)
+                    .map(report::TailFilter::parse_since)
                     .transpose()?,
             };
-            verbd::audit::tail(&dir(state_dir), n, json, filter, follow, &mut out)
+            report::tail(&dir(state_dir), n, json, filter, follow, &mut out)
         }
         AuditCommand::SetupKeys {
             state_dir,
             credential,
             epoch_records,
             epoch_seconds,
-        } => verbd::audit::setup_keys(
+        } => report::setup_keys(
             &dir(state_dir),
             credential.as_deref(),
             epoch_records,
@@ -181,9 +184,9 @@ pub fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             since,
             format: ExportFormat::Jsonl,
             output,
-        } => verbd::audit::export(&dir(state_dir), since, output.as_deref(), &mut err),
+        } => report::export(&dir(state_dir), since, output.as_deref(), &mut err),
         AuditCommand::AcknowledgeGap { state_dir, reason } => {
-            verbd::audit::acknowledge_gap(&dir(state_dir), &reason, &mut out)
+            report::acknowledge_gap(&dir(state_dir), &reason, &mut out)
         }
     };
     Ok(ExitCode::from(code?))

@@ -14,10 +14,12 @@
 pub mod args;
 pub mod audit;
 pub mod client;
+pub mod docs;
 pub mod fast_path;
 pub mod local;
 pub mod mcp;
 pub mod notify;
+pub mod policy_report;
 pub mod policy_tools;
 pub mod sh;
 pub mod socket_arg;

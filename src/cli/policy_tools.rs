@@ -42,7 +42,7 @@ pub enum PolicyCommand {
         from: Vec<PathBuf>,
         /// How the report is printed
         #[arg(long, value_enum, default_value = "text")]
-        format: verbd::policy_tools::cli::ReportFormat,
+        format: super::policy_report::ReportFormat,
         /// Replay as these roles (default: every agent role)
         #[arg(long)]
         role: Vec<String>,
@@ -75,7 +75,7 @@ pub enum PolicyCommand {
         tests: PathBuf,
         /// How the results are printed (junit: JUnit XML for CI)
         #[arg(long, value_enum, default_value = "text")]
-        format: verbd::policy_tools::cli::TestFormat,
+        format: super::policy_report::TestFormat,
     },
     /// Print the polkit rule that lets the daemon's user start/stop/restart/reload exactly the
     /// units the policy's systemctl verbs name (install it as
@@ -113,7 +113,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             format,
             role,
             packs,
-        } => Ok(ExitCode::from(verbd::policy_tools::cli::coverage(
+        } => Ok(ExitCode::from(super::policy_report::coverage(
             &policy, &from, format, &role, &packs,
         ))),
         PolicyCommand::Suggest {
@@ -121,20 +121,18 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
             from,
             role,
             packs,
-        } => Ok(ExitCode::from(verbd::policy_tools::cli::suggest(
+        } => Ok(ExitCode::from(super::policy_report::suggest(
             &policy, &from, &role, &packs,
         ))),
         PolicyCommand::Test {
             policy,
             tests,
             format,
-        } => Ok(ExitCode::from(verbd::policy_tools::cli::test(
+        } => Ok(ExitCode::from(super::policy_report::test(
             &policy, &tests, format,
         ))),
         PolicyCommand::Polkit { policy, user } => polkit(&policy, user),
-        PolicyCommand::Schema { pack } => {
-            Ok(ExitCode::from(verbd::policy_tools::cli::schema(pack)))
-        }
+        PolicyCommand::Schema { pack } => Ok(ExitCode::from(super::policy_report::schema(pack))),
     }
 }
 

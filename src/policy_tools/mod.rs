@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cases;
-pub mod cli;
 pub mod coverage;
 pub mod danger;
 pub mod filters;

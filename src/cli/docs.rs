@@ -6,13 +6,13 @@
 //!
 //! Every page also has an EXIT STATUS section (`verbd serve`'s codes on its page, the client and
 //! tool codes on the others, both on `verbd.1`) and an ENVIRONMENT section. The exit codes and
-//! their tables are [`crate::exit`]'s.
+//! their tables are [`verbd::exit`]'s.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::exit::{CLIENT_EXIT_STATUS, SERVE_EXIT_STATUS};
+use verbd::exit::{CLIENT_EXIT_STATUS, SERVE_EXIT_STATUS};
 
 /// The environment variables verbd reads, and who reads them.
 pub const ENVIRONMENT: &[(&str, &str)] = &[

@@ -2,19 +2,19 @@
 //! code. `main.rs` only parses arguments and calls these.
 //!
 //! Everything printed that came from the history (file names included) passes through
-//! [`crate::terminal`]'s escaping, on stdout and stderr, in text, JSON and TOML.
+//! [`verbd::terminal`]'s escaping, on stdout and stderr, in text, JSON and TOML.
 //!
 //! Exit codes: 0 success; 1 a failed check (policy errors, `policy test` mismatches, and
 //! `coverage` finding a destructive or credential-reading command a verb would run without
 //! approval); 65 unusable input (unreadable `--from`, a malformed tests file, an unknown role).
-//! The codes are [`crate::exit`]'s.
+//! The codes are [`verbd::exit`]'s.
 #![forbid(unsafe_code)]
 
-use super::{cases, coverage, packs, sources, suggest};
-use crate::exit::{EXIT_CHECK_FAILED, EXIT_INVALID, EXIT_SUCCESS};
-use crate::policy::{self, Policy, Role, RoleKind};
-use crate::terminal::{escape, json_visible};
 use std::path::{Path, PathBuf};
+use verbd::exit::{EXIT_CHECK_FAILED, EXIT_INVALID, EXIT_SUCCESS};
+use verbd::policy::{self, Policy, Role, RoleKind};
+use verbd::policy_tools::{cases, coverage, packs, sources, suggest};
+use verbd::terminal::{escape, json_visible};
 
 /// How a coverage report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -188,9 +188,9 @@ pub fn test(policy_path: &Path, tests_path: &Path, format: TestFormat) -> u8 {
 /// `verbd policy schema [--pack]`: the JSON Schema of the policy (or pack) format.
 pub fn schema(pack: bool) -> u8 {
     let schema = if pack {
-        schemars::schema_for!(crate::policy::include::RawPack)
+        schemars::schema_for!(verbd::policy::include::RawPack)
     } else {
-        schemars::schema_for!(crate::policy::schema::RawPolicy)
+        schemars::schema_for!(verbd::policy::schema::RawPolicy)
     };
     match serde_json::to_string_pretty(&schema) {
         Ok(text) => {

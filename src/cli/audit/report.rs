@@ -1,6 +1,6 @@
 //! The operator's audit commands (`verbd audit verify|tail|export|setup-keys|acknowledge-gap`):
 //! reading their inputs, rendering their results for a person, and their exit codes. The
-//! journal logic itself is in [`crate::journal`]. Output never contains key material except the
+//! journal logic itself is in [`verbd::journal`]. Output never contains key material except the
 //! verification key `setup-keys` prints once, on purpose.
 #![forbid(unsafe_code)]
 
@@ -9,8 +9,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::exit::{EXIT_CHECK_FAILED, EXIT_SUCCESS};
-use crate::journal::{self, JournalError, VerifyKey, VerifyOptions, VerifyReport};
+use verbd::exit::{EXIT_CHECK_FAILED, EXIT_SUCCESS};
+use verbd::journal::{self, JournalError, VerifyKey, VerifyOptions, VerifyReport};
 
 mod tail;
 pub use tail::{CallerFilter, RecordOutcome, TailFilter, tail};

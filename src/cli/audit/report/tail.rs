@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::AuditError;
-use crate::exit::EXIT_SUCCESS;
-use crate::journal::{self, Follower, Record};
+use verbd::exit::EXIT_SUCCESS;
+use verbd::journal::{self, Follower, Record};
 
 /// How often `--follow` looks for new records.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
@@ -128,7 +128,7 @@ impl TailFilter {
         if let Some(time) = journal::parse_rfc3339(text) {
             return Ok(time);
         }
-        let age = crate::policy::units::parse_duration(text).map_err(|e| {
+        let age = verbd::policy::units::parse_duration(text).map_err(|e| {
             AuditError::Usage(format!(
                 "--since {text:?}: not an RFC 3339 time (2026-12-01T08:00:00Z) nor an age ({e})"
             ))
