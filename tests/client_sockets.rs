@@ -25,7 +25,7 @@ const TEST: &str = "packaged_sockets_are_found_without_a_socket_flag";
 
 /// One test, two processes: run by the harness, it runs its own binary again, filtered to
 /// itself, in a private mount namespace (the body mounts over `/run`); there, with [`INSIDE`]
-/// set, it runs the body. Nothing is `#[ignore]`d: the outer run fails when the inner one does
+/// set, it runs the body. The harness skips nothing here: the outer run fails when the inner one does
 /// or does not run.
 #[test]
 fn packaged_sockets_are_found_without_a_socket_flag() {

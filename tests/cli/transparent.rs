@@ -5,7 +5,7 @@
 //! denies (exit 2). Through `verbd sh -c`: the verb runs and its output goes through the
 //! command's filters, or the command is refused with the closest verb; no shell ever runs.
 use crate::common;
-use common::policy::{Category, CommandMode, NetworkMode, Param, Policy, Sandbox, Verb};
+use common::policy::{Category, CommandMode, Param, Policy, Sandbox, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -29,21 +29,10 @@ fn roles_and_verbs() -> Policy {
         .approvers(&["sre"])
         .privileged_programs(&["psql"])
         .privileged_paths(&["@DIR@/logs"])
-        .sandbox(
-            "logs",
-            Sandbox {
-                network: Some(NetworkMode::None),
-                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"], &[])
-            },
-        )
+        .sandbox("logs", Sandbox::logs())
         .verb(
             "log-tail",
-            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
-                .description("The last lines of a log file")
-                .roles(&["agent", "advised", "plain"])
-                .sandbox("logs")
-                .param("lines", Param::int(1, 1000).default(10))
-                .param("file", Param::path(&["@DIR@/logs"])),
+            Verb::log_tail(&["agent", "advised", "plain"]).sandbox("logs"),
         )
         .verb(
             "service-restart",

@@ -214,6 +214,15 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// The `logs` profile of the shell-command mapping tests: reads the system and
+    /// `@DIR@/logs`, writes nothing, no network.
+    pub fn logs() -> Sandbox {
+        Sandbox {
+            network: Some(NetworkMode::None),
+            ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"], &[])
+        }
+    }
+
     /// A profile reading what the built-in default reads and writing beneath `write`.
     pub fn writing(write: &[&str]) -> Sandbox {
         Sandbox {
@@ -586,6 +595,16 @@ impl Policy {
 }
 
 impl Verb {
+    /// `log-tail`, the verb a `sudo tail -n N FILE` beneath `@DIR@/logs` maps onto in the
+    /// shell-command mapping tests, for `roles` (its sandbox is the caller's to set).
+    pub fn log_tail(roles: &[&str]) -> Verb {
+        Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
+            .description("The last lines of a log file")
+            .roles(roles)
+            .param("lines", Param::int(1, 1000).default(10))
+            .param("file", Param::path(&["@DIR@/logs"]))
+    }
+
     /// A verb that runs `command` (one line, split at load time).
     pub fn command(category: Category, command: &str) -> Verb {
         Verb::new(category, Some(Command::Line(command.into())), None)

@@ -8,7 +8,7 @@
 //! the fdatasync itself, after the line is written). The one record answered once written, a
 //! command mapping (advice), must survive a kill of the daemon right after its answer.
 use crate::common;
-use common::policy::{Category, CommandMode, Param, Policy, Sandbox, Verb};
+use common::policy::{Category, CommandMode, Policy, Sandbox, Verb};
 use common::*;
 use std::path::Path;
 use std::sync::mpsc;
@@ -50,15 +50,7 @@ fn policy() -> String {
             .roles(&["agent"])
             .sandbox("work"),
         )
-        .verb(
-            "log-tail",
-            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
-                .description("The last lines of a log file")
-                .roles(&["agent"])
-                .sandbox("work")
-                .param("lines", Param::int(1, 1000).default(10))
-                .param("file", Param::path(&["@DIR@/logs"])),
-        )
+        .verb("log-tail", Verb::log_tail(&["agent"]).sandbox("work"))
         .render()
 }
 

@@ -9,7 +9,7 @@
 use crate::common;
 use crate::hostile;
 
-use common::policy::{Category, CommandMode, NetworkMode, Param, Policy, Sandbox, Verb};
+use common::policy::{Category, CommandMode, Param, Policy, Sandbox, Verb};
 use common::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -307,22 +307,8 @@ fn mapping_policy() -> String {
         .agents("agent", &[MAPPER])
         .commands("agent", CommandMode::Rewrite)
         .privileged_paths(&["@DIR@/logs"])
-        .sandbox(
-            "logs",
-            Sandbox {
-                network: Some(NetworkMode::None),
-                ..Sandbox::new(&["/usr", "/lib", "/etc", "/bin", "@DIR@/logs"], &[])
-            },
-        )
-        .verb(
-            "log-tail",
-            Verb::command(Category::ReadOnly, "/usr/bin/tail -n {lines} {file}")
-                .description("The last lines of a log file")
-                .roles(&["agent"])
-                .sandbox("logs")
-                .param("lines", Param::int(1, 1000).default(10))
-                .param("file", Param::path(&["@DIR@/logs"])),
-        )
+        .sandbox("logs", Sandbox::logs())
+        .verb("log-tail", Verb::log_tail(&["agent"]).sandbox("logs"))
         .render()
 }
 
