@@ -412,40 +412,52 @@ fn a_new_leaf_raced_into_a_symlink_never_reaches_the_child() {
     assert!(leaf.is_file(), "the new file is not where it was checked");
     std::fs::remove_file(&leaf).unwrap();
 
-    // The attack: `data/new` flips between absent and a symlink to the daemon-only file.
-    let mut swapping = as_agent(format!(
-        r#"
-import os
-leaf, secret = {leaf:?}, {secret:?}
+    // The attack: `data/new` flips between absent and a symlink to the daemon-only file. At full
+    // speed the swapper also unlinks the file a `create` call made, so on a loaded machine no
+    // such call may get to run; each further round holds each state a little longer, until every
+    // path below was raced (at most six rounds of 150 pairs; every round's calls are counted).
+    let (mut without_create, mut with_create) = (RaceTally::default(), RaceTally::default());
+    for dwell in ["0", "0.0002", "0.0005", "0.001", "0.002", "0.005"] {
+        let mut swapping = as_agent(format!(
+            r#"
+import os, time
+leaf, secret, dwell = {leaf:?}, {secret:?}, {dwell}
 for i in range(3000000):
     try:
         os.symlink(secret, leaf)
     except FileExistsError:
         pass
+    if dwell:
+        time.sleep(dwell)
     try:
         os.unlink(leaf)
     except FileNotFoundError:
         pass
+    if dwell:
+        time.sleep(dwell)
 "#
-    ));
-    let requests: Vec<_> = (0..150)
-        .flat_map(|_| {
-            [
-                hostile::call("show", &[("path", &path)]),
-                hostile::call("peek-new", &[("path", &path)]),
-            ]
-        })
-        .collect();
-    let answers = hostile::requests_as(AGENT, &d.socket, &requests);
-    let _ = swapping.kill();
-    let _ = swapping.wait();
-    let (mut without_create, mut with_create) = (RaceTally::default(), RaceTally::default());
-    for pair in answers.chunks(2) {
-        without_create.count(hostile::decode(&pair[0]));
-        with_create.count(hostile::decode(&pair[1]));
+        ));
+        let requests: Vec<_> = (0..150)
+            .flat_map(|_| {
+                [
+                    hostile::call("show", &[("path", &path)]),
+                    hostile::call("peek-new", &[("path", &path)]),
+                ]
+            })
+            .collect();
+        let answers = hostile::requests_as(AGENT, &d.socket, &requests);
+        let _ = swapping.kill();
+        let _ = swapping.wait();
+        for pair in answers.chunks(2) {
+            without_create.count(hostile::decode(&pair[0]));
+            with_create.count(hostile::decode(&pair[1]));
+        }
+        println!("after the round with dwell {dwell} s: without `create` {without_create:?}");
+        println!("after the round with dwell {dwell} s: with `create` {with_create:?}");
+        if without_create.met_nothing > 0 && with_create.ran > 0 {
+            break;
+        }
     }
-    println!("150 racing calls without `create`: {without_create:?}");
-    println!("150 racing calls with `create`: {with_create:?}");
     assert_eq!(
         without_create.leaked + with_create.leaked,
         0,
