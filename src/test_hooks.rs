@@ -16,6 +16,11 @@
 //!   mapped command) happens meanwhile; what it does after (start a child) waits.
 //! - `VERBD_TEST_ACCEPT_PANIC_UID=N`: a socket's accept thread panics when it has accepted a
 //!   connection of uid N, as a bug there would: the daemon must stop loudly, not serve deaf.
+//! - `VERBD_TEST_SPAWNER_PAUSE=DIR`: armed by creating `DIR/arm`. The spawner's next fork
+//!   removes it, writes the child's pid to `DIR/forked` and, before the spawner answers the
+//!   daemon, waits until `DIR/release` exists (at most [`BLOCK_LIMIT`]): a test can kill the
+//!   spawner between the fork and its answer. The daemon passes the variable to the spawner,
+//!   whose environment is otherwise cleared.
 //!
 //! Invariant: a hook can only delay or fail a step; none skips or reorders one.
 #![forbid(unsafe_code)]
@@ -32,6 +37,8 @@ pub const FAIL_STAGE_ENV: &str = "VERBD_TEST_FAIL_STAGE";
 pub const JOURNAL_FAULT_ENV: &str = "VERBD_TEST_JOURNAL_FAULT";
 /// Names the uid whose connection makes the accept thread panic.
 pub const ACCEPT_PANIC_ENV: &str = "VERBD_TEST_ACCEPT_PANIC_UID";
+/// Names the directory of the spawner's pause between a fork and its answer.
+pub const SPAWNER_PAUSE_ENV: &str = "VERBD_TEST_SPAWNER_PAUSE";
 
 /// Called by the accept thread with each accepted connection's uid.
 pub fn after_accept(uid: u32) {
@@ -96,4 +103,29 @@ fn block_until_released(kind: &str, dir: &std::path::Path) -> io::Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// Hands the spawner's pause setting on to a spawner process being started (`command` clears
+/// its environment).
+pub fn pass_to_spawner(command: &mut std::process::Command) {
+    if let Some(dir) = std::env::var_os(SPAWNER_PAUSE_ENV) {
+        command.env(SPAWNER_PAUSE_ENV, dir);
+    }
+}
+
+/// Called by the spawner when it has forked child `pid`, before it answers the daemon.
+pub fn spawner_forked(pid: i32) {
+    let Some(dir) = std::env::var_os(SPAWNER_PAUSE_ENV).map(PathBuf::from) else {
+        return;
+    };
+    if std::fs::remove_file(dir.join("arm")).is_err() {
+        return;
+    }
+    // A failure here leaves the test waiting for `forked` in vain: it fails, loudly enough.
+    let _ = std::fs::write(dir.join("forked"), pid.to_string());
+    let release = dir.join("release");
+    let deadline = Instant::now() + BLOCK_LIMIT;
+    while !release.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

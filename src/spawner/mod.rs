@@ -406,6 +406,8 @@ fn start_process() -> io::Result<(UnixStream, std::process::Child)> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::pass_to_spawner(&mut command);
     // SAFETY: the closure runs raw syscalls only (dup2, fcntl, capset, prctl) on values
     // computed before the fork; it allocates nothing and takes no lock.
     unsafe {
@@ -856,7 +858,11 @@ pub fn serve_process() -> u8 {
             Err(_) => Err(libc::EINVAL),
         };
         let (errno, pid, pidfd) = match answer {
-            Ok((pid, pidfd)) => (0, pid, Some(pidfd)),
+            Ok((pid, pidfd)) => {
+                #[cfg(feature = "test-hooks")]
+                crate::test_hooks::spawner_forked(pid);
+                (0, pid, Some(pidfd))
+            }
             Err(errno) => (errno, 0, None),
         };
         let mut reply = [0u8; 8];
