@@ -15,6 +15,9 @@
 //! - the child applies exactly the stages an in-process spawn applies, in the same order, and
 //!   fails closed the same way: a stage that fails ends the child before `execve`, and the
 //!   failure's code (`StageFailure::code`) reaches the daemon through the exec report pipe;
+//! - the child's first act is to write its own pid to the exec report pipe, before any stage,
+//!   and it never execs without having done so: the daemon learns every child's pid even when
+//!   the spawner dies before answering (module `crate::spawner`);
 //! - a descriptor the daemon hands to the child (a pinned path, a secret copy) gets the number
 //!   it had in the daemon, since argv names it as `/proc/self/fd/N`;
 //! - a malformed order is refused whole ([`WireError`]), never half applied.
@@ -212,9 +215,10 @@ impl PreparedSandbox {
 }
 
 /// Encodes one order: the bytes, and the descriptors to send with them (in index order).
-/// `exec_report` is written by the child only if it fails before `execve`: one native-endian
-/// `i32` (a [`StageFailure::code`](super::StageFailure::code) or an errno); it must be
-/// close-on-exec, so it reads as end of file once the program runs.
+/// `exec_report` is the exec report pipe's write end. The child writes its own pid there first
+/// of all (one native-endian `i32`, before any sandbox stage), and a second `i32` only if it
+/// fails before `execve` (a [`StageFailure::code`](super::StageFailure::code) or an errno); it
+/// must be close-on-exec, so it reads as end of file once the program runs.
 pub fn encode(
     request: &SpawnRequest<'_>,
     exec_report: RawFd,
@@ -446,6 +450,9 @@ impl SpawnOrder {
     /// is written to the exec report pipe and ends the child with status 127.
     /// Async-signal-safe: raw syscalls on what [`decode`](Self::decode) prepared.
     pub fn exec_in_child(&mut self) -> ! {
+        // First of all, the child's pid, so the daemon can find (and kill) this child even if
+        // the spawner dies before it answers. A child that cannot say it never runs anything.
+        report_own_pid(self.fds[self.exec_report].as_raw_fd());
         let report = |code: i32, fd: RawFd| -> ! {
             let bytes = code.to_ne_bytes();
             // SAFETY: writes four bytes from the stack to the report pipe, then ends the child
@@ -532,6 +539,26 @@ impl SpawnOrder {
             )
         };
         report(errno_code(), report_fd)
+    }
+}
+
+/// Writes this process's pid (native-endian `i32`) to the exec report pipe `fd`; ends the
+/// process with status 127 if the four bytes do not go. Async-signal-safe.
+fn report_own_pid(fd: RawFd) {
+    // SAFETY: getpid without pointers.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    let bytes = pid.to_ne_bytes();
+    loop {
+        // SAFETY: writes four bytes from the stack to a descriptor this process owns.
+        let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if written == bytes.len() as isize {
+            return;
+        }
+        if written < 0 && errno_code() == libc::EINTR {
+            continue;
+        }
+        // SAFETY: ends the child without running destructors, before anything was applied.
+        unsafe { libc::_exit(127) }
     }
 }
 

@@ -14,9 +14,15 @@
 //! the pinned path parameters, the secret copies, an exec report pipe) over a socket pair with
 //! `SCM_RIGHTS`. The spawner decodes it and forks with `CLONE_PARENT | CLONE_PIDFD`: the child is
 //! the *daemon's* child (the daemon reaps it and gets its exit status, exactly as before), and
-//! the spawner answers with the child's pidfd. The child applies the per-call sandbox — the same
-//! stages, in the same order, as an in-process spawn — and execs; if a stage fails it writes the
-//! stage's code to the exec report pipe and exits, so [`Spawner::spawn`] fails as `spawn()` did.
+//! the spawner answers with the child's pid and pidfd. The child applies the per-call sandbox —
+//! the same stages, in the same order, as an in-process spawn — and execs.
+//!
+//! The exec report pipe (one per order, close-on-exec everywhere) is the child's own line to the
+//! daemon, which does not depend on the spawner: the child's first act, before any stage, is to
+//! write its pid there (a native-endian `i32`; a child that cannot never execs). If a stage or
+//! `execve` fails it then writes the stage's code or the errno (a second `i32`) and exits, so
+//! [`Spawner::spawn`] fails as `spawn()` did. The daemon reads the report to its end (the end of
+//! file comes at `execve`): the pid must be the one the spawner answered, or the spawn fails.
 //!
 //! Invariants:
 //! - the daemon starts the spawner before its self-test and before its async runtime, and does
@@ -28,6 +34,14 @@
 //!   survive the re-exec). It dies with the daemon (`PR_SET_PDEATHSIG`);
 //! - a spawner that dies is restarted at the next order; the order it held fails (its child
 //!   may or may not have started; the run is journaled as failed, never retried);
+//! - no child outlives a failed order unsupervised, nor stays a zombie: after any failed order
+//!   the daemon reads the report until it names a pid or closes (at most
+//!   `ORPHAN_REPORT_LIMIT`, 10 s; it closes once the order's and the dead spawner's copies of its
+//!   write end are gone and the child, if any, has exec'd or exited). A pid there is a child the
+//!   spawner forked and never answered for: the daemon's own unreaped child, so `pidfd_open` on
+//!   it is race-free; it is killed with its process group, as a timed-out child is, and reaped.
+//!   A child of another uid (`run_as`) cannot be signalled by a daemon without `CAP_KILL` (nor
+//!   can a timed-out one); it is then reaped when it ends;
 //! - the spawner never runs anything it was not sent: it holds no policy and no secret, only
 //!   what each order carries, closed once the child is forked.
 
@@ -291,22 +305,31 @@ impl Spawner {
     pub async fn spawn(&self, request: &SpawnRequest<'_>, plan: RemotePlan) -> io::Result<Spawned> {
         use tokio::io::AsyncReadExt;
         let (order, report) = Self::order(request, plan)?;
+        let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into())?;
         let link = Arc::clone(&self.link);
         // A task of its own (on this worker, right after this one yields): dropping this call
-        // cannot stop an order half sent or an answer half read. A call that went away drops
-        // the child it would have got, which kills and reaps it.
-        let mut spawned = tokio::spawn(async move {
+        // cannot stop an order half sent, an answer half read or the search for the child of a
+        // lost order. A call that went away drops the child it would have got, which kills and
+        // reaps it.
+        let (mut spawned, mut report) = tokio::spawn(async move {
             let delivered = link.lock_owned().await.deliver(&order, Mode::Async).await;
             // Before the report is read: the order holds a copy of its pipe's write end.
             drop(order);
-            delivered
+            match delivered {
+                Ok(spawned) => Ok((spawned, report)),
+                Err(e) => {
+                    let reported =
+                        tokio::time::timeout(ORPHAN_REPORT_LIMIT, first_word(&mut report)).await;
+                    end_orphan(reported.unwrap_or_else(|_| Err(orphan_report_timeout())));
+                    Err(e)
+                }
+            }
         })
         .await
         .map_err(|e| io::Error::other(format!("the spawner order was lost: {e}")))??;
-        let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into())?;
-        let mut code = Vec::with_capacity(4);
-        report.read_to_end(&mut code).await?;
-        exec_report(&mut spawned, &code)?;
+        let mut words = Vec::with_capacity(8);
+        report.read_to_end(&mut words).await?;
+        exec_report(&mut spawned, &words)?;
         Ok(spawned)
     }
 
@@ -319,12 +342,18 @@ impl Spawner {
         let (order, mut report) = Self::order(request, plan)?;
         let delivered = block_on(self.link.blocking_lock().deliver(&order, Mode::Blocking));
         // The order's copies go now: among them the report pipe's write end, whose closing in
-        // the child at `execve` is what the read below waits for.
+        // the child at `execve` is what the reads below wait for.
         drop(order);
-        let mut spawned = delivered?;
-        let mut code = Vec::with_capacity(4);
-        report.read_to_end(&mut code)?;
-        exec_report(&mut spawned, &code)?;
+        let mut spawned = match delivered {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                end_orphan(first_word_blocking(&mut report, ORPHAN_REPORT_LIMIT));
+                return Err(e);
+            }
+        };
+        let mut words = Vec::with_capacity(8);
+        report.read_to_end(&mut words)?;
+        exec_report(&mut spawned, &words)?;
         Ok(spawned)
     }
 
@@ -377,19 +406,147 @@ impl Spawner {
     }
 }
 
-/// What the exec report pipe said: nothing (the program runs), or the code of why the child
-/// ended before `execve` (the child is reaped then).
+/// What the exec report pipe said, read to its end: the child's pid alone (the program runs), or
+/// its pid and the code of why it ended before `execve` (the child is reaped then). A report
+/// without a pid is a child that ended (was killed) before its first step: it ran nothing, and
+/// is reaped. A pid other than the spawner's answer fails the spawn (and `spawned`, dropped,
+/// is killed).
 fn exec_report(spawned: &mut Spawned, report: &[u8]) -> io::Result<()> {
+    let word = |at: usize| i32::from_ne_bytes(report[at..at + 4].try_into().expect("4 bytes"));
+    if report.len() >= 4 && word(0) != spawned.pid {
+        tracing::error!(
+            reported = word(0),
+            answered = spawned.pid,
+            "a child's exec report names another pid than the spawner's answer; killing it"
+        );
+        return Err(io::Error::other(
+            "the child's exec report contradicts the spawner's answer",
+        ));
+    }
     match report.len() {
-        0 => Ok(()),
-        4 => {
-            let code = i32::from_ne_bytes(report.try_into().expect("4 bytes"));
-            // The child exits right after its report.
+        4 => Ok(()),
+        0 | 8 => {
+            // The child has ended (it writes a code just before it exits) or is ending.
             let _ = spawned.wait_blocking();
-            Err(io::Error::from_raw_os_error(code))
+            Err(match report.len() {
+                0 => {
+                    io::Error::other("the child ended before its first step; nothing was executed")
+                }
+                _ => io::Error::from_raw_os_error(word(4)),
+            })
         }
         _ => Err(io::Error::other("the child's exec report was cut short")),
     }
+}
+
+/// The longest the daemon waits, after a failed order, for its exec report to name a child or
+/// close: it closes once the order's and the failed spawner's copies of its write end are gone
+/// and the child, if any, has exec'd or exited.
+const ORPHAN_REPORT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn orphan_report_timeout() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "the exec report of a failed order neither named a child nor closed within {} s",
+            ORPHAN_REPORT_LIMIT.as_secs()
+        ),
+    )
+}
+
+/// The first word of an exec report (the child's pid), or `None` at end of file before it.
+async fn first_word(report: &mut tokio::net::unix::pipe::Receiver) -> io::Result<Option<i32>> {
+    use tokio::io::AsyncReadExt;
+    let mut word = [0u8; 4];
+    let mut have = 0;
+    while have < word.len() {
+        match report.read(&mut word[have..]).await? {
+            0 => return Ok(None),
+            read => have += read,
+        }
+    }
+    Ok(Some(i32::from_ne_bytes(word)))
+}
+
+/// [`first_word`], blocking this thread at most `limit`.
+fn first_word_blocking(
+    report: &mut PipeReader,
+    limit: std::time::Duration,
+) -> io::Result<Option<i32>> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut word = [0u8; 4];
+    let mut have = 0;
+    while have < word.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(orphan_report_timeout());
+        }
+        let mut poll_fd = libc::pollfd {
+            fd: report.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd on the stack, for the duration of the call.
+        if unsafe { libc::poll(&mut poll_fd, 1, timeout) } < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+            continue;
+        }
+        if poll_fd.revents == 0 {
+            continue;
+        }
+        match report.read(&mut word[have..]) {
+            Ok(0) => return Ok(None),
+            Ok(read) => have += read,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(i32::from_ne_bytes(word)))
+}
+
+/// After a failed order: ends the child its exec report named, if any. The spawner may have
+/// forked it and died before it answered; then the child runs unsupervised (no deadline, its
+/// output unread) and, once it exits, would stay this process's zombie for good. It is this
+/// process's own unreaped child (`CLONE_PARENT`; nothing here waits for a child it does not
+/// know), so its pid still names it: it is killed as a timed-out call's child is — itself, then
+/// its whole process group — and reaped, on a thread of the runtime's blocking pool when there
+/// is one.
+fn end_orphan(reported: io::Result<Option<i32>>) {
+    let pid = match reported {
+        Ok(Some(pid)) => pid,
+        // End of file before a pid: no child was forked (or one ended before its first step).
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot learn whether a failed spawner order left a child; a child may run unsupervised");
+            return;
+        }
+    };
+    let orphan = match Spawned::adopt(pid) {
+        Ok(orphan) => orphan,
+        Err(e) => {
+            tracing::error!(pid, error = %e, "cannot take hold of the child of a failed spawner order; it may run unsupervised");
+            return;
+        }
+    };
+    if let Err(e) = orphan.kill() {
+        tracing::error!(pid, error = %e, "cannot kill the child of a failed spawner order");
+    }
+    // Its descendants, if it exec'd and forked: the group it leads (setsid). Before its
+    // `setsid` there is no such group, and no descendant either.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    tracing::warn!(
+        pid,
+        "killed the child of an order the failed spawner never answered"
+    );
+    // Dropped unreaped: reaped.
+    drop(orphan);
 }
 
 /// Starts a spawner process: this binary again, in spawner mode, with one end of a socket pair as
@@ -569,6 +726,60 @@ enum Delivery {
 }
 
 impl Spawned {
+    /// Takes hold of child `pid` of this process, known from its exec report alone. Refused
+    /// unless `pid` is a child of this process not yet reaped (then nothing can have reused
+    /// its pid).
+    fn adopt(pid: libc::pid_t) -> io::Result<Spawned> {
+        if pid <= 0 {
+            return Err(io::Error::other(format!("reported pid {pid}")));
+        }
+        // SAFETY: pidfd_open without pointers.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pidfd_open returned a new descriptor nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: all-zero is a valid siginfo_t.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on the pidfd just opened, `info` valid for the call; WNOWAIT leaves
+        // the child unreaped. ECHILD: not our child.
+        let ours = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if ours != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Spawned {
+            pid,
+            pidfd,
+            reaped: false,
+        })
+    }
+
+    /// Sends `SIGKILL` to the child (through its pidfd: never to a process that reused its pid).
+    fn kill(&self) -> io::Result<()> {
+        // SAFETY: pidfd_send_signal on the pidfd this handle owns; no pointers (null info).
+        let sent = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        if sent != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The child's pid (its process group id too: daemon children start their own session).
     pub fn id(&self) -> u32 {
         self.pid as u32
@@ -638,16 +849,7 @@ impl Drop for Spawned {
         if self.reaped {
             return;
         }
-        // SAFETY: pidfd_send_signal on the pidfd this handle owns; no pointers (null info).
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            );
-        }
+        let _ = self.kill();
         let pid = self.pid;
         let reap = move || {
             let mut status = 0;

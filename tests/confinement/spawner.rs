@@ -2,7 +2,8 @@
 //! small single-threaded process, never by the daemon; it has the daemon's identity and nothing
 //! more; a spawner that dies is restarted, and the call it held ends as failed with its outcome
 //! unknown — never run twice, always journaled, the journal still verifying, also when it is
-//! killed at random moments while calls run.
+//! killed at random moments while calls run; and a child it forked but could not report is
+//! killed and reaped by the daemon, never left running or as a zombie.
 use crate::common;
 use common::policy::{Category, Param, Policy, Sandbox, Verb};
 use common::*;
@@ -209,7 +210,156 @@ fn torture_policy() -> String {
                 .sandbox("runs")
                 .param("n", Param::int(0, 100_000_000)),
         )
+        .verb(
+            "late",
+            Verb::command(Category::ReadOnly, "/usr/bin/sleep 30")
+                .description("runs for 30 s")
+                .roles(&["me"])
+                .sandbox("runs"),
+        )
         .render()
+}
+
+/// The daemon's children other than its one spawner (`pid state command line`): every process
+/// whose parent is the daemon, alive or a zombie, once the calls have ended. Waits up to 5 s
+/// for them to go (a killed child is reaped on a thread of its own).
+fn strays(daemon: u32) -> Vec<String> {
+    let scan = || {
+        let mut spawners = 0;
+        let mut strays = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            if field("PPid") != daemon.to_string() {
+                continue;
+            }
+            let state = field("State");
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let spawner = cmdline.split(|b| *b == 0).any(|arg| arg == b"__spawner");
+            if spawner && !state.starts_with('Z') && spawners == 0 {
+                spawners += 1;
+                continue;
+            }
+            strays.push(format!(
+                "{pid} {state} {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+        strays
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = scan();
+        if found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The spawner is SIGKILLed after it forked a call's child and before it answered (held there
+/// by the `VERBD_TEST_SPAWNER_PAUSE` hook), so the daemon never hears the child's pid from it.
+/// The call ends as failed with its outcome unknown; the child — a program that would run 30 s
+/// — is killed and reaped by the daemon: no process of it is left, alive or a zombie; the
+/// journal verifies and the next call runs on a new spawner.
+#[test]
+fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() {
+    if !require_root("spawner killed between fork and answer") {
+        return;
+    }
+    let dir = open_tempdir();
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    let hook = dir.path().join("hook");
+    std::fs::create_dir(&hook).unwrap();
+    let daemon = Daemon::spawn_in(
+        dir,
+        &torture_policy(),
+        &[("VERBD_TEST_SPAWNER_PAUSE", hook.to_str().unwrap())],
+    );
+    daemon.wait_ready();
+    let daemon_pid = daemon.child.as_ref().unwrap().id();
+    let spawner = spawner_of(&daemon).expect("the daemon has a spawner process");
+    std::fs::write(hook.join("arm"), b"").unwrap();
+    let socket = daemon.socket.clone();
+    let held = std::thread::spawn(move || {
+        verbd::client::request(
+            &socket,
+            &Request::Call {
+                verb: "late".into(),
+                args: BTreeMap::new(),
+                reason: None,
+                idempotency_key: None,
+                stream: None,
+            },
+            Duration::from_secs(60),
+        )
+    });
+    let forked = hook.join("forked");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !forked.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the spawner never forked; log:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let child: u32 = std::fs::read_to_string(&forked)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The child runs its program meanwhile (it does not wait for the spawner's answer).
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(spawner as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    match held.join().unwrap().unwrap() {
+        Response::Error { message } => assert!(
+            message.contains("spawner") && message.contains("unknown"),
+            "{message}"
+        ),
+        other => panic!("the call should fail with its outcome unknown: {other:?}"),
+    }
+    let left = strays(daemon_pid);
+    assert!(
+        left.is_empty(),
+        "the daemon's children besides its spawner, after the call (its child was {child}): \
+         {left:?}"
+    );
+    match mark(&daemon.socket, 1) {
+        Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0), "{result:?}"),
+        other => panic!("the next call: {other:?}"),
+    }
+    let next = spawner_of(&daemon).expect("a new spawner");
+    assert_ne!(next, spawner);
+    let left = strays(daemon_pid);
+    assert!(left.is_empty(), "after the next call: {left:?}");
+    let verify = daemon.cli(&[
+        "audit",
+        "verify",
+        "--state-dir",
+        daemon.state.to_str().unwrap(),
+    ]);
+    assert!(verify.status.success(), "{verify:?}");
 }
 
 /// How long the torture runs, and how many clients call meanwhile.
@@ -276,8 +426,9 @@ impl Pauses {
 /// answered, either as run or as failed with its outcome unknown; none runs twice (the verb is
 /// `mkdir`, which fails on a second run of the same `n`); every call answered as run left its
 /// directory and no directory appears for a call never made; the journal holds exactly one
-/// `exec` and one `result` record per call, the failed ones exactly the unknown ones, and it
-/// verifies. The daemon serves normally afterwards.
+/// `exec` and one `result` record per call, the failed ones exactly the unknown ones and the
+/// children killed before their first step, and it verifies. The daemon serves normally
+/// afterwards, and has no child but its spawner: none left running, no zombie.
 #[test]
 fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
     if !require_root("spawner torture") {
@@ -340,10 +491,15 @@ fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
     let mut ran = Vec::new();
     let mut unknown = Vec::new();
     let mut killed = 0;
+    let mut killed_first = 0;
     for (n, answer) in &answers {
         match answer {
             // A child taken for the spawner (see `current_spawner`): killed, not run twice.
             Response::Ok { result, .. } if result.exit.signal == Some(libc::SIGKILL) => killed += 1,
+            // The same, killed before its first step (before it could report its pid).
+            Response::Error { message } if message.contains("nothing was executed") => {
+                killed_first += 1
+            }
             Response::Ok { result, .. } => {
                 assert_eq!(
                     result.exit.code,
@@ -398,8 +554,8 @@ fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
     let failed = results.iter().filter(|r| !r["error"].is_null()).count();
     assert_eq!(
         failed,
-        unknown.len(),
-        "the failed results are the unknown calls"
+        unknown.len() + killed_first,
+        "the failed results are the unknown calls and the children killed before their first step"
     );
     let verify = daemon.cli(&[
         "audit",
@@ -411,16 +567,23 @@ fn the_spawner_killed_at_random_moments_loses_nothing_and_runs_nothing_twice() {
     eprintln!(
         "spawner torture: {calls} calls by {TORTURE_CLIENTS} clients in {:.1} s, {kills} spawner \
          kills, {} ran, {} unknown_outcome ({unknown_that_ran} of them had run), {killed} children \
-         killed in place of the spawner, journal verified",
+         killed in place of the spawner (and {killed_first} before their first step), journal \
+         verified",
         start.elapsed().as_secs_f64(),
         ran.len(),
         unknown.len(),
     );
     assert!(kills >= 20, "the spawner was killed only {kills} times");
 
-    // Afterwards the daemon serves as before.
+    // Afterwards the daemon serves as before, and nothing is left of the killed spawners'
+    // children: no zombie, nothing still running.
     match mark(&daemon.socket, calls) {
         Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0)),
         other => panic!("after the torture: {other:?}"),
     }
+    let left = strays(daemon_pid);
+    assert!(
+        left.is_empty(),
+        "after {kills} spawner kills, the daemon's children besides its spawner: {left:?}"
+    );
 }
