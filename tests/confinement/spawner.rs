@@ -212,10 +212,18 @@ fn torture_policy() -> String {
         )
         .verb(
             "late",
-            Verb::command(Category::ReadOnly, "/usr/bin/sleep 30")
-                .description("runs for 30 s")
-                .roles(&["me"])
-                .sandbox("runs"),
+            Verb::argv(
+                Category::ReadOnly,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "/usr/bin/sleep 30 & /usr/bin/sleep 3; exec /usr/bin/mkdir @DIR@/runs/late",
+                ],
+            )
+            .allow_interpreter()
+            .description("starts a 30 s sleep in its group, and after 3 s leaves a directory")
+            .roles(&["me"])
+            .sandbox("runs"),
         )
         .render()
 }
@@ -273,11 +281,42 @@ fn strays(daemon: u32) -> Vec<String> {
     }
 }
 
+/// The live processes of process group `group` (`pid command line`).
+fn group_members(group: u32) -> Vec<String> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // State and process group: fields 3 and 5, after the command name's parenthesis.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2) == Some(&group.to_string().as_str()) && fields.first() != Some(&"Z") {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            members.push(format!(
+                "{pid} {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    members
+}
+
 /// The spawner is SIGKILLed after it forked a call's child and before it answered (held there
 /// by the `VERBD_TEST_SPAWNER_PAUSE` hook), so the daemon never hears the child's pid from it.
-/// The call ends as failed with its outcome unknown; the child — a program that would run 30 s
-/// — is killed and reaped by the daemon: no process of it is left, alive or a zombie; the
-/// journal verifies and the next call runs on a new spawner.
+/// The call ends as failed with its outcome unknown; the child — a shell that starts a 30 s
+/// sleep in its process group and would leave a directory after 3 s — is killed with its group
+/// and reaped by the daemon: no process of it is left, alive or a zombie, and the directory
+/// never appears; the journal verifies and the next call runs on a new spawner.
 #[test]
 fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() {
     if !require_root("spawner killed between fork and answer") {
@@ -325,8 +364,17 @@ fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() 
         .trim()
         .parse()
         .unwrap();
-    // The child runs its program meanwhile (it does not wait for the spawner's answer).
-    std::thread::sleep(Duration::from_millis(300));
+    // The child runs its program meanwhile (it does not wait for the spawner's answer): the
+    // spawner is killed once the program has started its background sleep.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while group_members(child).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the verb's group never grew: {:?}",
+            group_members(child)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(spawner as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -344,6 +392,24 @@ fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() 
         left.is_empty(),
         "the daemon's children besides its spawner, after the call (its child was {child}): \
          {left:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !group_members(child).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        group_members(child),
+        Vec::<String>::new(),
+        "the orphaned child's process group lives on"
+    );
+    // Past the moment the shell would have made its directory.
+    let forked_at = std::fs::metadata(&forked).unwrap().modified().unwrap();
+    let since = forked_at.elapsed().unwrap_or_default();
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(since));
+    let late = daemon.path("runs/late");
+    assert!(
+        !late.exists(),
+        "the orphaned child ran on and made {late:?}"
     );
     match mark(&daemon.socket, 1) {
         Response::Ok { result, .. } => assert_eq!(result.exit.code, Some(0), "{result:?}"),
