@@ -4,7 +4,8 @@
 //! real, effective and saved ids all changed and no way back, or — only with `allow_root = true` —
 //! stays root; every other case is a [`PrivilegeError`] and nothing is served. Capabilities: none,
 //! unless a sandbox profile runs its children as another user (`run_as`), which needs
-//! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets). A daemon
+//! `CAP_SETUID`/`CAP_SETGID` (and `CAP_SETPCAP` to empty the children's bounding sets); not
+//! `CAP_KILL`, since such children are killed as their own uid (module `sandbox::kill`). A daemon
 //! holding `CAP_SETUID` or `CAP_SETGID` (dropped from root here, or started with them by systemd)
 //! runs under the identity guard (module `sandbox::identity`): `no_new_privs`, and only its own
 //! ids and the policy's `run_as` ids can be taken. The drop is verified by what it must

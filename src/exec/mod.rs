@@ -3,7 +3,9 @@
 //! Invariants: the program and arguments come only from a [`RenderedArgv`] (no shell, no string
 //! concatenation); the environment is cleared and rebuilt from the verb's declared env plus a
 //! fixed PATH; stdin is /dev/null; the child leads its own session, so the timeout, a client that
-//! goes away, or the end of the call kills the whole process group; stdout and stderr are drained
+//! goes away, or the end of the call kills the whole process group (as whoever may: a `run_as`
+//! child of another uid too, see `crate::sandbox::kill`; a group that could not be killed fails
+//! the call with [`ExecError::Unkillable`], never reported killed or timed out); stdout and stderr are drained
 //! to the end so the child never blocks on a full pipe, but only `max_output` bytes of each are
 //! kept; output is scrubbed of secrets before it leaves this module. A stream that was cut — by
 //! `max_output`, the timeout, a signal that ended the child, or a failed read — is finished with
@@ -200,20 +202,32 @@ pub enum ExecError {
     },
     #[error("waiting for the child failed: {0}")]
     Wait(std::io::Error),
+    #[error(
+        "the verb's process group could not be killed ({0}); it may still be running, and how it ends is unknown"
+    )]
+    Unkillable(crate::sandbox::kill::KillError),
 }
 
-/// Kills the child's whole process group when dropped, whatever path the call took
-/// (normal end, timeout, or the caller's future being dropped because the client went away).
-struct ProcessGroupGuard(Option<i32>);
+/// The child's whole process group (its pid: it leads its own session), whose processes run as
+/// `run_as` or as the daemon. Killed when dropped, whatever path the call took (normal end,
+/// timeout, or the caller's future being dropped because the client went away).
+struct ProcessGroupGuard {
+    pgid: i32,
+    run_as: Option<u32>,
+}
+
+impl ProcessGroupGuard {
+    /// `SIGKILL` to every process of the group, as whoever may (`crate::sandbox::kill`, which
+    /// logs a failure).
+    fn kill(&self) -> Result<(), crate::sandbox::kill::KillError> {
+        crate::sandbox::kill::sigkill(crate::sandbox::kill::Target::Group(self.pgid), self.run_as)
+    }
+}
 
 impl Drop for ProcessGroupGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        // A failure is logged by `kill`; a drop has no one else to tell.
+        let _ = self.kill();
     }
 }
 
@@ -615,7 +629,10 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
         }
     };
     // The child called setsid(), so its pid is its process group id.
-    let _group = ProcessGroupGuard(Some(child.id() as i32));
+    let group = ProcessGroupGuard {
+        pgid: child.id() as i32,
+        run_as: req.sandbox.spec().run_as.map(|r| r.uid),
+    };
     if let (Some(data), Some(mut pipe)) = (req.stdin, child.take_stdin()) {
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
@@ -625,14 +642,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     let (stdout, stderr) = child.take_output();
     let scrubber = req.scrubber;
     let cap = req.max_output;
-    let kill_group = || {
-        if let Some(pgid) = _group.0 {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    };
+    let kill_group = || group.kill().map_err(ExecError::Unkillable);
     let timeout = req
         .live
         .as_ref()
@@ -661,10 +671,12 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
             () = stop => None,
         };
         // The leader is gone, out of time or past a bound: kill its whole group so every pipe
-        // closes.
-        kill_group();
+        // closes. A group that survives ends the call as failed, never as killed or timed out.
+        if let Err(e) = kill_group() {
+            return (Err(e), false);
+        }
         match waited {
-            Some(status) => (status, false),
+            Some(status) => (status.map_err(ExecError::Wait), false),
             None => {
                 let timed_out = match &live {
                     Some((state, _)) => {
@@ -673,7 +685,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
                     }
                     None => true,
                 };
-                (child.wait().await, timed_out)
+                (child.wait().await.map_err(ExecError::Wait), timed_out)
             }
         }
     };
@@ -713,7 +725,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
     let (stdout, stderr, (status, timed_out)) =
         match tokio::time::timeout_at(deadline + PIPE_GRACE, work).await {
             Ok((out, err, (status, timed_out))) => {
-                let status = status.map_err(ExecError::Wait)?;
+                let status = status?;
                 // Killed by the timeout, a bound or any signal: the child may have been
                 // mid-write.
                 let bound = live.as_ref().and_then(|(state, _)| state.ended_by());
@@ -725,7 +737,7 @@ pub async fn run(req: ExecRequest<'_>) -> Result<ExecOutcome, ExecError> {
                 )
             }
             Err(_) => {
-                kill_group();
+                kill_group()?;
                 if let Some((state, _)) = &live {
                     state.end(StreamEnd::MaxDuration);
                 }

@@ -43,6 +43,7 @@ pub mod fs_rules;
 pub mod git_config;
 mod git_dirs;
 pub mod identity;
+pub mod kill;
 mod namespace;
 mod net_rules;
 mod notify;

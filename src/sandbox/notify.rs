@@ -2,7 +2,8 @@
 //! `create_broker` for `verbd exec`'s creating calls, `ancestor_listing` for its directory
 //! opens): open the calling thread's pidfd, re-validate a notification, read the caller's
 //! memory, take one of its descriptors, answer a notification (with an errno, a descriptor, or
-//! by letting the kernel continue), switch a broker thread's credentials, and report refusals.
+//! by letting the kernel continue), switch a broker thread's credentials (or only the effective
+//! uid of the thread that kills a `run_as` child, module `kill`), and report refusals.
 //!
 //! A leaf: it imports nothing of the sandbox, so both brokers stand on it and neither on the
 //! other's primitives.
@@ -108,6 +109,19 @@ pub(super) fn take_identity(identity: ThreadIdentity) -> io::Result<()> {
         ]
     };
     if results.iter().all(|&rc| rc == 0) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Switches only the calling thread's effective uid to `uid` (a raw syscall: this thread alone;
+/// its real and saved uids stay). Such a thread may signal the processes of `uid`, and they may
+/// not signal it (module `kill`), unlike one that took a whole [`ThreadIdentity`].
+pub(super) fn take_effective_uid(uid: u32) -> io::Result<()> {
+    // SAFETY: raw syscall without pointers; -1 leaves the real and saved uids unchanged.
+    let rc = unsafe { libc::syscall(libc::SYS_setresuid, u32::MAX, uid, u32::MAX) };
+    if rc == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())

@@ -171,6 +171,13 @@ pub struct RemotePlan {
     _broker_child_end: OwnedFd,
 }
 
+impl RemotePlan {
+    /// The uid the child runs as (`run_as`), when not the daemon's.
+    pub fn run_as_uid(&self) -> Option<u32> {
+        self.plan.run_as.map(|(uid, _)| uid)
+    }
+}
+
 impl PreparedSandbox {
     /// The sandbox of one daemon child as a plan another process can apply (module
     /// `crate::spawner`). Hands this child's broker channel to the connect hub, as an in-process

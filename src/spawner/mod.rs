@@ -39,9 +39,10 @@
 //!   `ORPHAN_REPORT_LIMIT`, 10 s; it closes once the order's and the dead spawner's copies of its
 //!   write end are gone and the child, if any, has exec'd or exited). A pid there is a child the
 //!   spawner forked and never answered for: the daemon's own unreaped child, so `pidfd_open` on
-//!   it is race-free; it is killed with its process group, as a timed-out child is, and reaped.
-//!   A child of another uid (`run_as`) cannot be signalled by a daemon without `CAP_KILL` (nor
-//!   can a timed-out one); it is then reaped when it ends;
+//!   it is race-free; it is killed with its process group, as a timed-out child is, and reaped;
+//! - every kill of a child (a dropped [`Spawned`], the child of a failed order) goes through
+//!   `crate::sandbox::kill`, with the order's `run_as` uid: a daemon without `CAP_KILL` still
+//!   ends a child of another uid, and a kill that fails is logged, never silent;
 //! - the spawner never runs anything it was not sent: it holds no policy and no secret, only
 //!   what each order carries, closed once the child is forked.
 
@@ -122,6 +123,8 @@ struct Started {
 struct Order {
     framed: Vec<u8>,
     fds: Vec<OwnedFd>,
+    /// The child's `run_as` uid: whom the kill of its process runs as.
+    run_as: Option<u32>,
 }
 
 /// Our end of one spawner process's socket, registered with the runtime at its first use there.
@@ -253,7 +256,12 @@ impl Link {
             }
             let live = self.connection.as_mut().expect("started above");
             match live.order(&order.framed, &raw, mode).await {
-                Delivery::Answered(forked) => return forked,
+                Delivery::Answered(forked) => {
+                    return forked.map(|mut spawned| {
+                        spawned.run_as = order.run_as;
+                        spawned
+                    });
+                }
                 // It was gone before it could read a byte: nothing was forked. Start a new
                 // one and send the order again, once.
                 Delivery::NotDelivered(e) if attempts == 1 => {
@@ -278,11 +286,14 @@ pub struct Spawned {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     reaped: bool,
+    /// The uid the child runs as when not the daemon's (`run_as`).
+    run_as: Option<u32>,
 }
 
 impl Spawner {
     /// One order for `request` and `plan`, and the read end of the child's exec report pipe.
     fn order(request: &SpawnRequest<'_>, plan: RemotePlan) -> io::Result<(Order, PipeReader)> {
+        let run_as = plan.run_as_uid();
         let (report_read, report_write) = std::io::pipe()?;
         let (bytes, raw) = crate::sandbox::remote::encode(request, report_write.as_raw_fd(), &plan);
         let fds = raw
@@ -296,7 +307,14 @@ impl Spawner {
         let mut framed = Vec::with_capacity(4 + bytes.len());
         framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         framed.extend_from_slice(&bytes);
-        Ok((Order { framed, fds }, report_read))
+        Ok((
+            Order {
+                framed,
+                fds,
+                run_as,
+            },
+            report_read,
+        ))
     }
 
     /// Starts one sandboxed child: sends the order, waits for the fork, then for the child's
@@ -307,6 +325,7 @@ impl Spawner {
         let (order, report) = Self::order(request, plan)?;
         let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report.into())?;
         let link = Arc::clone(&self.link);
+        let run_as = order.run_as;
         // A task of its own (on this worker, right after this one yields): dropping this call
         // cannot stop an order half sent, an answer half read or the search for the child of a
         // lost order. A call that went away drops the child it would have got, which kills and
@@ -320,7 +339,10 @@ impl Spawner {
                 Err(e) => {
                     let reported =
                         tokio::time::timeout(ORPHAN_REPORT_LIMIT, first_word(&mut report)).await;
-                    end_orphan(reported.unwrap_or_else(|_| Err(orphan_report_timeout())));
+                    end_orphan(
+                        reported.unwrap_or_else(|_| Err(orphan_report_timeout())),
+                        run_as,
+                    );
                     Err(e)
                 }
             }
@@ -340,6 +362,7 @@ impl Spawner {
         plan: RemotePlan,
     ) -> io::Result<Spawned> {
         let (order, mut report) = Self::order(request, plan)?;
+        let run_as = order.run_as;
         let delivered = block_on(self.link.blocking_lock().deliver(&order, Mode::Blocking));
         // The order's copies go now: among them the report pipe's write end, whose closing in
         // the child at `execve` is what the reads below wait for.
@@ -347,7 +370,10 @@ impl Spawner {
         let mut spawned = match delivered {
             Ok(spawned) => spawned,
             Err(e) => {
-                end_orphan(first_word_blocking(&mut report, ORPHAN_REPORT_LIMIT));
+                end_orphan(
+                    first_word_blocking(&mut report, ORPHAN_REPORT_LIMIT),
+                    run_as,
+                );
                 return Err(e);
             }
         };
@@ -513,9 +539,9 @@ fn first_word_blocking(
 /// output unread) and, once it exits, would stay this process's zombie for good. It is this
 /// process's own unreaped child (`CLONE_PARENT`; nothing here waits for a child it does not
 /// know), so its pid still names it: it is killed as a timed-out call's child is — itself, then
-/// its whole process group — and reaped, on a thread of the runtime's blocking pool when there
-/// is one.
-fn end_orphan(reported: io::Result<Option<i32>>) {
+/// its whole process group, as whoever may (it runs as `run_as` once past that stage) — and
+/// reaped, on a thread of the runtime's blocking pool when there is one.
+fn end_orphan(reported: io::Result<Option<i32>>, run_as: Option<u32>) {
     let pid = match reported {
         Ok(Some(pid)) => pid,
         // End of file before a pid: no child was forked (or one ended before its first step).
@@ -525,26 +551,25 @@ fn end_orphan(reported: io::Result<Option<i32>>) {
             return;
         }
     };
-    let orphan = match Spawned::adopt(pid) {
+    let orphan = match Spawned::adopt(pid, run_as) {
         Ok(orphan) => orphan,
         Err(e) => {
             tracing::error!(pid, error = %e, "cannot take hold of the child of a failed spawner order; it may run unsupervised");
             return;
         }
     };
-    if let Err(e) = orphan.kill() {
-        tracing::error!(pid, error = %e, "cannot kill the child of a failed spawner order");
+    // Itself, then its descendants, if it exec'd and forked: the group it leads (setsid).
+    // Before its `setsid` there is no such group, and no descendant either. A failure is logged
+    // by `sigkill`; the child is then reaped when it ends.
+    let killed = orphan.kill();
+    let group_killed =
+        crate::sandbox::kill::sigkill(crate::sandbox::kill::Target::Group(pid), run_as);
+    if killed.is_ok() && group_killed.is_ok() {
+        tracing::warn!(
+            pid,
+            "killed the child of an order the failed spawner never answered"
+        );
     }
-    // Its descendants, if it exec'd and forked: the group it leads (setsid). Before its
-    // `setsid` there is no such group, and no descendant either.
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    tracing::warn!(
-        pid,
-        "killed the child of an order the failed spawner never answered"
-    );
     // Dropped unreaped: reaped.
     drop(orphan);
 }
@@ -646,6 +671,7 @@ impl Connection {
                 pid,
                 pidfd,
                 reaped: false,
+                run_as: None,
             })),
             None => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -729,7 +755,7 @@ impl Spawned {
     /// Takes hold of child `pid` of this process, known from its exec report alone. Refused
     /// unless `pid` is a child of this process not yet reaped (then nothing can have reused
     /// its pid).
-    fn adopt(pid: libc::pid_t) -> io::Result<Spawned> {
+    fn adopt(pid: libc::pid_t, run_as: Option<u32>) -> io::Result<Spawned> {
         if pid <= 0 {
             return Err(io::Error::other(format!("reported pid {pid}")));
         }
@@ -759,25 +785,21 @@ impl Spawned {
             pid,
             pidfd,
             reaped: false,
+            run_as,
         })
     }
 
-    /// Sends `SIGKILL` to the child (through its pidfd: never to a process that reused its pid).
-    fn kill(&self) -> io::Result<()> {
-        // SAFETY: pidfd_send_signal on the pidfd this handle owns; no pointers (null info).
-        let sent = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        if sent != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+    /// Sends `SIGKILL` to the child (through its pidfd: never to a process that reused its pid),
+    /// as whoever may; a failure is logged there.
+    fn kill(&self) -> Result<(), crate::sandbox::kill::KillError> {
+        use std::os::fd::AsFd;
+        crate::sandbox::kill::sigkill(
+            crate::sandbox::kill::Target::Process {
+                pid: self.pid,
+                pidfd: self.pidfd.as_fd(),
+            },
+            self.run_as,
+        )
     }
 
     /// The child's pid (its process group id too: daemon children start their own session).
@@ -849,6 +871,7 @@ impl Drop for Spawned {
         if self.reaped {
             return;
         }
+        // A failure is logged by `kill`; the child is then reaped when it ends.
         let _ = self.kill();
         let pid = self.pid;
         let reap = move || {
