@@ -5,9 +5,10 @@
 //! killed at random moments while calls run; and a child it forked but could not report is
 //! killed and reaped by the daemon, never left running or as a zombie.
 use crate::common;
-use common::policy::{Category, Param, Policy, Sandbox, Verb};
+use common::policy::{Category, Param, Policy, RunAs, Sandbox, Verb};
 use common::*;
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -195,12 +196,23 @@ fn a_killed_spawner_is_restarted_and_the_call_it_held_fails_once_and_is_journale
 
 /// `mark`, which makes one directory per run beneath `runs`.
 fn torture_policy() -> String {
-    Policy::new()
-        .allow_root()
-        .agents("me", &[0])
+    torture_policy_on(Policy::new().allow_root(), None)
+}
+
+/// The uid the `run_as` variant's children run as: not the daemon's (`nobody`).
+const ORPHAN_RUN_AS: u32 = 62750;
+
+/// The torture policy's verbs on `base`, their profile running as `run_as` when given.
+fn torture_policy_on(base: Policy, run_as: Option<u32>) -> String {
+    base.agents("me", &[0])
         .sandbox(
             "runs",
-            Sandbox::new(&["/usr", "/bin", "/lib", "/lib64", "/etc"], &["@DIR@/runs"]),
+            Sandbox {
+                run_as: run_as.map(|uid| RunAs {
+                    user: uid.to_string(),
+                }),
+                ..Sandbox::new(&["/usr", "/bin", "/lib", "/lib64", "/etc"], &["@DIR@/runs"])
+            },
         )
         .verb(
             "mark",
@@ -322,13 +334,37 @@ fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() 
     if !require_root("spawner killed between fork and answer") {
         return;
     }
+    orphan_is_killed_and_reaped(&torture_policy(), None);
+}
+
+/// The same, from a daemon dropped to `nobody` that keeps only what `run_as` needs (no
+/// `CAP_KILL`), whose child runs as another uid: it is killed all the same.
+#[test]
+fn a_run_as_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() {
+    if !require_root("run_as child of a spawner killed between fork and answer") {
+        return;
+    }
+    orphan_is_killed_and_reaped(
+        &torture_policy_on(Policy::new().daemon_user("nobody"), Some(ORPHAN_RUN_AS)),
+        Some(ORPHAN_RUN_AS),
+    );
+}
+
+/// The orphan test on `policy`; its children write as `run_as` (root when `None`), and the
+/// spawner, as the daemon user, writes the pause hook's files.
+fn orphan_is_killed_and_reaped(policy: &str, run_as: Option<u32>) {
     let dir = open_tempdir();
-    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
     let hook = dir.path().join("hook");
     std::fs::create_dir(&hook).unwrap();
+    if let Some(uid) = run_as {
+        std::os::unix::fs::chown(&runs, Some(uid), Some(uid)).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
     let daemon = Daemon::spawn_in(
         dir,
-        &torture_policy(),
+        policy,
         &[("VERBD_TEST_SPAWNER_PAUSE", hook.to_str().unwrap())],
     );
     daemon.wait_ready();
@@ -374,6 +410,13 @@ fn a_child_forked_by_a_spawner_killed_before_it_answered_is_killed_and_reaped() 
             group_members(child)
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some(uid) = run_as {
+        let ids = status_field(child, "Uid");
+        assert!(
+            ids.split_whitespace().all(|id| id == uid.to_string()),
+            "the child runs as {ids}, not as the run_as uid {uid}"
+        );
     }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(spawner as i32),

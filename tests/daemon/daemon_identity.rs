@@ -7,6 +7,10 @@
 //! The daemon keeps CAP_SETUID/CAP_SETGID/CAP_SETPCAP for `run_as` and nothing else, runs under
 //! its identity guard (no_new_privs, seccomp), a verb of the profile runs as `postgres`, and a
 //! reload cannot widen the ids the guard allows.
+//!
+//! Without `CAP_KILL` such a daemon still ends a `run_as` child of another uid and its process
+//! group — at its timeout and when its caller goes away — and says "timed out" only for a group
+//! that was killed.
 
 use crate::common;
 
@@ -17,6 +21,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::BIN;
+use common::policy::{Category, Policy, RunAs, Sandbox, Verb};
+use verbd::protocol::{Request, Response};
 
 const DAEMON: u32 = 62710;
 const AGENTS: u32 = 62711;
@@ -274,4 +280,225 @@ fn the_example_postgres_set_up_serves_as_verbd_with_only_the_run_as_path() {
             .starts_with(&format!("uid={}(postgres)", postgres.uid)),
         "{out:?}"
     );
+}
+
+/// The uid the lingering verbs run as (`run_as`): no account names it, the daemon is not it.
+const LINGERER: u32 = 62740;
+
+/// A daemon started as root that drops to `nobody` and keeps only what `run_as` needs, with
+/// verbs of a `run_as` profile that would run far past their 2 s timeout: `linger` (its program
+/// sleeps `sleeps[0]` s) and `linger-in-group` (a shell that leaves a background sleep of
+/// `sleeps[1]` s in its process group, then sleeps `sleeps[2]` s itself); and `wait-in-group`,
+/// the same shell with a timeout of 60 s, for a caller that goes away.
+fn lingering_policy(sleeps: &[String; 3]) -> String {
+    let verb = |argv: &[&str], description: &str, timeout: &str| {
+        Verb::argv(Category::ReadOnly, argv)
+            .description(description)
+            .roles(&["me"])
+            .sandbox("as-other")
+            .timeout(timeout)
+    };
+    let group = format!("/bin/sleep {} & /bin/sleep {}", sleeps[1], sleeps[2]);
+    Policy::new()
+        .daemon_user("nobody")
+        .agents("me", &[0])
+        .sandbox(
+            "as-other",
+            Sandbox {
+                run_as: Some(RunAs {
+                    user: LINGERER.to_string(),
+                }),
+                ..Sandbox::new(&["/usr", "/bin", "/lib", "/lib64", "/etc"], &[])
+            },
+        )
+        .verb(
+            "linger",
+            verb(&["/bin/sleep", &sleeps[0]], "sleeps past its timeout", "2s"),
+        )
+        .verb(
+            "linger-in-group",
+            verb(
+                &["/bin/sh", "-c", &group],
+                "sleeps past its timeout, with a background sleep in its group",
+                "2s",
+            )
+            .allow_interpreter(),
+        )
+        .verb(
+            "wait-in-group",
+            verb(
+                &["/bin/sh", "-c", &group],
+                "sleeps, with a background sleep in its group",
+                "60s",
+            )
+            .allow_interpreter(),
+        )
+        .render()
+}
+
+/// Sleep lengths no other process uses (this test process's pid in the fraction), so the
+/// processes of one verb are found by their command line: about 40 s, far past the timeout.
+fn unique_sleeps() -> [String; 3] {
+    let tag = std::process::id();
+    [41, 42, 43].map(|whole| format!("{whole}.{tag:07}"))
+}
+
+/// Started as root, dropped to `nobody` with only CAP_SETGID, CAP_SETUID and CAP_SETPCAP (no
+/// CAP_KILL): the set-up `run_as` has in production.
+fn start_lingering(sleeps: &[String; 3]) -> Option<common::Daemon> {
+    if !common::require_root("run_as children killed without CAP_KILL") {
+        return None;
+    }
+    let daemon = common::Daemon::start(&lingering_policy(sleeps));
+    let pid = daemon.child.as_ref().unwrap().id();
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("a `nobody` account")
+        .uid
+        .as_raw();
+    assert_eq!(
+        status_field(pid, "Uid")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        vec![nobody.to_string(); 4]
+    );
+    for field in ["CapPrm", "CapEff"] {
+        assert_eq!(status_field(pid, field), "00000000000001c0", "{field}");
+    }
+    Some(daemon)
+}
+
+/// The process running `sleep LENGTH`: found within 10 s, and running as the `run_as` uid.
+fn running_sleep(length: &str, daemon: &common::Daemon) -> u32 {
+    let needle = format!("sleep {length}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(&pid) = common::processes_matching(&needle).first() {
+            let uid = status_field(pid as u32, "Uid");
+            assert!(
+                uid.split_whitespace().all(|id| id == LINGERER.to_string()),
+                "{needle} runs as {uid}, not as the run_as uid {LINGERER}"
+            );
+            return pid as u32;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{needle} never started:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The process group of `pid` (field 5 of its stat, after the command's parenthesis).
+fn group_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// The live (not zombie) processes of process group `group`, as `pid command line`.
+fn live_members(group: u32) -> Vec<String> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2) == Some(&group.to_string().as_str()) && fields.first() != Some(&"Z") {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            members.push(format!(
+                "{pid} {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    members
+}
+
+/// Every process of `group` ended within 5 s.
+fn assert_group_ended(group: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live_members(group).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        live_members(group),
+        Vec::<String>::new(),
+        "{what}: the run_as child's process group lives on"
+    );
+}
+
+fn call_request(verb: &str) -> Request {
+    Request::Call {
+        verb: verb.into(),
+        args: Default::default(),
+        reason: None,
+        idempotency_key: None,
+        stream: None,
+    }
+}
+
+/// A `run_as` verb whose program runs far past its 2 s timeout, served by a daemon without
+/// CAP_KILL: the answer comes well within 10 s (a correctness bound: the timeout holds), says
+/// timed out, and no process of the child's group is left — neither the program nor the
+/// background sleep its shell left in the group.
+#[test]
+fn a_run_as_child_past_its_timeout_is_killed_with_its_group_by_a_daemon_without_cap_kill() {
+    let sleeps = unique_sleeps();
+    let Some(daemon) = start_lingering(&sleeps) else {
+        return;
+    };
+    for (verb, watched) in [("linger", &sleeps[0]), ("linger-in-group", &sleeps[1])] {
+        let socket = daemon.socket.clone();
+        let started = Instant::now();
+        let answer = std::thread::spawn(move || {
+            verbd::client::request(&socket, &call_request(verb), Duration::from_secs(60))
+        });
+        let group = group_of(running_sleep(watched, &daemon));
+        let answer = answer.join().unwrap().unwrap();
+        let took = started.elapsed();
+        println!("{verb}: answered after {took:?}: {answer:?}");
+        match &answer {
+            Response::Ok { result, .. } => assert!(result.exit.timed_out, "{verb}: {result:?}"),
+            other => panic!("{verb}: {other:?}\n{}", daemon.log()),
+        }
+        assert!(
+            took < Duration::from_secs(10),
+            "{verb}: a 2 s timeout answered after {took:?}"
+        );
+        assert_group_ended(group, verb);
+    }
+}
+
+/// A caller that goes away while its `run_as` verb runs (a 60 s timeout): the call is cancelled
+/// and the child's whole group killed by a daemon without CAP_KILL within 5 s, long before its
+/// timeout or the program's end.
+#[test]
+fn a_run_as_child_whose_caller_went_away_is_killed_with_its_group_by_a_daemon_without_cap_kill() {
+    use std::io::Write;
+    let sleeps = unique_sleeps();
+    let Some(daemon) = start_lingering(&sleeps) else {
+        return;
+    };
+    let mut caller = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    caller
+        .write_all(&verbd::protocol::encode_request(&call_request(
+            "wait-in-group",
+        )))
+        .unwrap();
+    let group = group_of(running_sleep(&sleeps[1], &daemon));
+    running_sleep(&sleeps[2], &daemon);
+    drop(caller);
+    assert_group_ended(group, "after its caller went away");
 }
