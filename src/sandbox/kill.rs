@@ -11,8 +11,9 @@
 //! *effective* uid alone to that uid (a raw `setresuid(-1, uid, -1)`, this thread only; the
 //! identity guard allows exactly the `run_as` ids). The kernel lets a sender whose effective uid
 //! is the target's real uid signal it; the thread's real and saved uids stay the daemon's, so the
-//! child, whose ids are all the `run_as` uid, cannot signal that thread (a `SIGKILL` to one
-//! thread would end the whole daemon). The thread ends right after the signal.
+//! child, whose ids are all the `run_as` uid, may not signal that thread even without the
+//! Landlock signal scope that already keeps it from signalling outside its domain (a `SIGKILL`
+//! to one thread would end the whole daemon). The thread ends right after the signal.
 //!
 //! Invariants:
 //! - every `SIGKILL` to a verb's child or process group in the daemon goes through [`sigkill`];

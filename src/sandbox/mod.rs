@@ -20,6 +20,9 @@
 //! child inherits its descriptor table until exec, so the lowest free number can be above the
 //! verb's limit).
 //!
+//! Every `SIGKILL` the daemon sends a child or its process group goes through module [`kill`],
+//! which can end a `run_as` child of another uid without `CAP_KILL`.
+//!
 //! Invariants:
 //! - fail closed: a child whose sandbox cannot be fully applied never execs; `spawn()` fails with
 //!   a code that [`stage_of_spawn_error`] maps back to the [`Stage`];
