@@ -591,6 +591,41 @@ fn notifier_failure_is_journaled_and_does_not_block_the_proposal() {
 }
 
 #[test]
+fn a_failed_notifier_s_own_words_are_in_its_record() {
+    if !require_root("approvals") {
+        return;
+    }
+    // What the notifier said on stderr is how an operator learns why approvers were not told;
+    // it is kept (up to the notifier's output bound) and journaled with its exit code.
+    let d = start(policy().notify(Command::Line(
+        r#"/usr/bin/python3 -c "import sys; sys.stderr.write('smtp relay refused the message'); sys.exit(3)" {id}"#
+            .into(),
+    )));
+    let (id, _) = propose_count(&d, "n\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        let found = d
+            .journal_events()
+            .into_iter()
+            .find(|e| e["kind"] == "notify_failed" && e["id"] == id);
+        if let Some(record) = found {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no notify_failed record: {}",
+            d.journal()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let error = record["error"].to_string();
+    assert!(
+        error.contains("exited with Some(3)") && error.contains("smtp relay refused the message"),
+        "the notifier's exit code and words are not in its record: {record}"
+    );
+}
+
+#[test]
 fn requester_who_lost_the_role_cannot_be_approved_for() {
     if !require_root("approvals") {
         return;
