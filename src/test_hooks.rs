@@ -21,6 +21,9 @@
 //!   daemon, waits until `DIR/release` exists (at most [`BLOCK_LIMIT`]): a test can kill the
 //!   spawner between the fork and its answer. The daemon passes the variable to the spawner,
 //!   whose environment is otherwise cleared.
+//! - `VERBD_TEST_KILL_AS_DAEMON_ONLY` (any value): every kill of a child is sent as the daemon
+//!   only, never from a thread that takes the child's `run_as` uid (module `sandbox::kill`), so
+//!   the kill of a `run_as` child of another uid fails as on a daemon that could not take it.
 //!
 //! Invariant: a hook can only delay or fail a step; none skips or reorders one.
 #![forbid(unsafe_code)]
@@ -39,6 +42,14 @@ pub const JOURNAL_FAULT_ENV: &str = "VERBD_TEST_JOURNAL_FAULT";
 pub const ACCEPT_PANIC_ENV: &str = "VERBD_TEST_ACCEPT_PANIC_UID";
 /// Names the directory of the spawner's pause between a fork and its answer.
 pub const SPAWNER_PAUSE_ENV: &str = "VERBD_TEST_SPAWNER_PAUSE";
+
+/// Names the switch that keeps every kill of a child to the daemon's own identity.
+pub const KILL_AS_DAEMON_ONLY_ENV: &str = "VERBD_TEST_KILL_AS_DAEMON_ONLY";
+
+/// Whether a kill may not take the child's `run_as` uid (`VERBD_TEST_KILL_AS_DAEMON_ONLY`).
+pub fn kill_as_daemon_only() -> bool {
+    std::env::var_os(KILL_AS_DAEMON_ONLY_ENV).is_some()
+}
 
 /// Called by the accept thread with each accepted connection's uid.
 pub fn after_accept(uid: u32) {

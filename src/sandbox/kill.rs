@@ -61,7 +61,10 @@ fn as_uid(run_as: Option<u32>) -> String {
 /// Sends `SIGKILL` to `target`, whose processes run as `run_as` (the profile's uid) or as the
 /// daemon. Blocks only for the life of a signalling thread, when one is needed.
 pub fn sigkill(target: Target<'_>, run_as: Option<u32>) -> Result<(), KillError> {
-    let sent = match (send(target), run_as) {
+    let take_uid = run_as;
+    #[cfg(feature = "test-hooks")]
+    let take_uid = take_uid.filter(|_| !crate::test_hooks::kill_as_daemon_only());
+    let sent = match (send(target), take_uid) {
         (Err(e), Some(uid)) if e.raw_os_error() == Some(libc::EPERM) => send_as(uid, target),
         (sent, _) => sent,
     };

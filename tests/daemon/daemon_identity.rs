@@ -345,11 +345,13 @@ fn unique_sleeps() -> [String; 3] {
 
 /// Started as root, dropped to `nobody` with only CAP_SETGID, CAP_SETUID and CAP_SETPCAP (no
 /// CAP_KILL): the set-up `run_as` has in production.
-fn start_lingering(sleeps: &[String; 3]) -> Option<common::Daemon> {
+/// `env` is the daemon's added environment (a test hook).
+fn start_lingering(sleeps: &[String; 3], env: &[(&str, &str)]) -> Option<common::Daemon> {
     if !common::require_root("run_as children killed without CAP_KILL") {
         return None;
     }
-    let daemon = common::Daemon::start(&lingering_policy(sleeps));
+    let daemon = common::Daemon::spawn_in(common::open_tempdir(), &lingering_policy(sleeps), env);
+    daemon.wait_ready();
     let pid = daemon.child.as_ref().unwrap().id();
     let nobody = nix::unistd::User::from_name("nobody")
         .unwrap()
@@ -456,7 +458,7 @@ fn call_request(verb: &str) -> Request {
 #[test]
 fn a_run_as_child_past_its_timeout_is_killed_with_its_group_by_a_daemon_without_cap_kill() {
     let sleeps = unique_sleeps();
-    let Some(daemon) = start_lingering(&sleeps) else {
+    let Some(daemon) = start_lingering(&sleeps, &[]) else {
         return;
     };
     for (verb, watched) in [("linger", &sleeps[0]), ("linger-in-group", &sleeps[1])] {
@@ -488,7 +490,7 @@ fn a_run_as_child_past_its_timeout_is_killed_with_its_group_by_a_daemon_without_
 fn a_run_as_child_whose_caller_went_away_is_killed_with_its_group_by_a_daemon_without_cap_kill() {
     use std::io::Write;
     let sleeps = unique_sleeps();
-    let Some(daemon) = start_lingering(&sleeps) else {
+    let Some(daemon) = start_lingering(&sleeps, &[]) else {
         return;
     };
     let mut caller = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
@@ -501,4 +503,58 @@ fn a_run_as_child_whose_caller_went_away_is_killed_with_its_group_by_a_daemon_wi
     running_sleep(&sleeps[2], &daemon);
     drop(caller);
     assert_group_ended(group, "after its caller went away");
+}
+
+/// The same timeout with the kill kept to the daemon's own identity (the test hook
+/// `VERBD_TEST_KILL_AS_DAEMON_ONLY`, as on the code before): the kill fails with EPERM, and the
+/// answer says so — an error naming the group that could not be killed and may still run, the
+/// journal's result carries it — never `timed_out`, never "killed". The test, root, ends the
+/// sleeps itself.
+#[test]
+fn a_run_as_group_that_could_not_be_killed_is_never_reported_killed() {
+    let sleeps = unique_sleeps();
+    let Some(daemon) = start_lingering(
+        &sleeps,
+        &[(verbd::test_hooks::KILL_AS_DAEMON_ONLY_ENV, "1")],
+    ) else {
+        return;
+    };
+    let answer = daemon.call("linger", &[]);
+    let leftovers = common::processes_matching(&format!("sleep {}", sleeps[0]));
+    for pid in &leftovers {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    match &answer {
+        Response::Error { message } => assert!(
+            message.contains("process group could not be killed")
+                && message.contains("Operation not permitted")
+                && message.contains("may still be running"),
+            "{message}"
+        ),
+        other => panic!("a group that was not killed answered as {other:?}"),
+    }
+    assert!(
+        !leftovers.is_empty(),
+        "the sleep had ended: nothing shows the kill failed"
+    );
+    let result = daemon
+        .journal_events()
+        .into_iter()
+        .find(|e| e["kind"] == "result" && e["verb"] == "linger")
+        .expect("a result record");
+    assert_ne!(result["timed_out"], true, "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("could not be killed")),
+        "{result}"
+    );
+    assert!(
+        daemon.log().contains("could not be killed"),
+        "{}",
+        daemon.log()
+    );
 }
