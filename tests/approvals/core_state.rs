@@ -524,6 +524,34 @@ fn assert_no_hidden(what: &str, text: &str) {
 }
 
 #[test]
+fn a_notifier_that_succeeds_leaves_no_failure_record() {
+    if !require_root("core state") {
+        return;
+    }
+    // An operator reads `notify_failed` records to learn that approvers were not told; one for
+    // a notifier that did its job (exit 0) would be a false alarm that hides the real ones.
+    let d = start(policy().notify(Command::Line("/usr/bin/tee @DIR@/notes/in/n{id}".into())));
+    let (id, _) = propose(&d, "n\n", "routine");
+    let notified = d.path(&format!("notes/in/n{id}"));
+    until(&d, "the notifier", || {
+        std::fs::metadata(&notified).is_ok_and(|m| m.len() > 0)
+    });
+    // tee exits as soon as its stdin ends, right after writing; a failure record would follow
+    // within milliseconds. Three seconds of none, then the proposal still stands.
+    let quiet_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet_until {
+        let failed: Vec<_> = events(&d, "notify_failed");
+        assert!(
+            failed.is_empty(),
+            "a notifier that exited 0 was journaled as failed: {failed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pending = json(&d.cli_as(SRE, &["pending", "--json"]));
+    assert_eq!(pending[0]["id"], id, "the proposal stands");
+}
+
+#[test]
 fn invisible_characters_reach_approvers_only_escaped() {
     if !require_root("core state") {
         return;
