@@ -33,6 +33,12 @@ const DAEMON_ONLY: &str = "daemon-only-marker-7f3a";
 
 /// The agent's verbs on paths beneath `data`, one of them approved by `sre`.
 fn policy() -> String {
+    policy_asking_approval(true)
+}
+
+/// The policy; with `asks` false, `show-approved` runs without approval (a reload an operator
+/// may make while proposals of it are pending).
+fn policy_asking_approval(asks: bool) -> String {
     let data = ["@DIR@/data"];
     let path = || Param::path(&data);
     let on_paths = |category, description: &str, command: &str| {
@@ -93,15 +99,15 @@ fn policy() -> String {
                 .sandbox("data-only")
                 .param("dir", path()),
         )
-        .verb(
-            "show-approved",
-            on_paths(
+        .verb("show-approved", {
+            let verb = on_paths(
                 Category::Mutating,
                 "print a file after approval",
                 "/usr/bin/cat {path}",
             )
-            .param("path", path()),
-        )
+            .param("path", path());
+            if asks { verb } else { verb.without_approval() }
+        })
         .render()
 }
 
@@ -341,6 +347,61 @@ fn approval_shows_the_resolution_and_a_changed_file_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("approve after the swap: {}", text.trim());
+    assert!(!text.contains("something else"), "{text}");
+    assert!(
+        text.contains("no longer resolves to what was shown"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_approval_after_a_reload_that_dropped_the_approval_runs_only_what_was_shown() {
+    let Some(mut d) = start() else { return };
+    // Two files, so two proposals (the same call proposed again is the same proposal).
+    let [kept_file, swapped_file] = ["data/h1", "data/h2"].map(|name| d.path(name));
+    for file in [&kept_file, &swapped_file] {
+        std::fs::write(file, "approved content\n").unwrap();
+    }
+    let propose = |file: &std::path::Path| match hostile::decode(
+        &hostile::requests_as(
+            AGENT,
+            &d.socket,
+            &[hostile::call(
+                "show-approved",
+                &[("path", file.to_str().unwrap())],
+            )],
+        )[0],
+    ) {
+        Response::ConfirmRequired { id, hash, .. } => (id, hash),
+        other => panic!("expected a proposal, got {other:?}"),
+    };
+    let (kept, kept_hash) = propose(&kept_file);
+    let (swapped, swapped_hash) = propose(&swapped_file);
+    // The operator drops the approval from the verb (nothing else of it changes, so its
+    // fingerprint stands): the pending proposals are now calls the policy would run at once.
+    d.write_policy(&policy_asking_approval(false));
+    d.respawn();
+    d.open_socket();
+    let approve = |id: u64, hash: &str| {
+        let out = d.cli_as(
+            APPROVER,
+            &["approve", &id.to_string(), "--hash", &hash[..12]],
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    // Positive control: unchanged, the approval runs the call that was shown.
+    let text = approve(kept, &kept_hash);
+    assert!(text.contains("approved content"), "{text}");
+    // The attack: the file the approver saw is replaced before the second approval.
+    let replacement = d.path("data/h2.new");
+    std::fs::write(&replacement, "something else\n").unwrap();
+    std::fs::rename(&replacement, &swapped_file).unwrap();
+    let text = approve(swapped, &swapped_hash);
+    println!("approve after the reload and the swap: {}", text.trim());
     assert!(!text.contains("something else"), "{text}");
     assert!(
         text.contains("no longer resolves to what was shown"),
