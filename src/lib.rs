@@ -13,7 +13,8 @@
 //! pre-exec registration (`sandbox`), the spawner process's fork and descriptor passing
 //! (`spawner`), two systemd file-descriptor functions (`sd`, which
 //! allows it per item), the command-line tools' `SIGPIPE` disposition (`sigpipe`, one
-//! item), and the hooks' `SIGALRM` deadline (`hard_deadline`, per item).
+//! item), the hooks' `SIGALRM` deadline (`hard_deadline`, per item), and the memory hints of the
+//! daemon and its spawner (`sys`).
 #![deny(unsafe_code)]
 
 // The daemon's top floor: start-up, then the server that handles requests.
@@ -47,6 +48,8 @@ pub mod secrets;
 pub mod slots;
 #[allow(unsafe_code)]
 pub mod spawner;
+#[allow(unsafe_code)]
+pub mod sys;
 
 // Shared by the daemon and its clients.
 pub mod adapters;

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! activation → logging → load → state dir → prepare → bind → drop privileges
-//!            → journal and replay → self-test gate → start record → listen → run until signal
+//!            → journal and replay → self-test gate → start record → listen
+//!            → hand back the start's pages (`sys::memory`) → run until signal
 //! ```
 //!
 //! Each step returns a typed [`StartError`] on failure; [`StartError::exit_code`] and
@@ -565,6 +566,7 @@ async fn serve_async(
         ),
     }
     sd::notify_ready(&format!("serving {origin}; {summary}"));
+    release_start_pages("start");
     // An idle daemon still closes its journal epoch within its time limit.
     let sealer = daemon.clone();
     tokio::spawn(async move {
@@ -647,6 +649,19 @@ async fn serve_async(
     }
 }
 
+/// Hands back the pages only the start-up or a reload touched — the policy compiler, the
+/// self-test, the argument parser (`sys::memory`): a call's own pages come back on their own.
+fn release_start_pages(after: &str) {
+    match crate::sys::memory::release_start_pages() {
+        Ok(released) => tracing::debug!(
+            mappings = released.mappings,
+            kib = released.kib,
+            "released the pages the {after} touched"
+        ),
+        Err(e) => tracing::warn!(error = %e, "could not release the pages the {after} touched"),
+    }
+}
+
 /// SIGTERM, SIGINT (stop) and SIGHUP (reload), caught by the runtime once installed.
 struct StopSignals {
     term: tokio::signal::unix::Signal,
@@ -672,7 +687,10 @@ impl StopSignals {
                 _ = self.term.recv() => break "SIGTERM",
                 _ = self.int.recv() => break "SIGINT",
                 _ = self.hup.recv() => match daemon.clone().reload().await {
-                    Ok(message) | Err(message) => tracing::info!("reload: {message}"),
+                    Ok(message) | Err(message) => {
+                        tracing::info!("reload: {message}");
+                        release_start_pages("reload");
+                    }
                 },
             }
         }
