@@ -54,6 +54,11 @@ pub struct KillError {
     source: io::Error,
 }
 
+/// Test hook (feature `test-hooks`, listed in `crate::test_hooks`): with this variable set, every
+/// kill is sent as the daemon only, never from a thread that takes the child's `run_as` uid.
+#[cfg(feature = "test-hooks")]
+pub const KILL_AS_DAEMON_ONLY_ENV: &str = "VERBD_TEST_KILL_AS_DAEMON_ONLY";
+
 fn as_uid(run_as: Option<u32>) -> String {
     run_as.map_or_else(String::new, |uid| format!(" (run_as uid {uid})"))
 }
@@ -63,7 +68,7 @@ fn as_uid(run_as: Option<u32>) -> String {
 pub fn sigkill(target: Target<'_>, run_as: Option<u32>) -> Result<(), KillError> {
     let take_uid = run_as;
     #[cfg(feature = "test-hooks")]
-    let take_uid = take_uid.filter(|_| !crate::test_hooks::kill_as_daemon_only());
+    let take_uid = take_uid.filter(|_| std::env::var_os(KILL_AS_DAEMON_ONLY_ENV).is_none());
     let sent = match (send(target), take_uid) {
         (Err(e), Some(uid)) if e.raw_os_error() == Some(libc::EPERM) => send_as(uid, target),
         (sent, _) => sent,
