@@ -32,6 +32,23 @@ pub struct Policy {
     sandbox: BTreeMap<String, Sandbox>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     verb: BTreeMap<String, Verb>,
+    #[serde(skip_serializing_if = "Protected::is_default")]
+    protected: Protected,
+}
+
+/// `[protected]`: the operator's additions to the built-in protected names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+struct Protected {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    names: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    paths: Vec<String>,
+}
+
+impl Protected {
+    fn is_default(&self) -> bool {
+        *self == Protected::default()
+    }
 }
 
 /// `[daemon]`: the settings tests change.
@@ -420,6 +437,7 @@ impl Policy {
             secrets: BTreeMap::new(),
             sandbox: BTreeMap::new(),
             verb: BTreeMap::new(),
+            protected: Protected::default(),
         }
     }
 
@@ -589,6 +607,18 @@ impl Policy {
     }
 
     /// The policy as TOML, every value escaped by the serializer.
+    /// `[protected] names`: more protected names (components or `a/b` sequences).
+    pub fn protected_names(mut self, names: &[&str]) -> Policy {
+        self.protected.names = strings(names);
+        self
+    }
+
+    /// `[protected] paths`: more protected absolute paths.
+    pub fn protected_paths(mut self, paths: &[&str]) -> Policy {
+        self.protected.paths = strings(paths);
+        self
+    }
+
     pub fn render(&self) -> String {
         toml::to_string(self).expect("a test policy renders as TOML")
     }

@@ -297,6 +297,79 @@ fn file_verbs_and_the_hook_refuse_what_tools_execute_or_obey() {
 }
 
 #[test]
+fn the_policy_file_and_the_operator_s_names_are_protected_from_file_verbs_and_the_hook() {
+    if !require_root("protected names") {
+        return;
+    }
+    // A file verb whose root holds the policy file itself and a directory the operator added to
+    // the protected names: the agent must not rewrite the policy the daemon reloads, nor write
+    // beneath a name the operator protected.
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .protected_names(&["deploy-keys"])
+        .verb(
+            "edit-anywhere",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@"])
+                .description("write any file of the test directory")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .render();
+    let d = Daemon::start_with(&policy, |dir| {
+        std::fs::create_dir(dir.join("deploy-keys")).unwrap();
+    });
+    d.open_socket();
+    let original = std::fs::read_to_string(&d.policy).unwrap();
+    let attempt = |target: &Path| {
+        let path = target.display().to_string();
+        let answers = hostile::requests_as(
+            AGENT,
+            &d.socket,
+            &[
+                hostile::call(
+                    "edit-anywhere",
+                    &[("path", &path), ("content", "[verb.x]\n")],
+                ),
+                Request::Check {
+                    path,
+                    tool: Some("Write".into()),
+                },
+            ],
+        );
+        (hostile::decode(&answers[0]), hostile::decode(&answers[1]))
+    };
+    let mut accepted = Vec::new();
+    for target in [d.policy.clone(), d.path("deploy-keys/id_ed25519")] {
+        let (write, check) = attempt(&target);
+        if !matches!(&write, Response::Denied { reason } if reason.contains("protected")) {
+            accepted.push(format!(
+                "{}: file.write answered {write:?}",
+                target.display()
+            ));
+        }
+        if !matches!(&check, Response::Check { allowed: false, reason } if reason.contains("protected"))
+        {
+            accepted.push(format!("{}: check answered {check:?}", target.display()));
+        }
+    }
+    assert!(accepted.is_empty(), "accepted:\n{}", accepted.join("\n"));
+    assert_eq!(
+        std::fs::read_to_string(&d.policy).unwrap(),
+        original,
+        "the policy file was rewritten"
+    );
+    assert!(!d.path("deploy-keys/id_ed25519").exists());
+    // Positive control: another file beneath the same root is written.
+    let (write, check) = attempt(&d.path("notes.txt"));
+    assert!(matches!(write, Response::Ok { .. }), "{write:?}");
+    assert!(
+        matches!(check, Response::Check { allowed: true, .. }),
+        "{check:?}"
+    );
+}
+
+#[test]
 fn names_that_fold_to_a_protected_one_are_protected() {
     let Some(d) = start() else { return };
     assert_all_refused(&d, SPELLED);

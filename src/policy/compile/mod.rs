@@ -39,7 +39,7 @@ use crate::protected::ProtectedNames;
 use regex::Regex;
 use std::collections::BTreeSet;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One problem in a policy, with its location.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,18 +137,16 @@ pub fn load_file(path: &Path) -> Result<Policy, PolicyError> {
             message: format!("cannot read the policy: {e}"),
         }],
     })?;
-    let mut policy = compile_in(&text, &path.display().to_string(), path.parent())?;
-    // The policy file and the packs it includes are always protected from the agents' writes.
-    if let Ok(real) = std::fs::canonicalize(path) {
-        let mut files = vec![real];
-        files.extend(policy.included.iter().cloned());
-        policy.protected = policy
-            .protected
-            .clone()
-            .with_paths(&files)
-            .unwrap_or(policy.protected);
-    }
-    Ok(policy)
+    // The policy file and the packs it includes are always protected from the agents' writes,
+    // by everything the compiled policy hands a protected set to: file verbs, path parameters,
+    // sandboxes and the hook's check.
+    let own = std::fs::canonicalize(path).ok();
+    compile_with(
+        &text,
+        &path.display().to_string(),
+        path.parent(),
+        own.as_deref(),
+    )
 }
 
 /// Compile policy text. `origin` names it in errors. Relative `include` paths need a file:
@@ -159,6 +157,17 @@ pub fn compile(text: &str, origin: &str) -> Result<Policy, PolicyError> {
 
 /// Compile policy text whose relative `include` paths resolve against `base`.
 pub fn compile_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Policy, PolicyError> {
+    compile_with(text, origin, base, None)
+}
+
+/// [`compile_in`], with the policy's own file (canonical) when it has one: that file and every
+/// included pack join the protected paths before anything that holds the protected set is built.
+fn compile_with(
+    text: &str,
+    origin: &str,
+    base: Option<&Path>,
+    own_file: Option<&Path>,
+) -> Result<Policy, PolicyError> {
     let parse_error = |e: toml::de::Error| {
         let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
         PolicyError {
@@ -198,7 +207,12 @@ pub fn compile_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Polic
         diagnostics: Vec::new(),
         warnings: expanded.warnings.clone(),
     };
-    let mut policy = build(&mut ctx, raw, &expanded.text, origin);
+    let policy_files: Vec<PathBuf> = own_file
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(expanded.files.iter().cloned())
+        .collect();
+    let mut policy = build(&mut ctx, raw, &expanded.text, origin, &policy_files);
     policy.included = expanded.files.clone();
     if ctx.diagnostics.is_empty() {
         policy.warnings = ctx.warnings;
@@ -256,7 +270,13 @@ fn size_or(ctx: &mut Ctx, value: &Option<toml::Spanned<String>>, default: u64) -
     }
 }
 
-fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
+fn build(
+    ctx: &mut Ctx,
+    raw: RawPolicy,
+    text: &str,
+    origin: &str,
+    policy_files: &[PathBuf],
+) -> Policy {
     if *raw.version.get_ref() != 1 {
         ctx.at(
             raw.version.span(),
@@ -272,7 +292,7 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     let secrets = secrets::build_secrets(ctx, &raw.secrets);
     let postgres_ephemeral =
         secrets::build_postgres_ephemeral(ctx, &raw.postgres_ephemeral, &secrets);
-    let protected = build_protected(ctx, &raw.protected);
+    let protected = build_protected(ctx, &raw.protected, policy_files);
     let sandboxes = sandboxes::build_sandboxes(ctx, &raw.sandbox, &protected);
     approvals::check_notify(ctx, &raw.approvals, &approvals, &secrets, &sandboxes);
     check_scrub(ctx, &raw.scrub);
@@ -320,9 +340,12 @@ fn build(ctx: &mut Ctx, raw: RawPolicy, text: &str, origin: &str) -> Policy {
     }
 }
 
-/// `[protected]`: the built-in names and paths with the operator's additions.
-fn build_protected(ctx: &mut Ctx, raw: &RawProtected) -> ProtectedNames {
-    match ProtectedNames::with_additions(&raw.names, &raw.paths) {
+/// `[protected]`: the built-in names and paths with the operator's additions, and the policy's
+/// own files (canonical).
+fn build_protected(ctx: &mut Ctx, raw: &RawProtected, policy_files: &[PathBuf]) -> ProtectedNames {
+    match ProtectedNames::with_additions(&raw.names, &raw.paths)
+        .and_then(|protected| protected.with_paths(policy_files))
+    {
         Ok(p) => p,
         Err(e) => {
             ctx.at(0..0, format!("[protected]: {e}"));
