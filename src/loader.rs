@@ -71,6 +71,8 @@ pub enum LoadError {
     Scrub(#[from] ScrubError),
     #[error("the self-test failed: {}", failures(.0))]
     SelfTest(Box<Report>),
+    #[error("the daemon's own files cannot be protected: {0}")]
+    Private(#[from] crate::protected::ProtectedError),
 }
 
 fn failures(report: &Report) -> String {
@@ -167,6 +169,7 @@ impl Loader {
         };
         let scrubber = Scrubber::new(&secrets, &policy.scrub_patterns, policy.scrub_builtin)?;
         let private = self.private_paths(&policy);
+        let policy = protect_private_paths(policy, &private)?;
         let (sandboxes, dry_run_sandboxes) = prepare_sandboxes(&policy, &private)?;
         let verb_permits = policy
             .verbs
@@ -253,6 +256,23 @@ impl Loader {
         }
         Ok((prepared, report))
     }
+}
+
+/// The file verbs run in the daemon itself, not in a sandboxed child, so the private paths that
+/// keep children away (the state directory, secret sources, the policy) must also be protected
+/// paths of every file verb — read and write, with everything beneath them — and of the hook's
+/// `check`, whatever roots the policy gives them.
+fn protect_private_paths(
+    mut policy: Policy,
+    private: &[PathBuf],
+) -> Result<Policy, crate::protected::ProtectedError> {
+    policy.protected = policy.protected.clone().with_paths(private)?;
+    for verb in policy.verbs.values_mut() {
+        if let VerbAction::File(spec) = &mut verb.action {
+            spec.protected = spec.protected.clone().with_paths(private)?;
+        }
+    }
+    Ok(policy)
 }
 
 /// Prepared sandbox profiles by name.

@@ -7,7 +7,7 @@
 use crate::common;
 use crate::hostile;
 
-use common::policy::{Category, Policy, Sandbox, Verb};
+use common::policy::{Category, Policy, Sandbox, Secret, Verb};
 use common::*;
 use std::path::Path;
 use std::process::Command;
@@ -367,6 +367,81 @@ fn the_policy_file_and_the_operator_s_names_are_protected_from_file_verbs_and_th
         matches!(check, Response::Check { allowed: true, .. }),
         "{check:?}"
     );
+}
+
+#[test]
+fn the_daemon_s_own_files_are_out_of_reach_of_file_verbs() {
+    if !require_root("protected names") {
+        return;
+    }
+    // File verbs run in the daemon itself, not in a sandboxed child: roots that hold the state
+    // directory (journal, keys, witness) and a secret's source file must still not reach them.
+    let policy = Policy::new()
+        .allow_root()
+        .agents("agent", &[AGENT])
+        .secret("token", Secret::File("@DIR@/token.secret".into()))
+        .verb(
+            "read-anywhere",
+            Verb::builtin(Category::ReadOnly, "file.read", &["@DIR@"])
+                .description("read any file of the test directory")
+                .roles(&["agent"]),
+        )
+        .verb(
+            "write-anywhere",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@"])
+                .description("write any file of the test directory")
+                .without_approval()
+                .roles(&["agent"]),
+        )
+        .render();
+    let d = Daemon::start_with(&policy, |dir| {
+        common::harness::write_secret(&dir.join("token.secret"), "s3cr3t-token-value-41");
+    });
+    d.open_socket();
+    let journal = d.state.join("journal.jsonl");
+    let mut requests = Vec::new();
+    let private = [journal.clone(), d.path("token.secret")];
+    for target in &private {
+        let path = target.display().to_string();
+        requests.push(hostile::call("read-anywhere", &[("path", &path)]));
+        requests.push(hostile::call(
+            "write-anywhere",
+            &[("path", &path), ("content", "forged\n")],
+        ));
+    }
+    let journal_before = std::fs::read(&journal).unwrap();
+    let answers = hostile::requests_as(AGENT, &d.socket, &requests);
+    let mut reached = Vec::new();
+    for (target, pair) in private.iter().zip(answers.chunks(2)) {
+        for (op, answer) in ["file.read", "file.write"].iter().zip(pair) {
+            match hostile::decode(answer) {
+                Response::Denied { reason } if reason.contains("protected") => {}
+                other => reached.push(format!("{op} {}: {other:?}", target.display())),
+            }
+        }
+    }
+    assert!(reached.is_empty(), "reached:\n{}", reached.join("\n"));
+    let journal_after = std::fs::read(&journal).unwrap();
+    assert!(
+        journal_after.starts_with(&journal_before),
+        "the journal was rewritten, not appended to"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path("token.secret")).unwrap(),
+        "s3cr3t-token-value-41"
+    );
+    // Positive control: an ordinary file beside them is read.
+    std::fs::write(d.path("notes.txt"), "ordinary\n").unwrap();
+    let notes = d.path("notes.txt").display().to_string();
+    let answer = hostile::requests_as(
+        AGENT,
+        &d.socket,
+        &[hostile::call("read-anywhere", &[("path", &notes)])],
+    );
+    match hostile::decode(&answer[0]) {
+        Response::Ok { result, .. } => assert!(result.stdout.contains("ordinary"), "{result:?}"),
+        other => panic!("an ordinary file was not read: {other:?}"),
+    }
 }
 
 #[test]
