@@ -145,6 +145,41 @@ fn approval_runs_exactly_the_proposed_call_once() {
 }
 
 #[test]
+fn only_an_approver_or_the_requester_may_deny() {
+    if !require_root("approvals") {
+        return;
+    }
+    let d = start(policy());
+    // Someone who is neither (a human of another role) cannot deny, so cannot sink a proposal.
+    let (id, _) = propose_count(&d, "x\n");
+    let out = d.cli_as(
+        OTHER_HUMAN,
+        &["deny", &id.to_string(), "--reason", "mine now"],
+    );
+    assert_ne!(out.status.code(), Some(0), "a stranger denied: {out:?}");
+    let out = d.cli_as(SRE, &["pending", "--json"]);
+    let pending: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        pending[0]["id"], id,
+        "the proposal no longer stands: {pending}"
+    );
+    // The requester may withdraw their own, though not an approver.
+    let out = d.cli_as(AGENT, &["deny", &id.to_string(), "--reason", "withdrawn"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the requester could not withdraw: {out:?}"
+    );
+    let out = d.cli_as(
+        AGENT,
+        &["wait", &id.to_string(), "--timeout", "1", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "denied");
+    assert_eq!(d.execs_of(id), 0);
+}
+
+#[test]
 fn denied_proposal_never_runs() {
     if !require_root("approvals") {
         return;
