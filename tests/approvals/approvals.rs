@@ -180,6 +180,37 @@ fn only_an_approver_or_the_requester_may_deny() {
 }
 
 #[test]
+fn a_wait_ends_when_the_proposal_is_decided_or_expires_not_at_its_timeout() {
+    if !require_root("approvals") {
+        return;
+    }
+    // `verbd wait --timeout 60` is what an agent parks on; it must answer as soon as there is
+    // an answer. The bounds below are a fraction of the 60 s timeout, not performance figures.
+    let d = start(policy().approvals_expire("3s"));
+    let (decided, _) = propose_count(&d, "decided\n");
+    let out = d.cli_as(SRE, &["deny", &decided.to_string(), "--reason", "no"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (expiring, _) = propose_count(&d, "expiring\n");
+    for (id, state, within) in [
+        (decided, "denied", Duration::from_secs(10)),
+        (expiring, "expired", Duration::from_secs(20)),
+    ] {
+        let started = Instant::now();
+        let out = d.cli_as(
+            AGENT,
+            &["wait", &id.to_string(), "--timeout", "60", "--json"],
+        );
+        let took = started.elapsed();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["state"], state, "{out:?}");
+        assert!(
+            took < within,
+            "a wait on a {state} proposal answered after {took:?}, not when it was {state}"
+        );
+    }
+}
+
+#[test]
 fn denied_proposal_never_runs() {
     if !require_root("approvals") {
         return;
