@@ -607,7 +607,11 @@ attempt("raw", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_RAW))
 attempt("dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
 attempt("raw-pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW)[0])
 attempt("dgram-pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0])
-for name, kind in [("stream-pair", socket.SOCK_STREAM), ("seqpacket-pair", socket.SOCK_SEQPACKET)]:
+# Every spelling of the two allowed types: Python adds SOCK_CLOEXEC itself, so the `-nonblock`
+# pairs are the type with both flags.
+for name, kind in [("stream-pair", socket.SOCK_STREAM), ("seqpacket-pair", socket.SOCK_SEQPACKET),
+                   ("stream-pair-nonblock", socket.SOCK_STREAM | socket.SOCK_NONBLOCK),
+                   ("seqpacket-pair-nonblock", socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)]:
     try:
         a, b = socket.socketpair(socket.AF_UNIX, kind)
         a.send(b"x")
@@ -640,7 +644,12 @@ fn expect_no_datagram_sent(out: &str) {
         let line = format!("{name} {eperm}");
         assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
     }
-    for line in ["stream-pair 0", "seqpacket-pair 0"] {
+    for line in [
+        "stream-pair 0",
+        "seqpacket-pair 0",
+        "stream-pair-nonblock 0",
+        "seqpacket-pair-nonblock 0",
+    ] {
         assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
     }
 }
