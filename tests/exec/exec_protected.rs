@@ -19,7 +19,7 @@
 //!
 //! The same script run without `verbd exec` is the positive control: every attempt succeeds.
 use crate::common;
-use common::policy::{Sandbox, write_exec_policy};
+use common::policy::{Policy, Sandbox, write_exec_policy};
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -535,4 +535,64 @@ fn landlock_only_keeps_protected_entries_and_cannot_create_at_the_top() {
     creates_are_brokered(&lines, &stderr);
     assert!(!repo.join("new.py").exists());
     protected_entries_untouched(&repo);
+}
+
+#[test]
+fn a_protected_absolute_path_in_a_write_root_keeps_new_entries_out_under_verbd_exec() {
+    if !require_root(
+        "a_protected_absolute_path_in_a_write_root_keeps_new_entries_out_under_verbd_exec",
+    ) {
+        return;
+    }
+    // `[protected] paths` names a directory inside the profile's write root: a program under
+    // `verbd exec` (the create broker, the default) may create beside it, never beneath it.
+    let (dir, repo, _) = project();
+    let vault = repo.join("vault");
+    std::fs::create_dir(&vault).unwrap();
+    Command::new("chown")
+        .arg(format!("{AGENT}:{AGENT}"))
+        .arg(&vault)
+        .status()
+        .unwrap();
+    let policy = dir.path().join("policy-vault.toml");
+    std::fs::write(
+        &policy,
+        Policy::new()
+            .protected_paths(&[vault.to_str().unwrap()])
+            .sandbox(
+                "agent",
+                Sandbox::new(
+                    &["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"],
+                    &[repo.to_str().unwrap()],
+                ),
+            )
+            .render(),
+    )
+    .unwrap();
+    let create = "import os, sys\nfor path in sys.argv[1:]:\n    try:\n        open(path, 'x').close()\n        print(path, 0)\n    except OSError as e:\n        print(path, e.errno)\n";
+    let beneath = vault.join("planted");
+    let beside = repo.join("src/new.rs");
+    let out = Command::new(BIN)
+        .args(["exec", "--policy"])
+        .arg(&policy)
+        .args(["--profile", "agent", "--", PYTHON, "-c", create])
+        .arg(&beneath)
+        .arg(&beside)
+        .uid(AGENT)
+        .gid(AGENT)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(&format!("{} {}", beneath.display(), libc::EACCES)),
+        "a new entry beneath the protected path was not refused:\n{stdout}"
+    );
+    assert!(!beneath.exists(), "{} was created", beneath.display());
+    // Positive control: beside it, in the same write root.
+    assert!(
+        stdout.contains(&format!("{} 0", beside.display())),
+        "{stdout}"
+    );
 }
