@@ -406,10 +406,22 @@ fn no_file_verb_ever_sets_or_keeps_an_executable_bit() {
     let write = spec(FileOp::Write, &sb.root);
     let path = sb.root.join("script.sh");
     for mode in [0o755, 0o744, 0o4644, 0o2644, 0o1644, 0o700] {
-        assert!(matches!(
-            files::write_file(&write, &path, b"#!/bin/sh", Some(mode)),
-            Err(FileError::ModeNotAllowed { .. })
-        ));
+        let refused = files::write_file(&write, &path, b"#!/bin/sh", Some(mode));
+        assert!(
+            matches!(refused, Err(FileError::ModeNotAllowed { .. })),
+            "{refused:?}"
+        );
+        // The refusal says what would be accepted, so the caller can ask for it.
+        let said = refused.unwrap_err().to_string();
+        let allowed: Vec<String> = write
+            .allowed_modes
+            .iter()
+            .map(|m| format!("{m:#o}"))
+            .collect();
+        assert!(
+            said.ends_with(&format!("allowed modes are {}", allowed.join(", "))),
+            "{said}"
+        );
         assert!(!path.exists());
     }
     let mut bad = write.clone();
