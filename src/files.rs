@@ -20,6 +20,9 @@
 //!   appends refuse files that have one (appending to a script would change code).
 //! - Appends and reads refuse files with more than one hard link: such a file may be the same
 //!   inode as a file outside the root.
+//! - Every descriptor a file verb opens is close-on-exec, and reads and appends open with
+//!   `O_NONBLOCK`: a FIFO, or a file under a lease another process (an agent) holds, is refused
+//!   at once instead of holding the call until that process lets go.
 //! - `file.list` hides protected entries (it does not reveal that `.ssh` or `CLAUDE.md` exist)
 //!   and entries that are verbd's own in-flight temp files.
 #![forbid(unsafe_code)]
@@ -51,9 +54,6 @@ const TEMP_PREFIX: &str = ".verbd-tmp-";
 
 /// How many random temp names a write tries before giving up.
 const TEMP_NAME_ATTEMPTS: usize = 16;
-
-/// How often an `openat2` that raced a concurrent rename (EAGAIN) is retried.
-const RESOLVE_RETRIES: usize = 8;
 
 /// Which built-in file verb a spec describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +167,8 @@ pub enum FileError {
     ExecutableTarget { path: PathBuf, mode: u32 },
     #[error("{} has {links} hard links and may be the same file as one outside the root: file verbs refuse hard-linked files", path.display())]
     HardLinked { path: PathBuf, links: u64 },
+    #[error("{} is under a lease another process holds (opening it would wait for that process): try again once it releases the file", path.display())]
+    Leased { path: PathBuf },
     #[error("{} has more than {max} entries: list a subdirectory instead", path.display())]
     TooManyEntries { path: PathBuf, max: usize },
     #[error("{operation} {} failed: {source}", path.display())]
@@ -369,7 +371,7 @@ struct OpenRoot<'a> {
 impl OpenRoot<'_> {
     /// Open the root directory itself, refusing a symlink anywhere in its path.
     fn open<'a>(located: Located<'a>, full: &Path) -> Result<OpenRoot<'a>, FileError> {
-        let fd = openat2_retrying(
+        let fd = openat2_restarting(
             rustix::fs::CWD,
             located.root,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -395,7 +397,7 @@ impl OpenRoot<'_> {
         } else {
             relative
         };
-        openat2_retrying(
+        openat2_restarting(
             &self.fd,
             target,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -459,17 +461,19 @@ impl OpenRoot<'_> {
     }
 }
 
-fn openat2_retrying<Fd: AsFd>(
+/// `openat2`, restarted when a signal interrupts it. EAGAIN is not retried: with the
+/// relative paths used here (never a `..` component, see `check_normalized`) the kernel's scoped
+/// lookup cannot report a rename race, and the EAGAIN an `O_NONBLOCK` open meets on a file under
+/// a lease lasts until the lease holder lets go, so it is an answer, not a race.
+fn openat2_restarting<Fd: AsFd>(
     dirfd: Fd,
     path: &Path,
     oflags: OFlags,
     mode: Mode,
     resolve: ResolveFlags,
 ) -> Result<OwnedFd, Errno> {
-    let mut attempts = 0;
     loop {
         match rustix::fs::openat2(dirfd.as_fd(), path, oflags, mode, resolve) {
-            Err(Errno::AGAIN) if attempts < RESOLVE_RETRIES => attempts += 1,
             Err(Errno::INTR) => {}
             other => return other,
         }
@@ -591,7 +595,7 @@ pub fn write_file(
 fn create_temp(parent: &OwnedFd, full: &Path) -> Result<(OwnedFd, String), FileError> {
     for _ in 0..TEMP_NAME_ATTEMPTS {
         let name = temp_name();
-        match openat2_retrying(
+        match openat2_restarting(
             parent,
             Path::new(&name),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -660,11 +664,11 @@ fn open_existing(
     let base = oflags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let (fd, created) = match create_mode {
         None => (
-            openat2_retrying(parent, Path::new(name), base, Mode::empty(), BENEATH),
+            openat2_restarting(parent, Path::new(name), base, Mode::empty(), BENEATH),
             false,
         ),
         Some(mode) => {
-            match openat2_retrying(
+            match openat2_restarting(
                 parent,
                 Path::new(name),
                 base | OFlags::CREATE | OFlags::EXCL,
@@ -672,7 +676,7 @@ fn open_existing(
                 BENEATH,
             ) {
                 Err(Errno::EXIST) => (
-                    openat2_retrying(parent, Path::new(name), base, Mode::empty(), BENEATH),
+                    openat2_restarting(parent, Path::new(name), base, Mode::empty(), BENEATH),
                     false,
                 ),
                 other => (other, true),
@@ -685,6 +689,7 @@ fn open_existing(
         },
         Errno::NOENT => FileError::NotFound { path: full.clone() },
         Errno::ISDIR => FileError::NotARegularFile { path: full.clone() },
+        Errno::AGAIN => FileError::Leased { path: full.clone() },
         other => errno_error("opening", full)(other),
     })?;
     let file = File::from(fd);

@@ -118,8 +118,20 @@ fn reap(pid: i32, uid: u32) {
 /// Sends `requests` in order from a child running as `uid` (and gid `uid`, no supplementary
 /// groups) and returns the raw answers in the same order.
 pub fn requests_as(uid: u32, socket: &Path, requests: &[Request]) -> Vec<RawAnswer> {
+    requests_as_with(uid, socket, requests, |_| {})
+}
+
+/// Like [`requests_as`], with `before(i)` run in the child (after it dropped its ids) before
+/// request `i` is sent: for attacks where the agent changes what it holds between calls.
+pub fn requests_as_with(
+    uid: u32,
+    socket: &Path,
+    requests: &[Request],
+    mut before: impl FnMut(usize),
+) -> Vec<RawAnswer> {
     let (pid, mut input) = fork_as(uid, |mut out| {
-        for request in requests {
+        for (i, request) in requests.iter().enumerate() {
+            before(i);
             send_or_exit(&mut out, &frame(&exchange(socket, request)));
         }
     });

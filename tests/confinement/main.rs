@@ -9,6 +9,7 @@ mod hostile;
 
 mod connect_hub;
 mod daemon_confinement;
+mod file_leases;
 mod files;
 mod files_symlinks;
 mod hostile_paths;
