@@ -896,4 +896,85 @@ mod tests {
             assert!(choose_mode(&spec, Some(bad)).is_err(), "{bad:o}");
         }
     }
+
+    #[test]
+    fn a_spec_that_skipped_validation_still_never_sets_a_forbidden_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let spec = |allowed_modes: Vec<u32>| FileVerbSpec {
+            op: FileOp::Write,
+            roots: vec![root.clone()],
+            max_size: 10,
+            create_only: false,
+            allowed_modes,
+            protected: ProtectedNames::builtin(),
+        };
+        // The loader refuses both; `choose_mode` does not rely on it having run.
+        let unchecked = spec(vec![0o755, 0o100644]);
+        for bad in [0o755, 0o100644] {
+            assert!(
+                matches!(
+                    choose_mode(&unchecked, Some(bad)),
+                    Err(FileError::ModeNotAllowed { .. })
+                ),
+                "{bad:o}"
+            );
+            assert!(
+                matches!(spec(vec![bad]).validate(), Err(FileError::InvalidSpec(_))),
+                "{bad:o}"
+            );
+        }
+        assert!(spec(vec![0o644]).validate().is_ok());
+    }
+
+    #[test]
+    fn temp_names_cannot_be_guessed_and_are_hidden_by_their_prefix() {
+        let names: std::collections::HashSet<String> = (0..1000).map(|_| temp_name()).collect();
+        assert_eq!(names.len(), 1000, "temp names repeat");
+        for name in &names {
+            assert!(name.starts_with(TEMP_PREFIX), "{name}");
+            assert_eq!(name.len(), TEMP_PREFIX.len() + 16, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_descriptor_a_file_verb_opens_is_close_on_exec() {
+        use rustix::io::FdFlags;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        let roots = vec![root.clone()];
+        let protected = ProtectedNames::builtin();
+        let target = root.join("a.txt");
+        let located = locate(&roots, &protected, &target, true).unwrap();
+        let open_root = OpenRoot::open(located, &target).unwrap();
+        // The root itself: a path-only handle on a directory.
+        let root_flags = rustix::fs::fcntl_getfl(&open_root.fd).unwrap();
+        assert!(root_flags.contains(OFlags::PATH), "{root_flags:?}");
+        let (parent, name) = open_root.open_parent().unwrap();
+        let (temp, temp_name) = create_temp(&parent, &target).unwrap();
+        let (existing, _) = open_existing(&open_root, &parent, name, OFlags::RDONLY, None).unwrap();
+        let listed = open_root.open_dir(Path::new("")).unwrap();
+        for (what, flags) in [
+            ("root", rustix::io::fcntl_getfd(&open_root.fd).unwrap()),
+            ("parent", rustix::io::fcntl_getfd(&parent).unwrap()),
+            ("temp file", rustix::io::fcntl_getfd(&temp).unwrap()),
+            ("existing file", rustix::io::fcntl_getfd(&existing).unwrap()),
+            (
+                "listed directory",
+                rustix::io::fcntl_getfd(&listed).unwrap(),
+            ),
+        ] {
+            assert!(
+                flags.contains(FdFlags::CLOEXEC),
+                "the {what} fd survives exec"
+            );
+        }
+        std::fs::remove_file(root.join(temp_name)).unwrap();
+        // A root that is not a directory is refused when it is opened.
+        let file_root = vec![target.clone()];
+        let inside = target.join("x");
+        let located = locate(&file_root, &protected, &inside, false).unwrap();
+        assert!(OpenRoot::open(located, &inside).is_err());
+    }
 }

@@ -466,6 +466,14 @@ fn append_creates_extends_and_respects_the_cap() {
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert_eq!(fs::read(&path).unwrap(), b"abcdef");
+    // The cap is the largest size allowed, not the first one refused.
+    let full = files::append_file(&spec, &path, b"ghij").unwrap();
+    assert_eq!(full.size, 4);
+    assert_eq!(fs::read(&path).unwrap(), b"abcdefghij");
+    assert!(matches!(
+        files::append_file(&spec, &path, b"k"),
+        Err(FileError::TooLarge { size: 11, max: 10 })
+    ));
 
     // A hard link may be a file outside the root: refused.
     let outside = sb.outside.join("victim");
