@@ -297,6 +297,8 @@ pub struct Verb {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     roots: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_size: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     quorum: Option<Quorum>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     break_glass: Vec<String>,
@@ -662,6 +664,7 @@ impl Verb {
             dry_run: None,
             builtin,
             roots: Vec::new(),
+            max_size: None,
             quorum: None,
             break_glass: Vec::new(),
             params: BTreeMap::new(),
@@ -676,6 +679,12 @@ impl Verb {
             sha256: None,
             examples: Examples::default(),
         }
+    }
+
+    /// A built-in file verb's `max_size` (`4096`, `256KiB`).
+    pub fn max_size(mut self, size: &str) -> Verb {
+        self.max_size = Some(size.into());
+        self
     }
 
     pub fn description(mut self, text: &str) -> Verb {

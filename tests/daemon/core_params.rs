@@ -54,6 +54,21 @@ fn policy() -> String {
                 .param("text", Param::matching(r"[^\x00]*").max_length(100)),
         )
         .verb(
+            "long",
+            Verb::command(Category::ReadOnly, "/bin/true {text}")
+                .description("a string whose own limit is above every value's")
+                .roles(&["me"])
+                .param("text", Param::matching("a*").max_length(100_000)),
+        )
+        .verb(
+            "note",
+            Verb::builtin(Category::Mutating, "file.write", &["@DIR@/data"])
+                .description("a content parameter bounded by max_size")
+                .roles(&["me"])
+                .max_size("16")
+                .without_approval(),
+        )
+        .verb(
             "dash",
             Verb::command(Category::ReadOnly, "/usr/bin/printf '[%s]\n' {offset}")
                 .description("allow_dash opt-in")
@@ -267,4 +282,58 @@ fn shell_metacharacters_arrive_as_literal_argv() {
         );
     }
     assert!(!marker.exists(), "no shell ever ran the text");
+}
+
+/// Every bound is the largest value allowed, not the first one refused: the value at the limit
+/// runs, one past it is refused by the rule that names the limit.
+#[test]
+fn every_bound_admits_its_limit_and_refuses_one_past_it() {
+    let Some(d) = start() else { return };
+    let rule_of = |r: &Response| match r {
+        Response::Invalid { rule, .. } => rule.clone(),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let at_limit = [
+        ("word", "abcdefgh"),
+        ("n", "1"),
+        ("n", "100"),
+        ("since", "1d"),
+        ("since", "86400s"),
+    ];
+    for (param, value) in at_limit {
+        let r = call_with(&d, &[(param, value)], true);
+        assert!(matches!(r, Response::Ok { .. }), "{param}={value}: {r:?}");
+    }
+    let past_limit = [
+        ("word", "abcdefghi", "max-length"),
+        ("n", "0", "range"),
+        ("n", "101", "range"),
+        ("since", "86401s", "range"),
+    ];
+    for (param, value, rule) in past_limit {
+        let r = call_with(&d, &[(param, value)], true);
+        assert_invalid(&r, param);
+        assert_eq!(rule_of(&r), rule, "{param}={value}");
+    }
+    // Any parameter's value: at most 64 KiB, whatever its own limit says.
+    let longest = "a".repeat(64 * 1024);
+    let r = d.call("long", &[("text", &longest)]);
+    assert!(matches!(r, Response::Ok { .. }), "64 KiB: {r:?}");
+    let r = d.call("long", &[("text", &format!("{longest}a"))]);
+    assert_invalid(&r, "text");
+    assert!(
+        format!("{r:?}").contains("no parameter of this type takes more than 65536"),
+        "{r:?}"
+    );
+    // File content: at most the verb's `max_size`, checked as a parameter before any file.
+    let note = d.path("data/note.txt").display().to_string();
+    let r = d.call("note", &[("path", &note), ("content", &"c".repeat(16))]);
+    assert!(
+        matches!(r, Response::Ok { .. }),
+        "16 bytes of content: {r:?}"
+    );
+    let r = d.call("note", &[("path", &note), ("content", &"c".repeat(17))]);
+    assert_invalid(&r, "content");
+    assert_eq!(rule_of(&r), "max-size");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "c".repeat(16));
 }
