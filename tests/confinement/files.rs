@@ -522,7 +522,10 @@ fn read_is_capped_and_refuses_non_regular_files() {
     ));
     assert!(matches!(
         files::write_file(&spec, &sb.root.join("x"), b"x", None),
-        Err(FileError::WrongOp { .. })
+        Err(FileError::WrongOp {
+            actual: "file.read",
+            requested: "file.write"
+        })
     ));
 }
 
