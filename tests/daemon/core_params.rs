@@ -337,3 +337,59 @@ fn every_bound_admits_its_limit_and_refuses_one_past_it() {
     assert_eq!(rule_of(&r), "max-size");
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "c".repeat(16));
 }
+
+/// What an agent reads before it calls: `list` describes every parameter by its type and bounds.
+#[test]
+fn list_describes_every_parameter_by_its_type_and_bounds() {
+    let Some(d) = start() else { return };
+    let Response::Verbs { verbs } = d.request(&verbd::protocol::Request::List {}) else {
+        panic!("list did not answer with the verbs");
+    };
+    let kinds = |verb: &str| -> std::collections::BTreeMap<String, String> {
+        let info = verbs.iter().find(|v| v.name == verb).expect(verb);
+        info.params
+            .iter()
+            .map(|p| (p.name.clone(), p.kind.clone()))
+            .collect()
+    };
+    let data = d.path("data").display().to_string();
+    let show = kinds("show");
+    for (param, kind) in [
+        ("word", "string /[a-z]+/ (max 8 bytes)".to_string()),
+        ("n", "int 1..=100".into()),
+        ("mode", "enum(fast|slow)".into()),
+        ("unit", "systemd-unit".into()),
+        ("pod", "k8s-name".into()),
+        ("host", "hostname".into()),
+        ("since", "duration (e.g. 30s, 5m; max 86400s)".into()),
+        ("file", format!("path under {data}")),
+        ("verbose", "bool (true adds --verbose)".into()),
+    ] {
+        assert_eq!(show.get(param), Some(&kind), "{param} in {show:?}");
+    }
+    let note = kinds("note");
+    assert_eq!(note["content"], "text (max 16 bytes)");
+    assert_eq!(note["path"], format!("path under {data} (or a new file)"));
+}
+
+/// An `int` is an optional `-` and 1 to 19 ASCII digits, nothing else: Rust's own parser would
+/// also take a leading `+` and any number of leading zeros.
+#[test]
+fn an_int_is_a_sign_and_at_most_nineteen_digits() {
+    let Some(d) = start() else { return };
+    let not_an_integer = |r: &Response, param: &str| {
+        assert_invalid(r, param);
+        let Response::Invalid { rule, message, .. } = r else {
+            unreachable!()
+        };
+        assert_eq!(rule, "int", "{r:?}");
+        assert!(message.contains("is not an integer"), "{r:?}");
+    };
+    for value in ["+5", "ten", "5 ", "00000000000000000050"] {
+        not_an_integer(&call_with(&d, &[("n", value)], true), "n");
+    }
+    let r = call_with(&d, &[("n", "0000000000000000050")], true);
+    assert_eq!(stdout_of(&r).lines().nth(1), Some("[50]"), "{r:?}");
+    not_an_integer(&d.call("dash", &[("offset", "-")]), "offset");
+    assert_eq!(stdout_of(&d.call("dash", &[("offset", "-7")])), "[-7]\n");
+}
