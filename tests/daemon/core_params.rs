@@ -315,6 +315,45 @@ fn every_bound_admits_its_limit_and_refuses_one_past_it() {
         assert_invalid(&r, param);
         assert_eq!(rule_of(&r), rule, "{param}={value}");
     }
+    // DNS-style names: a label of 63 characters and a name of 253 (RFC 1123; Kubernetes).
+    let label = |c: &str, n: usize| c.repeat(n);
+    let name_of = |len: usize| {
+        // Labels of 63 joined by dots, the last one shortened to reach `len` exactly.
+        let mut name = String::new();
+        while name.len() + 64 < len {
+            name.push_str(&label("a", 63));
+            name.push('.');
+        }
+        name.push_str(&label("b", len - name.len()));
+        name
+    };
+    for param in ["pod", "host"] {
+        let (at, past) = (name_of(253), name_of(254));
+        assert_eq!((at.len(), past.len()), (253, 254));
+        let r = call_with(&d, &[(param, &at)], true);
+        assert!(matches!(r, Response::Ok { .. }), "{param} of 253: {r:?}");
+        let r = call_with(&d, &[(param, &label("a", 63))], true);
+        assert!(
+            matches!(r, Response::Ok { .. }),
+            "{param} label of 63: {r:?}"
+        );
+        let rule = if param == "pod" {
+            "k8s-name"
+        } else {
+            "hostname"
+        };
+        for value in [past, format!("{}.x", label("a", 64))] {
+            let r = call_with(&d, &[(param, &value)], true);
+            assert_invalid(&r, param);
+            assert_eq!(rule_of(&r), rule, "{param} of {}", value.len());
+        }
+    }
+    // A hostname's trailing dot is not part of its length.
+    let r = call_with(&d, &[("host", &format!("{}.", name_of(253)))], true);
+    assert!(
+        matches!(r, Response::Ok { .. }),
+        "host of 253 and a dot: {r:?}"
+    );
     // Any parameter's value: at most 64 KiB, whatever its own limit says.
     let longest = "a".repeat(64 * 1024);
     let r = d.call("long", &[("text", &longest)]);
