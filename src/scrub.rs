@@ -1276,4 +1276,41 @@ mod tests {
             b"pass=[REDACTED:x] end\n"
         );
     }
+
+    /// Policy patterns are applied line by line: a pattern that may match whitespace (`\s*`)
+    /// ends its match before the newline, so no line break is ever replaced or joined.
+    #[test]
+    fn a_policy_pattern_never_takes_the_line_break() {
+        let scrubber = pattern_scrubber("tok", r"tok=\S+\s*");
+        assert_eq!(
+            scrubber.scrub(b"a tok=abc  \nb tok=def\nc\n"),
+            b"a [REDACTED:tok]\nb [REDACTED:tok]\nc\n"
+        );
+    }
+
+    /// The debug form (what a log at trace level may show) counts what the scrubber holds and
+    /// shows none of it.
+    #[test]
+    fn the_debug_form_counts_and_shows_no_secret() {
+        let pattern = ScrubPattern {
+            name: "tok".into(),
+            regex: "tok=\\S+".into(),
+        };
+        let scrubber = Scrubber::new(
+            &store(&[("db", b"hunter2-horse-battery")]),
+            &[pattern],
+            false,
+        )
+        .unwrap();
+        let debug = format!("{scrubber:?}");
+        assert!(
+            debug.starts_with("Scrubber { secrets: 1, literal_forms: ")
+                && debug.ends_with(", builtin_patterns: 0, policy_patterns: 1 }"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("tok="),
+            "{debug}"
+        );
+    }
 }
