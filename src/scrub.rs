@@ -1056,14 +1056,20 @@ mod tests {
     }
 
     /// A line too long to hold is cut, but never inside a token: an AWS key straddling the
-    /// place where the cut would fall, at several offsets, comes out whole as one marker.
+    /// place where the cut would fall, at several offsets, comes out whole as one marker —
+    /// also when complete lines come before the long one in the same chunk.
     #[test]
     fn a_long_line_is_never_cut_inside_a_token() {
         let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
         let key = b"AKIAABCDEFGHIJKLMNOP";
-        for offset in [0usize, 5, 10, 19] {
+        for (lead, offset) in [&b""[..], b"a first line\n"]
+            .into_iter()
+            .flat_map(|lead| [0usize, 5, 10, 19].map(|offset| (lead, offset)))
+        {
             let total = MAX_HELD_LINE + 2 * LONG_LINE_OVERLAP;
-            let mut line = vec![b'x'; total];
+            let mut line = lead.to_vec();
+            let total = total + lead.len();
+            line.resize(total, b'x');
             line.push(b' ');
             let start = total - LONG_LINE_OVERLAP - offset;
             line[start - 1] = b' ';
