@@ -1319,4 +1319,36 @@ mod tests {
             "{debug}"
         );
     }
+
+    /// An incomplete line is held, not cut, until it is longer than [`MAX_HELD_LINE`]: so
+    /// line-based patterns see it whole.
+    #[test]
+    fn an_incomplete_line_is_held_whole_up_to_the_line_limit() {
+        let scrubber = Scrubber::new(&SecretStore::empty(), &[], false).unwrap();
+        // 32 KiB past the withheld tail: half the documented 64 KiB limit.
+        let open_line = "b".repeat(32 * 1024 + CUT_WITHHELD_TAIL);
+        let mut stream = scrubber.stream();
+        let released = stream.push(format!("a\n{open_line}").as_bytes());
+        assert_eq!(String::from_utf8(released).unwrap(), "a\n");
+        let mut rest = stream.push(b"\n");
+        rest.extend(stream.finish());
+        assert_eq!(rest, format!("{open_line}\n").into_bytes());
+    }
+
+    /// One policy-pattern match longer than a line may be held whole (up to
+    /// [`MAX_HELD_MATCH`]) is still replaced whole: the cut of the long line waits for it
+    /// instead of splitting it and letting its tail through.
+    #[test]
+    fn a_policy_match_longer_than_a_held_line_is_replaced_whole() {
+        let scrubber = pattern_scrubber("blob", r"blob=[a-z]+");
+        let value = "q".repeat(128 * 1024);
+        let text = format!("blob={value} end\n");
+        let mut stream = scrubber.stream();
+        let mut out = Vec::new();
+        for chunk in text.as_bytes().chunks(4096) {
+            out.extend(stream.push(chunk));
+        }
+        out.extend(stream.finish());
+        assert_eq!(String::from_utf8(out).unwrap(), "[REDACTED:blob] end\n");
+    }
 }
