@@ -1327,9 +1327,11 @@ mod tests {
         let scrubber = Scrubber::new(&SecretStore::empty(), &[], false).unwrap();
         // 32 KiB past the withheld tail: half the documented 64 KiB limit.
         let open_line = "b".repeat(32 * 1024 + CUT_WITHHELD_TAIL);
+        // Complete lines before it (40 KiB) go out; they do not count against its limit.
+        let complete = format!("{}\n", "a".repeat(1023)).repeat(40);
         let mut stream = scrubber.stream();
-        let released = stream.push(format!("a\n{open_line}").as_bytes());
-        assert_eq!(String::from_utf8(released).unwrap(), "a\n");
+        let released = stream.push(format!("{complete}{open_line}").as_bytes());
+        assert_eq!(String::from_utf8(released).unwrap(), complete);
         let mut rest = stream.push(b"\n");
         rest.extend(stream.finish());
         assert_eq!(rest, format!("{open_line}\n").into_bytes());
