@@ -1343,14 +1343,47 @@ mod tests {
     #[test]
     fn a_policy_match_longer_than_a_held_line_is_replaced_whole() {
         let scrubber = pattern_scrubber("blob", r"blob=[a-z]+");
-        let value = "q".repeat(128 * 1024);
-        let text = format!("blob={value} end\n");
-        let mut stream = scrubber.stream();
-        let mut out = Vec::new();
-        for chunk in text.as_bytes().chunks(4096) {
-            out.extend(stream.push(chunk));
+        // 128 KiB alone in small chunks, and 600 KiB after 600 KiB of complete lines, all in
+        // one chunk (the complete lines do not count against the 1 MiB a match may hold).
+        let complete = format!("{}\n", "a".repeat(1023)).repeat(600);
+        let cases = [
+            ("", 128 * 1024, 4096),
+            (complete.as_str(), 600 * 1024, usize::MAX),
+        ];
+        for (lead, value_len, chunk_len) in cases {
+            let value = "q".repeat(value_len);
+            let text = format!("{lead}blob={value} end\n");
+            let mut stream = scrubber.stream();
+            let mut out = Vec::new();
+            for chunk in text.as_bytes().chunks(chunk_len) {
+                out.extend(stream.push(chunk));
+            }
+            out.extend(stream.finish());
+            let out = String::from_utf8(out).unwrap();
+            assert!(
+                out == format!("{lead}[REDACTED:blob] end\n"),
+                "a match of {value_len} bytes was not replaced whole: {} q's left",
+                out.matches('q').count()
+            );
         }
-        out.extend(stream.finish());
-        assert_eq!(String::from_utf8(out).unwrap(), "[REDACTED:blob] end\n");
+    }
+
+    /// Past [`MAX_HELD_MATCH`] the stream bounds its memory instead: a match that never ends
+    /// is cut (its first part replaced), and output flows before the stream ends.
+    #[test]
+    fn a_match_longer_than_the_match_limit_is_cut_to_bound_memory() {
+        let scrubber = pattern_scrubber("blob", r"blob=[a-z]+");
+        let mut stream = scrubber.stream();
+        let mut released = stream.push(b"blob=");
+        let chunk = vec![b'q'; 64 * 1024];
+        // 1.5 MiB of one match, no newline.
+        for _ in 0..24 {
+            released.extend(stream.push(&chunk));
+        }
+        assert!(
+            released.starts_with(b"[REDACTED:blob]"),
+            "nothing of a 1.5 MiB line went out before its end: {} bytes",
+            released.len()
+        );
     }
 }
