@@ -1386,4 +1386,20 @@ mod tests {
             released.len()
         );
     }
+
+    /// A live stream that holds back a line ending in a base64 run (a wrapped form may go on)
+    /// releases the lines before it whole, newline included: never a cut inside one, which
+    /// would split a token at its end (an AWS key without its last character is no key).
+    #[test]
+    fn a_live_stream_holding_a_base64_line_releases_the_lines_before_it_whole() {
+        let scrubber = Scrubber::new(&store(&[("LONG", &[b'q'; 64])]), &[], true).unwrap();
+        let hash_line = format!("sha {}\n", "ab12".repeat(16));
+        let mut stream = scrubber.live_stream();
+        let released = stream.push(format!("key AKIAABCDEFGHIJKLMNOP\n{hash_line}").as_bytes());
+        assert_eq!(
+            String::from_utf8(released).unwrap(),
+            "key [REDACTED:aws-access-key]\n"
+        );
+        assert_eq!(stream.finish(), hash_line.as_bytes());
+    }
 }
