@@ -63,8 +63,10 @@ fn an_agent_s_lease_on_a_file_is_refused_at_once_never_waited_on() {
         0 => {
             // SAFETY: ignoring SIGIO (the lease-break notice) in this single-threaded child.
             unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
-            // SAFETY (the closure): terminates the child when it cannot open its own file.
-            let file = std::fs::File::open(&held).unwrap_or_else(|_| unsafe { libc::_exit(95) });
+            let Ok(file) = std::fs::File::open(&held) else {
+                // SAFETY: terminates the child, which could not open its own file.
+                unsafe { libc::_exit(95) }
+            };
             // SAFETY: fcntl on a descriptor this child owns.
             if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) } != 0 {
                 // SAFETY: terminates the child (the parent sees the status).
