@@ -27,6 +27,7 @@
 //!   and entries that are verbd's own in-flight temp files.
 #![forbid(unsafe_code)]
 
+use crate::pinned::{BENEATH, openat2_restarting};
 use crate::protected::ProtectedNames;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -34,7 +35,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -357,10 +358,6 @@ pub fn check_write(
     Ok(())
 }
 
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS);
-
 /// An open root plus the path it was opened from (for messages).
 struct OpenRoot<'a> {
     fd: OwnedFd,
@@ -458,25 +455,6 @@ impl OpenRoot<'_> {
             }
         }
         self.located.root.join(relative)
-    }
-}
-
-/// `openat2`, restarted when a signal interrupts it. EAGAIN is not retried: with the
-/// relative paths used here (never a `..` component, see `check_normalized`) the kernel's scoped
-/// lookup cannot report a rename race, and the EAGAIN an `O_NONBLOCK` open meets on a file under
-/// a lease lasts until the lease holder lets go, so it is an answer, not a race.
-fn openat2_restarting<Fd: AsFd>(
-    dirfd: Fd,
-    path: &Path,
-    oflags: OFlags,
-    mode: Mode,
-    resolve: ResolveFlags,
-) -> Result<OwnedFd, Errno> {
-    loop {
-        match rustix::fs::openat2(dirfd.as_fd(), path, oflags, mode, resolve) {
-            Err(Errno::INTR) => {}
-            other => return other,
-        }
     }
 }
 

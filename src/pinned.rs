@@ -33,13 +33,12 @@
 use rustix::fs::{FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
 use rustix::io::Errno;
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-/// How often an `openat2` that raced a concurrent rename (EAGAIN) is retried.
-const RESOLVE_RETRIES: usize = 8;
-
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+/// Beneath the directory, never through a symlink or a magic link: how this module and the
+/// file verbs (`crate::files`) resolve every name below a root.
+pub(crate) const BENEATH: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
 
@@ -295,10 +294,23 @@ fn open_beneath(
     flags: OFlags,
     mode: Mode,
 ) -> Result<OwnedFd, Errno> {
-    let mut attempts = 0;
+    openat2_restarting(root, relative, flags, mode, BENEATH)
+}
+
+/// `openat2`, restarted when a signal interrupts it. EAGAIN is not retried: the names resolved
+/// here (validated `path` parameters) and by the file verbs (`files::check_normalized`) never
+/// hold a `..` component, so the kernel's scoped lookup cannot report a rename race (and would
+/// fail the call, not loop, if one did); the EAGAIN an `O_NONBLOCK` open meets on a file under
+/// a lease lasts until the lease holder lets go: an answer, not a race.
+pub(crate) fn openat2_restarting<Fd: AsFd>(
+    dirfd: Fd,
+    path: &Path,
+    oflags: OFlags,
+    mode: Mode,
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
     loop {
-        match rustix::fs::openat2(root, relative, flags, mode, BENEATH) {
-            Err(Errno::AGAIN) if attempts < RESOLVE_RETRIES => attempts += 1,
+        match rustix::fs::openat2(dirfd.as_fd(), path, oflags, mode, resolve) {
             Err(Errno::INTR) => {}
             other => return other,
         }
