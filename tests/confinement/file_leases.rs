@@ -9,7 +9,6 @@
 use crate::common;
 use crate::hostile;
 
-use common::policy::{Category, Policy, Verb};
 use common::*;
 use std::os::fd::AsRawFd;
 use verbd::protocol::Response;
@@ -17,29 +16,12 @@ use verbd::protocol::Response;
 const AGENT: u32 = 63512;
 const LEASED: &str = "is under a lease another process holds";
 
-fn policy() -> String {
-    let file = |category, description: &str, builtin: &str| {
-        Verb::builtin(category, builtin, &["@DIR@/work"])
-            .description(description)
-            .roles(&["agent"])
-    };
-    Policy::new()
-        .allow_root()
-        .agents("agent", &[AGENT])
-        .verb("get", file(Category::ReadOnly, "read a file", "file.read"))
-        .verb(
-            "add",
-            file(Category::Mutating, "append to a file", "file.append").without_approval(),
-        )
-        .render()
-}
-
 #[test]
 fn an_agent_s_lease_on_a_file_is_refused_at_once_never_waited_on() {
     if !require_root("file_leases") {
         return;
     }
-    let d = Daemon::start_with(&policy(), |dir| {
+    let d = Daemon::start_with(&super::files_symlinks::file_verbs_for(AGENT), |dir| {
         let work = dir.join("work");
         std::fs::create_dir_all(&work).unwrap();
         std::fs::write(work.join("held.txt"), "one\n").unwrap();

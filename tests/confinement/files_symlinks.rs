@@ -13,8 +13,9 @@ use verbd::protocol::Response;
 const AGENT: u32 = 63510;
 const CONFIG: &str = "[core]\n\tbare = false\n";
 
-/// The file verbs beneath `work`, for the agent, the writing ones without approval.
-fn policy() -> String {
+/// The file verbs beneath `work` (`put`, `add`, `get`, `ls`), for the agent `agent`, the
+/// writing ones without approval.
+pub(crate) fn file_verbs_for(agent: u32) -> String {
     let file = |category, description: &str, builtin: &str| {
         Verb::builtin(category, builtin, &["@DIR@/work"])
             .description(description)
@@ -22,7 +23,7 @@ fn policy() -> String {
     };
     Policy::new()
         .allow_root()
-        .agents("agent", &[AGENT])
+        .agents("agent", &[agent])
         .verb(
             "put",
             file(Category::Mutating, "write a file", "file.write").without_approval(),
@@ -43,7 +44,7 @@ fn start() -> Option<Daemon> {
     if !require_root("files_symlinks") {
         return None;
     }
-    let d = Daemon::start_with(&policy(), |dir| {
+    let d = Daemon::start_with(&file_verbs_for(AGENT), |dir| {
         let work = dir.join("work");
         std::fs::create_dir_all(work.join(".git")).unwrap();
         std::fs::write(work.join(".git/config"), CONFIG).unwrap();
