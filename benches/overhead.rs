@@ -549,9 +549,21 @@ fn main() {
     let results = latencies(&mut variants, iterations);
     drop(variants);
     // The idle figure that counts: after calls, not only before the first one (the daemon and
-    // the spawner hand back the start-up's pages; what a call uses comes back).
+    // the spawner hand back the start-up's pages; what a call uses comes back). Read 1 s after
+    // the runs, and again once a quiet spell has passed (the daemon then hands back the pages
+    // the calls touched, `server::idle`); then the call after a quiet spell, three times.
     std::thread::sleep(Duration::from_secs(1));
     let served_rss_tree = rss_tree_kib(daemon.pid());
+    let quiet = verbd::server::idle::IDLE_RELEASE_AFTER + Duration::from_secs(2);
+    std::thread::sleep(quiet - Duration::from_secs(1));
+    let quiet_rss_tree = rss_tree_kib(daemon.pid());
+    let mut after_quiet = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert!(call(&socket, &request));
+        after_quiet.push(started.elapsed());
+        std::thread::sleep(quiet);
+    }
     let std_p50 = results[1].1;
     println!("## Latency ({iterations} iterations, variants interleaved)\n");
     println!("| variant | p50 | p99 | p50 vs raw std spawn |");
@@ -630,8 +642,13 @@ fn main() {
         idle_rss_tree as f64 / 1024.0
     );
     println!(
-        "| the same, idle after the latency runs ({iterations} iterations) | {:.1} MiB |",
+        "| the same, 1 s after the latency runs ({iterations} iterations) | {:.1} MiB |",
         served_rss_tree as f64 / 1024.0
+    );
+    println!(
+        "| the same, after a quiet spell of {} s following them | {:.1} MiB |",
+        quiet.as_secs(),
+        quiet_rss_tree as f64 / 1024.0
     );
     println!(
         "| idle after the throughput runs | {:.1} MiB |",
@@ -721,10 +738,20 @@ fn main() {
         0.8,
         true,
     );
-    let idle_mib = served_rss_tree as f64 / 1024.0;
+    let idle_mib = quiet_rss_tree as f64 / 1024.0;
     println!(
-        "| idle RSS, daemon + spawner summed, after the latency runs | {idle_mib:.1} MiB | ≤ 10 MiB | {} |",
+        "| idle RSS, daemon + spawner summed, {} s after the latency runs ({:.1} MiB 1 s after) | {idle_mib:.1} MiB | ≤ 10 MiB | {} |",
+        quiet.as_secs(),
+        served_rss_tree as f64 / 1024.0,
         verdict(idle_mib <= 10.0)
+    );
+    println!(
+        "| the verb round trip right after a quiet spell (its pages mapped again), 3 spells | {} | (informative) | |",
+        after_quiet
+            .iter()
+            .map(|took| micros(*took))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if let (Some(version), Some(truth)) = (find("`verbd --version`"), find("`/bin/true`")) {
         println!(

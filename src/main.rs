@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     {
         // What the loader and the runtime's start touched goes back to the kernel; the pages an
         // order uses come back on their own (a failure only leaves them resident).
-        let _ = verbd::sys::memory::release_start_pages();
+        let _ = verbd::sys::memory::release_clean_pages();
         return ExitCode::from(verbd::spawner::serve_process());
     }
     // What an agent runtime runs on every tool call skips clap (the same values, or clap's).

@@ -36,7 +36,7 @@ use crate::server::socket::{self, BoundSocket, SocketError};
 use crate::server::{Daemon, ServeSettings};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The flags of `verbd serve`.
 #[derive(Debug, Clone, Default)]
@@ -566,7 +566,24 @@ async fn serve_async(
         ),
     }
     sd::notify_ready(&format!("serving {origin}; {summary}"));
-    release_start_pages("start");
+    release_pages("start");
+    // After a quiet spell, the pages the calls before it touched go back too.
+    let idle = daemon.clone();
+    tokio::spawn(async move {
+        let mut watch =
+            crate::server::idle::IdleWatch::new(idle.connections_accepted(), Instant::now());
+        let mut tick = tokio::time::interval(crate::server::idle::IDLE_CHECK_INTERVAL);
+        loop {
+            tick.tick().await;
+            if watch.release_due(
+                idle.connections_accepted(),
+                idle.executions_in_flight() > 0,
+                Instant::now(),
+            ) {
+                release_pages("calls before a quiet spell");
+            }
+        }
+    });
     // An idle daemon still closes its journal epoch within its time limit.
     let sealer = daemon.clone();
     tokio::spawn(async move {
@@ -649,10 +666,11 @@ async fn serve_async(
     }
 }
 
-/// Hands back the pages only the start-up or a reload touched — the policy compiler, the
-/// self-test, the argument parser (`sys::memory`): a call's own pages come back on their own.
-fn release_start_pages(after: &str) {
-    match crate::sys::memory::release_start_pages() {
+/// Hands back the pages the start-up or a reload touched — the policy compiler, the self-test,
+/// the argument parser — or the calls before a quiet spell (`sys::memory`): what the next call
+/// uses comes back on its own.
+fn release_pages(after: &str) {
+    match crate::sys::memory::release_clean_pages() {
         Ok(released) => tracing::debug!(
             mappings = released.mappings,
             kib = released.kib,
@@ -689,7 +707,7 @@ impl StopSignals {
                 _ = self.hup.recv() => match daemon.clone().reload().await {
                     Ok(message) | Err(message) => {
                         tracing::info!("reload: {message}");
-                        release_start_pages("reload");
+                        release_pages("reload");
                     }
                 },
             }

@@ -34,6 +34,7 @@ mod call;
 mod commands;
 mod credentials;
 pub mod identity;
+pub mod idle;
 pub mod ledger;
 mod metrics;
 pub mod pacing;
@@ -60,6 +61,7 @@ use pacing::{Pace, Pacer};
 pub use refusals::{FULL_RECORDS_PER_WINDOW, REFUSAL_WINDOW};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -146,6 +148,9 @@ pub struct Daemon {
     mappings: refusals::Windows<crate::events::CommandAction>,
     /// The counters `status` reports.
     counted: metrics::Counted,
+    /// Connections accepted on either socket since the start, admitted or not: the activity
+    /// an [`idle::IdleWatch`] looks at.
+    accepted: AtomicU64,
 }
 
 /// Chunks of a streaming verb's output queued for its client before the run waits for it.
@@ -216,6 +221,7 @@ impl Daemon {
             refusals: refusals::Windows::default(),
             mappings: refusals::Windows::default(),
             counted: metrics::Counted::default(),
+            accepted: AtomicU64::new(0),
         })
     }
 
@@ -242,6 +248,11 @@ impl Daemon {
     /// last records are then sealed within the epoch's time limit).
     pub async fn seal_journal(&self, stopping: bool) -> Result<(), JournalError> {
         self.ledger.seal_journal(stopping).await
+    }
+
+    /// Connections accepted on either socket since the start.
+    pub fn connections_accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Number of executions running now.
@@ -437,6 +448,7 @@ impl Daemon {
         pool: &Arc<Pool>,
         runtime: &tokio::runtime::Handle,
     ) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
         // Connected and closed before a byte (a flooder's churn): nothing to read, nobody to
         // answer; no place, no task, no lookup.
         if peer_hung_up(&connection) {

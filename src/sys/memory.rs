@@ -1,10 +1,13 @@
-//! Memory hints: hand back to the kernel the pages only the start-up touched.
+//! Memory hints: hand back to the kernel the pages the start-up, or the calls before a quiet
+//! spell, touched.
 //!
 //! Each `verbd` process maps the whole binary (≈ 15 MiB) and its libraries, and every page it
 //! ever touched stays in its resident set, 64 KiB around each fault (the kernel's fault-around).
 //! The start-up — the dynamic loader, the policy compiler, the self-test, the argument parser —
-//! touches megabytes of code and read-only data that serving a call never runs again.
-//! [`release_start_pages`] unmaps, from this process only, every page of a read-only private
+//! touches megabytes of code and read-only data that serving a call never runs again, and the
+//! calls themselves keep megabytes resident long after the last one (the daemon calls this
+//! again after a quiet spell, `server::idle`).
+//! [`release_clean_pages`] unmaps, from this process only, every page of a read-only private
 //! file mapping that holds nothing but the file's own bytes, and returns free heap to the kernel.
 //! The pages stay in the page cache; a page the process needs again comes back on its next access
 //! (a minor fault, no I/O while it is cached), so what stays resident afterwards is what the
@@ -25,7 +28,7 @@
 use std::io;
 use std::ops::Range;
 
-/// What [`release_start_pages`] handed back.
+/// What [`release_clean_pages`] handed back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Released {
     /// Mappings whose resident pages were dropped.
@@ -36,7 +39,7 @@ pub struct Released {
 
 /// Drops this process's resident pages of clean read-only file mappings (module docs), then
 /// returns free heap to the kernel (`malloc_trim`).
-pub fn release_start_pages() -> io::Result<Released> {
+pub fn release_clean_pages() -> io::Result<Released> {
     let smaps = std::fs::read_to_string("/proc/self/smaps")?;
     let mut released = Released {
         mappings: 0,
@@ -66,7 +69,7 @@ pub fn release_start_pages() -> io::Result<Released> {
     Ok(released)
 }
 
-/// The mappings of an `smaps` text that [`release_start_pages`] may drop, with their resident
+/// The mappings of an `smaps` text that [`release_clean_pages`] may drop, with their resident
 /// size in KiB: file-backed, private, not writable, resident, and no anonymous page. A mapping
 /// whose `Rss` or `Anonymous` line is missing is left alone.
 fn releasable(smaps: &str) -> Vec<(Range<usize>, u64)> {
@@ -190,7 +193,7 @@ Rss:                  64 kB
                 .collect()
         };
         let before = read();
-        let released = release_start_pages().expect("release");
+        let released = release_clean_pages().expect("release");
         assert!(released.mappings > 0, "{released:?}");
         assert_eq!(read(), before);
     }

@@ -10,6 +10,7 @@ mod hostile;
 mod core_daemon;
 mod core_params;
 mod daemon_identity;
+mod idle_pages;
 mod operator_checks;
 mod quickstart_user;
 mod serve_exits;
