@@ -1091,6 +1091,190 @@ mod tests {
         assert!(err.message.contains("expired"), "{err}");
         assert_eq!(book, before);
     }
+    /// A book holding proposal 1 (requester uid 1000) as `p` leaves it, and the check of an
+    /// approval record by `uid` counting for `role`.
+    fn check_approval(p: Proposal, uid: u32, role: Option<&str>, step: Step) -> Result<(), Unfit> {
+        let mut book = Book::new();
+        book.apply(
+            1,
+            SystemTime::now(),
+            &Event::ProposalCreated {
+                id: 1,
+                proposal: Box::new(p),
+            },
+        )
+        .unwrap();
+        let by = Decider { uid, user: None };
+        let hash = "ab".repeat(32);
+        book.check(&match step {
+            Step::Approve => Event::ProposalApproved {
+                id: 1,
+                by,
+                hash,
+                role: role.map(str::to_owned),
+            },
+            Step::Endorse => Event::ProposalApprovalGiven {
+                id: 1,
+                by,
+                hash,
+                role: role.unwrap_or_default().to_owned(),
+            },
+            Step::BreakGlass => Event::ProposalBreakGlass {
+                id: 1,
+                by,
+                roles: vec!["oncall".into()],
+            },
+            other => panic!("not an approval step: {other:?}"),
+        })
+    }
+
+    /// The book's own check of an approval record, below the daemon's: the daemon refuses
+    /// these before it builds a record, so through it they show only when two approvals race
+    /// (the second was built from the proposal before the first was applied). Each refusal
+    /// names why; each approval that counts passes.
+    #[test]
+    fn an_approval_record_that_would_not_count_is_refused_by_the_book() {
+        let quorum = |count, from: &[&str], max_per_role| {
+            let mut p = proposal(1);
+            p.quorum = Some(crate::proposal::Quorum {
+                count,
+                from: from.iter().map(|r| r.to_string()).collect(),
+                max_per_role,
+            });
+            p
+        };
+        let approved_by = |mut p: Proposal, approvals: &[(u32, &str)]| {
+            p.approvals = approvals
+                .iter()
+                .map(|(uid, role)| crate::proposal::Approval {
+                    uid: *uid,
+                    user: None,
+                    role: Some(role.to_string()),
+                })
+                .collect();
+            p
+        };
+        let refused = |result: Result<(), Unfit>, words: &str| match result {
+            Err(Unfit::Approval { id: 1, reason }) => {
+                assert!(reason.contains(words), "{reason:?} lacks {words:?}")
+            }
+            other => panic!("expected a refusal naming {words:?}, got {other:?}"),
+        };
+        let plain = proposal(1);
+        refused(
+            check_approval(plain.clone(), 1000, None, Step::Approve),
+            "nobody approves their own request",
+        );
+        assert_eq!(
+            check_approval(plain.clone(), 5, None, Step::Approve).ok(),
+            Some(())
+        );
+        refused(
+            check_approval(plain.clone(), 5, None, Step::BreakGlass),
+            "break-glass is the requester's own call",
+        );
+        assert_eq!(
+            check_approval(plain, 1000, None, Step::BreakGlass).ok(),
+            Some(())
+        );
+
+        let two = quorum(2, &["sre", "dba"], Some(1));
+        refused(
+            check_approval(two.clone(), 5, Some("sre"), Step::Approve),
+            "needs 2 approvals and this is approval 1",
+        );
+        refused(
+            check_approval(quorum(1, &["sre"], None), 5, None, Step::Approve),
+            "an approval counts for one of its roles",
+        );
+        refused(
+            check_approval(two.clone(), 5, Some("web"), Step::Endorse),
+            "role `web` is not among the roles",
+        );
+        assert_eq!(
+            check_approval(two.clone(), 5, Some("sre"), Step::Endorse).ok(),
+            Some(())
+        );
+        let one_given = approved_by(two, &[(5, "sre")]);
+        refused(
+            check_approval(one_given.clone(), 5, Some("dba"), Step::Approve),
+            "uid 5 already approved proposal 1",
+        );
+        refused(
+            check_approval(one_given.clone(), 6, Some("sre"), Step::Approve),
+            "role `sre` already gave 1 approval(s)",
+        );
+        refused(
+            check_approval(one_given.clone(), 6, Some("dba"), Step::Endorse),
+            "approval 2 of 2 completes proposal 1",
+        );
+        assert_eq!(
+            check_approval(one_given, 6, Some("dba"), Step::Approve).ok(),
+            Some(())
+        );
+    }
+
+    /// What an approver reads when a decision comes too late, by the step it tried.
+    #[test]
+    fn a_decision_on_a_proposal_already_moved_names_what_happened() {
+        let now = SystemTime::now();
+        let mut book = Book::new();
+        for id in [1, 2] {
+            book.apply(
+                id,
+                now,
+                &Event::ProposalCreated {
+                    id,
+                    proposal: Box::new(proposal(id)),
+                },
+            )
+            .unwrap();
+        }
+        let by = Decider { uid: 5, user: None };
+        book.apply(
+            3,
+            now,
+            &Event::ProposalApproved {
+                id: 1,
+                by: by.clone(),
+                hash: "ab".repeat(32),
+                role: None,
+            },
+        )
+        .unwrap();
+        let message = |event: Event| book.check(&event).unwrap_err().to_string();
+        assert_eq!(
+            message(Event::ProposalApproved {
+                id: 1,
+                by: by.clone(),
+                hash: "ab".repeat(32),
+                role: None,
+            }),
+            "proposal 1 was already decided (approved); an approval is used once"
+        );
+        assert_eq!(
+            message(Event::ProposalDenied {
+                id: 1,
+                by: by.clone(),
+                reason: crate::events::Bounded::new("no"),
+            }),
+            "proposal 1 was already decided (approved)"
+        );
+        assert_eq!(
+            message(Event::ProposalExpired { id: 1 }),
+            "proposal 1 was already decided (approved)"
+        );
+        assert_eq!(
+            message(Event::ProposalResolved {
+                id: 2,
+                by,
+                outcome: crate::proposal::Outcome::NotRun,
+                note: crate::events::Bounded::new("checked"),
+            }),
+            "proposal 2 is pending, not unknown_outcome; nothing to resolve"
+        );
+    }
+
     /// The daemon takes record times from the wall clock, so no daemon-level test can replay a
     /// key hours after its call; the book is where the window is decided, with the records'
     /// times, and the daemon only asks it ([`Book::key`]).
