@@ -1464,5 +1464,17 @@ mod tests {
             runs.rate_exceeded("scale", 1001, rate(1), None, now)
                 .is_none()
         );
+        // Past the rate history the runs leave the book at the next event, whatever their count.
+        let past = later + RATE_HISTORY + Duration::from_secs(120);
+        runs.apply(
+            MAX_RATE_COUNT as u64 + 51,
+            past,
+            &Event::Stop {
+                reason: String::new(),
+                in_flight: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(runs.sizes().2, 0, "runs older than the rate history stay");
     }
 }
