@@ -1091,6 +1091,152 @@ mod tests {
         assert!(err.message.contains("expired"), "{err}");
         assert_eq!(book, before);
     }
+    /// The `result` record of the run journaled at `exec_seq`, with its exit and error.
+    fn result(
+        exec_seq: u64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        error: Option<&str>,
+    ) -> Event {
+        let output = || crate::events::OutputRecord {
+            bytes: 0,
+            kept: 0,
+            truncated: false,
+            sha256: String::new(),
+        };
+        Event::Result {
+            verb: "scale".into(),
+            exec_seq,
+            proposal: None,
+            exit_code,
+            signal,
+            timed_out: false,
+            duration_ms: 0,
+            stdout: output(),
+            stderr: output(),
+            error: error.map(str::to_owned),
+            ended_by: None,
+        }
+    }
+
+    /// A proposal's run counts as succeeded only when it exited 0 and nothing went wrong: one
+    /// killed by a signal (no exit code) or with an error beside exit 0 failed.
+    #[test]
+    fn only_a_clean_exit_zero_is_a_proposal_s_success() {
+        let now = SystemTime::now();
+        let cases = [
+            (Some(0), None, None, State::Succeeded),
+            (Some(1), None, None, State::Failed),
+            (None, Some(9), None, State::Failed),
+            (
+                Some(0),
+                None,
+                Some("the output could not be read"),
+                State::Failed,
+            ),
+        ];
+        for (exit_code, signal, error, state) in cases {
+            let by = Decider { uid: 5, user: None };
+            let events = vec![
+                (
+                    1,
+                    now,
+                    Event::ProposalCreated {
+                        id: 1,
+                        proposal: Box::new(proposal(1)),
+                    },
+                ),
+                (
+                    2,
+                    now,
+                    Event::ProposalApproved {
+                        id: 1,
+                        by,
+                        hash: "ab".repeat(32),
+                        role: None,
+                    },
+                ),
+                (3, now, exec(Some(1))),
+                (4, now, result(3, exit_code, signal, error)),
+            ];
+            let (book, conflicts) = Book::replay(events);
+            assert!(conflicts.is_empty(), "{conflicts:?}");
+            assert_eq!(
+                book.get(1).unwrap().state,
+                state,
+                "exit {exit_code:?}, signal {signal:?}, error {error:?}"
+            );
+        }
+    }
+
+    /// A proposal is created once, under its own id: a second creation, or one whose id is not
+    /// its proposal's, is a conflict and changes nothing.
+    #[test]
+    fn a_proposal_is_created_once_under_its_own_id() {
+        let now = SystemTime::now();
+        let mut book = Book::new();
+        book.apply(
+            1,
+            now,
+            &Event::ProposalCreated {
+                id: 1,
+                proposal: Box::new(proposal(1)),
+            },
+        )
+        .unwrap();
+        let before = book.clone();
+        let mut other = proposal(1);
+        other.verb = "drop".into();
+        for (id, p) in [(1, other), (2, proposal(1))] {
+            let err = book
+                .apply(
+                    2,
+                    now,
+                    &Event::ProposalCreated {
+                        id,
+                        proposal: Box::new(p),
+                    },
+                )
+                .unwrap_err();
+            assert!(err.message.contains("created twice"), "{err}");
+            assert_eq!(book, before, "proposal {id} changed the book");
+        }
+    }
+
+    /// Rate limits count a run as long as their window holds it (`t >= now - per`), and the
+    /// book keeps it exactly that long: a run exactly [`RATE_HISTORY`] old still counts for a
+    /// limit per [`RATE_HISTORY`].
+    #[test]
+    fn a_run_counts_for_its_rate_until_the_history_ends() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut book = Book::new();
+        let mut run = exec(None);
+        if let Event::Exec { decision, .. } = &mut run {
+            *decision = RunDecision::Run;
+        }
+        book.apply(1, t0, &run).unwrap();
+        book.apply(2, t0, &result(1, Some(0), None, None)).unwrap();
+        let edge = t0 + RATE_HISTORY;
+        book.apply(
+            3,
+            edge,
+            &Event::Stop {
+                reason: String::new(),
+                in_flight: 0,
+            },
+        )
+        .unwrap();
+        let per_history = Some(Rate {
+            count: 1,
+            per: RATE_HISTORY,
+        });
+        assert!(
+            book.rate_exceeded("scale", 1000, per_history, None, edge)
+                .is_some(),
+            "a run exactly one rate history old no longer counted"
+        );
+    }
+
     /// A book holding proposal 1 (requester uid 1000) as `p` leaves it, and the check of an
     /// approval record by `uid` counting for `role`.
     fn check_approval(p: Proposal, uid: u32, role: Option<&str>, step: Step) -> Result<(), Unfit> {
