@@ -1237,6 +1237,83 @@ mod tests {
         );
     }
 
+    /// [`Book::check`] refuses exactly what [`Book::apply`] would refuse as a conflict, for every
+    /// event that moves a proposal, whatever state the proposal is in.
+    #[test]
+    fn the_check_refuses_exactly_what_apply_would() {
+        let now = SystemTime::now();
+        let by = || Decider { uid: 5, user: None };
+        let created = |id| Event::ProposalCreated {
+            id,
+            proposal: Box::new(proposal(id)),
+        };
+        let approved = |id| Event::ProposalApproved {
+            id,
+            by: by(),
+            hash: "ab".repeat(32),
+            role: None,
+        };
+        // Proposal 1 pending; 2 executing (exec seq 5); 3 executing (exec seq 7) and then found
+        // without an end, its run still open; 4 approved, not started.
+        let (book, conflicts) = Book::replay(vec![
+            (1, now, created(1)),
+            (2, now, created(2)),
+            (3, now, created(3)),
+            (4, now, approved(2)),
+            (5, now, exec(Some(2))),
+            (6, now, approved(3)),
+            (7, now, exec(Some(3))),
+            (8, now, Event::ProposalUnknownOutcome { id: 3 }),
+            (9, now, created(4)),
+            (10, now, approved(4)),
+        ]);
+        assert!(conflicts.is_empty(), "{conflicts:?}");
+        let moves = |id: u64| {
+            vec![
+                approved(id),
+                Event::ProposalDenied {
+                    id,
+                    by: by(),
+                    reason: crate::events::Bounded::new("no"),
+                },
+                Event::ProposalExpired { id },
+                Event::ProposalUnknownOutcome { id },
+                Event::ProposalNotStarted { id, reason: None },
+                Event::ProposalResolved {
+                    id,
+                    by: by(),
+                    outcome: crate::proposal::Outcome::NotRun,
+                    note: crate::events::Bounded::new("checked"),
+                },
+                exec(Some(id)),
+            ]
+        };
+        let mut events: Vec<Event> = (1..=4).flat_map(moves).collect();
+        events.extend([
+            result(5, Some(0), None, None),
+            result(7, Some(0), None, None),
+            Event::Cancelled {
+                verb: "scale".into(),
+                exec_seq: 7,
+                proposal: Some(3),
+                cause: crate::events::CancelCause::ClientHungUp,
+                duration_ms: 0,
+            },
+        ]);
+        let mut refused = 0;
+        for event in &events {
+            let applied = book.clone().apply(11, now, event);
+            let checked = book.check(event);
+            assert_eq!(
+                checked.is_err(),
+                applied.is_err(),
+                "check says {checked:?}, apply says {applied:?} for {event:?}"
+            );
+            refused += usize::from(checked.is_err());
+        }
+        assert!(refused > events.len() / 2, "only {refused} events refused");
+    }
+
     /// A book holding proposal 1 (requester uid 1000) as `p` leaves it, and the check of an
     /// approval record by `uid` counting for `role`.
     fn check_approval(p: Proposal, uid: u32, role: Option<&str>, step: Step) -> Result<(), Unfit> {
