@@ -1314,6 +1314,51 @@ mod tests {
         assert!(refused > events.len() / 2, "only {refused} events refused");
     }
 
+    /// A key the book still answers always finds its proposal: at the very edge of the window a
+    /// keyed proposal decided in the millisecond it was made is still there for the retry.
+    #[test]
+    fn a_live_key_never_points_to_a_dropped_proposal() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut keyed = proposal(1);
+        keyed.idempotency_key = Some("k".into());
+        let (mut book, conflicts) = Book::replay(vec![
+            (
+                1,
+                t0,
+                Event::ProposalCreated {
+                    id: 1,
+                    proposal: Box::new(keyed),
+                },
+            ),
+            (
+                2,
+                t0,
+                Event::ProposalDenied {
+                    id: 1,
+                    by: Decider { uid: 5, user: None },
+                    reason: crate::events::Bounded::new("no"),
+                },
+            ),
+        ]);
+        assert!(conflicts.is_empty(), "{conflicts:?}");
+        let edge = t0 + IDEMPOTENCY_WINDOW;
+        let stop = Event::Stop {
+            reason: String::new(),
+            in_flight: 0,
+        };
+        book.apply(3, edge, &stop).unwrap();
+        let entry = book
+            .key(1000, "k", edge)
+            .expect("the key holds for the whole window");
+        assert_eq!(entry.target, KeyTarget::Proposal(1));
+        assert!(book.get(1).is_some(), "the key's proposal was dropped");
+        // The next prune (one interval on) drops both.
+        let next = edge + PRUNE_INTERVAL;
+        book.apply(4, next, &stop).unwrap();
+        assert!(book.key(1000, "k", next).is_none());
+        assert!(book.get(1).is_none(), "the proposal outlived its retention");
+    }
+
     /// A book holding proposal 1 (requester uid 1000) as `p` leaves it, and the check of an
     /// approval record by `uid` counting for `role`.
     fn check_approval(p: Proposal, uid: u32, role: Option<&str>, step: Step) -> Result<(), Unfit> {
