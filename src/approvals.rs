@@ -1216,6 +1216,28 @@ mod tests {
         }
         book.apply(1, t0, &run).unwrap();
         book.apply(2, t0, &result(1, Some(0), None, None)).unwrap();
+        let per_hour = Some(Rate {
+            count: 1,
+            per: Duration::from_secs(3600),
+        });
+        // Prunes within the hour keep the run: the limit holds for the whole hour.
+        for minutes in [2, 30, 59] {
+            let at = t0 + Duration::from_secs(60 * minutes);
+            book.apply(
+                2 + minutes,
+                at,
+                &Event::Stop {
+                    reason: String::new(),
+                    in_flight: 0,
+                },
+            )
+            .unwrap();
+            assert!(
+                book.rate_exceeded("scale", 1000, per_hour, None, at)
+                    .is_some(),
+                "a run {minutes} min old no longer counted for a limit per hour"
+            );
+        }
         let edge = t0 + RATE_HISTORY;
         book.apply(
             3,
