@@ -1036,16 +1036,41 @@ mod tests {
                 now,
                 Event::ProposalApproved {
                     id: 7,
-                    by,
+                    by: by.clone(),
                     hash: "ab".repeat(32),
                     role: None,
                 },
             ),
             (3, now, exec(Some(7))),
+            (
+                4,
+                now,
+                Event::ProposalCreated {
+                    id: 8,
+                    proposal: Box::new(proposal(8)),
+                },
+            ),
+            (
+                5,
+                now,
+                Event::ProposalApproved {
+                    id: 8,
+                    by: by.clone(),
+                    hash: "ab".repeat(32),
+                    role: None,
+                },
+            ),
         ];
         let (mut book, conflicts) = Book::replay(events);
         assert!(conflicts.is_empty(), "{conflicts:?}");
-        assert_eq!(book.interrupted().executing, vec![7]);
+        assert_eq!(
+            book.interrupted(),
+            Interrupted {
+                executing: vec![7],
+                never_started: vec![8],
+            },
+            "what the start will journal: 7 as unknown_outcome, 8 as not started"
+        );
         let start = Event::Start {
             version: String::new(),
             policy: String::new(),
@@ -1053,9 +1078,10 @@ mod tests {
             pid: 1,
             uid: 0,
         };
-        book.apply(4, now, &start).unwrap();
+        book.apply(6, now, &start).unwrap();
         assert_eq!(book.get(7).unwrap().state, State::UnknownOutcome);
-        assert_eq!(book.next_id(), 8);
+        assert_eq!(book.get(8).unwrap().state, State::Failed);
+        assert_eq!(book.next_id(), 9);
         assert_eq!(book.open_runs(), 0);
     }
 
