@@ -1407,6 +1407,60 @@ mod tests {
         assert!(book.get(1).is_none(), "the proposal outlived its retention");
     }
 
+    /// Each requester's pending proposals count against its own budget only, and a proposal is
+    /// someone's pending one until the very millisecond the book counts it as overdue.
+    #[test]
+    fn pending_proposals_are_counted_per_requester_until_their_expiry() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut book = Book::new();
+        let mut theirs = proposal(2);
+        theirs.requester.uid = 2000;
+        let mut decided = proposal(3);
+        decided.expires_ms = u64::MAX;
+        let mut mine = proposal(1);
+        mine.expires_ms = unix_ms(t0 + Duration::from_secs(60));
+        for (seq, p) in [(1, mine.clone()), (2, theirs), (3, decided)] {
+            let id = p.id;
+            book.apply(
+                seq,
+                t0,
+                &Event::ProposalCreated {
+                    id,
+                    proposal: Box::new(p),
+                },
+            )
+            .unwrap();
+        }
+        book.apply(
+            4,
+            t0,
+            &Event::ProposalDenied {
+                id: 3,
+                by: Decider { uid: 5, user: None },
+                reason: crate::events::Bounded::new("no"),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            book.pending_count(1000),
+            1,
+            "another's or a decided proposal counted"
+        );
+        assert_eq!(book.pending_count(2000), 1);
+        assert_eq!(book.pending_count(3000), 0);
+        let expiry = UNIX_EPOCH + Duration::from_millis(mine.expires_ms);
+        let just_before = expiry - Duration::from_millis(1);
+        let found = book.pending_for(1000, "scale", &mine.args_hash, just_before);
+        assert_eq!(found.map(|p| p.id), Some(1));
+        assert!(book.overdue(just_before).is_empty());
+        assert!(
+            book.pending_for(1000, "scale", &mine.args_hash, expiry)
+                .is_none(),
+            "a proposal overdue at its expiry was still offered as pending"
+        );
+        assert_eq!(book.overdue(expiry), vec![1]);
+    }
+
     /// A book holding proposal 1 (requester uid 1000) as `p` leaves it, and the check of an
     /// approval record by `uid` counting for `role`.
     fn check_approval(p: Proposal, uid: u32, role: Option<&str>, step: Step) -> Result<(), Unfit> {
