@@ -1415,8 +1415,9 @@ mod tests {
         let mut book = Book::new();
         let mut theirs = proposal(2);
         theirs.requester.uid = 2000;
+        // Decided before its expiry, which has passed since: never overdue.
         let mut decided = proposal(3);
-        decided.expires_ms = u64::MAX;
+        decided.expires_ms = unix_ms(t0);
         let mut mine = proposal(1);
         mine.expires_ms = unix_ms(t0 + Duration::from_secs(60));
         for (seq, p) in [(1, mine.clone()), (2, theirs), (3, decided)] {
