@@ -590,10 +590,14 @@ async fn fake_daemon(
     }
 }
 
-/// The JSON-RPC requests of an input: each line's object, or each object of a line's array.
+/// The JSON-RPC requests of an input: each line's object, or each object of a line's array. A
+/// line may begin with a UTF-8 byte order mark, which the transport ignores (RFC 8259 §8.1 lets
+/// a parser do so; some Windows clients write one).
 fn json_rpc_requests(data: &[u8]) -> Vec<serde_json::Value> {
+    const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
     let mut requests = Vec::new();
     for line in data.split(|b| *b == b'\n') {
+        let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
         match serde_json::from_slice::<serde_json::Value>(line) {
             Ok(serde_json::Value::Array(items)) => requests.extend(items),
             Ok(value) => requests.push(value),
