@@ -62,7 +62,7 @@ fn every_packaged_source_file_exists() {
             "{source} -> /{target}: the package ships nothing under /etc (no policy, no secrets)"
         );
         if source.starts_with("target/") {
-            // Built by packaging/build-deb before `cargo deb`.
+            // Built by packaging/build-deb before packaging/assemble-deb.
             continue;
         }
         assert!(
