@@ -1387,6 +1387,79 @@ mod tests {
         );
     }
 
+    /// A secret holding a quote and a backslash is redacted where it appears JSON-escaped,
+    /// whatever follows it: its escaped form is the escaped value alone, not the quoted string.
+    #[test]
+    fn a_json_escaped_secret_is_redacted_wherever_it_ends() {
+        let scrubber = Scrubber::new(&store(&[("Q", br#"pa"ss\word-1234"#)]), &[], false).unwrap();
+        assert_eq!(
+            scrubber.scrub(br#"{"a": "x pa\"ss\\word-1234 y"}"#),
+            br#"{"a": "x [REDACTED:Q] y"}"#
+        );
+    }
+
+    /// What a cut stream shows, pushed in chunks of 1,000 bytes, and how much it withholds.
+    fn shown_at_a_cut(scrubber: &Scrubber, output: &[u8]) -> (Vec<u8>, u64) {
+        let mut stream = scrubber.stream();
+        let mut shown = Vec::new();
+        for chunk in output.chunks(1000) {
+            shown.extend(stream.push(chunk));
+        }
+        let cut = stream.finish_cut();
+        shown.extend(cut.bytes);
+        (shown, cut.withheld)
+    }
+
+    /// Where a stream is cut, the withheld tail ends exactly where a whole secret form or a
+    /// complete token begins that its fixed length would split: nothing of the secret or the
+    /// token is shown, and nothing before it is withheld. Each for every place the fixed cut
+    /// can fall inside it, on a line with lines before and after it; a cut that falls just
+    /// before it or just after it moves nothing (the form shown whole is redacted).
+    #[test]
+    fn a_cut_withholds_from_the_start_of_a_form_or_token_it_would_split_and_no_more() {
+        let secret: &[u8] = b"hunter2-correct-horse-battery";
+        let key: &[u8] = b"AKIAABCDEFGHIJKLMNOP";
+        let scrubber = Scrubber::new(&store(&[("DB", secret)]), &[], true).unwrap();
+        assert_eq!(scrubber.withheld_tail(), CUT_WITHHELD_TAIL);
+        for (whole, marker) in [
+            (secret, "[REDACTED:DB]"),
+            (key, "[REDACTED:aws-access-key]"),
+        ] {
+            for inside in 0..=whole.len() {
+                let mut output = b"a first line\nand a second\n".repeat(40);
+                output.extend_from_slice(b"value: ");
+                let start = output.len();
+                output.extend_from_slice(whole);
+                output.extend_from_slice(b" and the rest of its line\n");
+                // The fixed cut falls `inside` bytes into the form.
+                let total = start + inside + CUT_WITHHELD_TAIL;
+                while output.len() < total {
+                    output.extend_from_slice(b"more output\n");
+                }
+                output.truncate(total);
+                let (shown, withheld) = shown_at_a_cut(&scrubber, &output);
+                let name = String::from_utf8_lossy(whole);
+                let mut expected = String::from_utf8_lossy(&output[..start]).into_owned();
+                let shown_from = if inside == whole.len() {
+                    expected.push_str(marker);
+                    start + inside
+                } else {
+                    start
+                };
+                assert_eq!(
+                    String::from_utf8_lossy(&shown),
+                    expected,
+                    "{name}, cut {inside} bytes in: shown"
+                );
+                assert_eq!(
+                    withheld,
+                    (total - shown_from) as u64,
+                    "{name}, cut {inside} bytes in: withheld"
+                );
+            }
+        }
+    }
+
     /// A live stream that holds back a line ending in a base64 run (a wrapped form may go on)
     /// releases the lines before it whole, newline included: never a cut inside one, which
     /// would split a token at its end (an AWS key without its last character is no key).
