@@ -1440,7 +1440,7 @@ mod tests {
                 let (shown, withheld) = shown_at_a_cut(&scrubber, &output);
                 let name = String::from_utf8_lossy(whole);
                 let mut expected = String::from_utf8_lossy(&output[..start]).into_owned();
-                let shown_from = if inside == whole.len() {
+                let withheld_from = if inside == whole.len() {
                     expected.push_str(marker);
                     start + inside
                 } else {
@@ -1453,7 +1453,7 @@ mod tests {
                 );
                 assert_eq!(
                     withheld,
-                    (total - shown_from) as u64,
+                    (total - withheld_from) as u64,
                     "{name}, cut {inside} bytes in: withheld"
                 );
             }
