@@ -85,14 +85,7 @@ fn a_start_ends_an_interrupted_run_as_unknown_outcome() {
     let now = SystemTime::now();
     let by = Decider { uid: 5, user: None };
     let events = vec![
-        (
-            1,
-            now,
-            Event::ProposalCreated {
-                id: 7,
-                proposal: Box::new(proposal(7)),
-            },
-        ),
+        (1, now, created(7)),
         (
             2,
             now,
@@ -104,14 +97,7 @@ fn a_start_ends_an_interrupted_run_as_unknown_outcome() {
             },
         ),
         (3, now, exec(Some(7))),
-        (
-            4,
-            now,
-            Event::ProposalCreated {
-                id: 8,
-                proposal: Box::new(proposal(8)),
-            },
-        ),
+        (4, now, created(8)),
         (
             5,
             now,
@@ -151,15 +137,7 @@ fn a_start_ends_an_interrupted_run_as_unknown_outcome() {
 fn an_event_that_does_not_fit_changes_nothing() {
     let now = SystemTime::now();
     let mut book = Book::new();
-    book.apply(
-        1,
-        now,
-        &Event::ProposalCreated {
-            id: 1,
-            proposal: Box::new(proposal(1)),
-        },
-    )
-    .unwrap();
+    book.apply(1, now, &created(1)).unwrap();
     book.apply(2, now, &Event::ProposalExpired { id: 1 })
         .unwrap();
     let before = book.clone();
@@ -246,15 +224,7 @@ fn only_a_clean_exit_zero_is_a_proposal_s_success() {
 fn a_proposal_is_created_once_under_its_own_id() {
     let now = SystemTime::now();
     let mut book = Book::new();
-    book.apply(
-        1,
-        now,
-        &Event::ProposalCreated {
-            id: 1,
-            proposal: Box::new(proposal(1)),
-        },
-    )
-    .unwrap();
+    book.apply(1, now, &created(1)).unwrap();
     let before = book.clone();
     let mut other = proposal(1);
     other.verb = "drop".into();
@@ -626,15 +596,7 @@ fn a_decision_on_a_proposal_already_moved_names_what_happened() {
     let now = SystemTime::now();
     let mut book = Book::new();
     for id in [1, 2] {
-        book.apply(
-            id,
-            now,
-            &Event::ProposalCreated {
-                id,
-                proposal: Box::new(proposal(id)),
-            },
-        )
-        .unwrap();
+        book.apply(id, now, &created(id)).unwrap();
     }
     let by = Decider { uid: 5, user: None };
     book.apply(
@@ -728,14 +690,7 @@ fn ended_proposals_keys_and_old_runs_leave_the_book_after_their_retention() {
     let mut keyed = proposal(2);
     keyed.idempotency_key = Some("k".into());
     let mut events: Vec<(u64, SystemTime, Event)> = vec![
-        (
-            1,
-            at(0),
-            Event::ProposalCreated {
-                id: 1,
-                proposal: Box::new(proposal(1)),
-            },
-        ),
+        (1, at(0), created(1)),
         (
             2,
             at(1),
@@ -753,14 +708,7 @@ fn ended_proposals_keys_and_old_runs_leave_the_book_after_their_retention() {
                 proposal: Box::new(keyed),
             },
         ),
-        (
-            4,
-            at(3),
-            Event::ProposalCreated {
-                id: 3,
-                proposal: Box::new(proposal(3)),
-            },
-        ),
+        (4, at(3), created(3)),
         (
             5,
             at(4),
