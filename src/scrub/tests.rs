@@ -269,6 +269,48 @@ fn an_unterminated_private_key_swallows_exactly_its_cap() {
     assert!(!text.contains("kkkk"), "the key body leaked");
 }
 
+/// A block's cap is where it ends even when an END marker comes later: what follows the
+/// cap is output again (scrubbed), however the stream is chunked, and a late END marker does
+/// not swallow it.
+#[test]
+fn a_private_key_block_ends_at_its_cap_when_its_end_marker_comes_later() {
+    let scrubber = Scrubber::new(&SecretStore::empty(), &[], true).unwrap();
+    // The cap counts the bytes after the BEGIN marker.
+    let mut input = b"-----BEGIN PRIVATE KEY-----".to_vec();
+    input.extend(vec![b'k'; MAX_PRIVATE_KEY_BLOCK]);
+    input.extend(format!("\nafter the cap {}\n", "v".repeat(200)).as_bytes());
+    input.extend(b"-----END PRIVATE KEY-----\ntail\n");
+    for chunk in [input.len(), 4096, 1000] {
+        let mut stream = scrubber.stream();
+        let mut out = Vec::new();
+        for piece in input.chunks(chunk) {
+            out.extend(stream.push(piece));
+        }
+        out.extend(stream.finish());
+        let expected = format!(
+            "[REDACTED:private-key]\nafter the cap {}\n-----END PRIVATE KEY-----\ntail\n",
+            "v".repeat(200)
+        );
+        assert_eq!(String::from_utf8_lossy(&out), expected, "chunks of {chunk}");
+    }
+}
+
+/// An empty value (the loader refuses one, but a store can be built without it) has no form to
+/// look for: the scrubber builds, and a secret beside it is still redacted in every form.
+#[test]
+fn an_empty_secret_value_has_no_forms_and_hides_nothing_else() {
+    let scrubber = Scrubber::new(
+        &store(&[("EMPTY", b""), ("PW", b"hunter2-long")]),
+        &[],
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        scrubber.scrub(b"plain text, hunter2-long and aHVudGVyMi1sb25n\n"),
+        b"plain text, [REDACTED:PW] and [REDACTED:PW]\n"
+    );
+}
+
 /// Only a whole marker is left alone: a captured value that merely starts like one, or ends
 /// in `]`, is a value and is redacted (a loose check would let `pass=hunter2]` through).
 #[test]
@@ -327,6 +369,14 @@ fn the_debug_form_counts_and_shows_no_secret() {
     assert!(
         !debug.contains("hunter2") && !debug.contains("tok="),
         "{debug}"
+    );
+    // A stream holding part of a line shows how much it holds, never what.
+    let mut stream = scrubber.stream();
+    assert!(stream.push(b"tok=abc hunter2-horse").is_empty());
+    let debug = format!("{stream:?}");
+    assert_eq!(
+        debug,
+        "ScrubStream { held_bytes: 21, in_private_key: false }"
     );
 }
 
