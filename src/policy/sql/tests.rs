@@ -102,6 +102,9 @@ fn length_cap() {
         ..SqlOptions::default()
     };
     assert_eq!(validate("SELECT 1", &opts), Ok(()));
+    // The limit itself is within it.
+    assert_eq!(validate("SELECT 123", &opts), Ok(()));
+    refused_with("SELECT 1234", &opts, "length");
     let message = refused_with("SELECT 12345", &opts, "length");
     assert!(
         message.contains("12 bytes") && message.contains("10"),
@@ -640,6 +643,27 @@ fn credential_catalogs_are_refused_by_both_layers() {
             .rule,
         "denied-relation"
     );
+}
+
+/// A `deny_relations` entry refuses its name in every schema and in any position (the word
+/// layer sees a bare name, which the search path could resolve to the entry), and the refusal
+/// names the entry as the operator wrote it.
+#[test]
+fn a_denied_relation_is_refused_in_any_schema_and_named_by_its_entry() {
+    let opts = SqlOptions {
+        deny_relations: vec![QualifiedName::parse("HR.Salaries").unwrap()],
+        ..SqlOptions::default()
+    };
+    for sql in [
+        "SELECT * FROM hr.salaries",
+        "SELECT * FROM salaries",
+        "SELECT * FROM finance.SALARIES",
+        "SELECT 1 AS salaries",
+    ] {
+        let message = refused_with(sql, &opts, "denied-relation");
+        assert!(message.contains("`hr.salaries`"), "{sql}: {message}");
+    }
+    assert_eq!(validate("SELECT * FROM hr.wages", &opts), Ok(()));
 }
 
 #[test]
