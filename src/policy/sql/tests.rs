@@ -505,6 +505,20 @@ fn lexer_tokens() {
             TokenKind::OpenParen,
         ]
     );
+    // A dollar-quoted string is one token, and lexing goes on right after its closing tag.
+    let tokens = lex("SELECT $q$ a $q$, $$b$$ x(", StringMode::Conforming).unwrap();
+    let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TokenKind::Word("select".to_owned()),
+            TokenKind::Other,
+            TokenKind::Other,
+            TokenKind::Other,
+            TokenKind::Word("x".to_owned()),
+            TokenKind::OpenParen,
+        ]
+    );
 }
 
 #[test]
