@@ -505,6 +505,27 @@ fn lexer_tokens() {
             TokenKind::OpenParen,
         ]
     );
+    // Only `U&` opens a Unicode literal: `a&'y'` is a name, an operator and a string.
+    let tokens = lex("SELECT U&'x', a&'y', u&\"z\"", StringMode::Conforming).unwrap();
+    let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TokenKind::Word("select".to_owned()),
+            TokenKind::Other,
+            TokenKind::Other,
+            TokenKind::Word("a".to_owned()),
+            TokenKind::Other,
+            TokenKind::Other,
+            TokenKind::Other,
+            TokenKind::Word("z".to_owned()),
+        ]
+    );
+    // The server refuses U&'…' when standard_conforming_strings is off, and so does the
+    // legacy reading; with it on, the literal is an ordinary string.
+    let refusal = lex("SELECT U&'x'", StringMode::Legacy).unwrap_err();
+    assert_eq!(refusal.rule, "parse", "{refusal}");
+    accepted(r"SELECT U&'d\0061t\+000061'");
     // A dollar-quoted string is one token, and lexing goes on right after its closing tag.
     let tokens = lex("SELECT $q$ a $q$, $$b$$ x(", StringMode::Conforming).unwrap();
     let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
@@ -598,6 +619,9 @@ fn identifiers_are_folded_and_truncated_like_the_server_does() {
     );
     let long = format!("{}zzz", "a".repeat(62));
     assert_eq!(normalize_identifier(&long, false).len(), 63);
+    // A character across the 63rd byte is dropped whole, as the server's pg_mbcliplen does.
+    let straddling = format!("{}é", "a".repeat(62));
+    assert_eq!(normalize_identifier(&straddling, false), "a".repeat(62));
     let opts = SqlOptions {
         deny_functions: vec!["a".repeat(63)],
         ..SqlOptions::default()
