@@ -252,6 +252,9 @@ fn explain_only_of_queries_and_without_analyze() {
     assert!(message.contains("EXPLAIN of DELETE"), "{message}");
     refused("EXPLAIN INSERT INTO t VALUES (1)", "statement-kind");
     refused("DESCRIBE t", "statement-kind");
+    // Other dialects' EXPLAIN forms, which sqlparser reads and PostgreSQL has not.
+    refused("EXPLAIN QUERY PLAN SELECT 1", "statement-kind");
+    refused("EXPLAIN ESTIMATE SELECT 1", "statement-kind");
     refused("EXPLAIN SELECT * FROM t FOR UPDATE", "locking-clause");
     refused("EXPLAIN SELECT pg_read_file('x')", "denied-function");
 }
@@ -313,6 +316,14 @@ fn data_modifying_ctes_are_refused() {
         "EXPLAIN WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
         "data-modifying-cte",
     );
+    // sqlparser takes a statement on either side of a set operation (the server would not):
+    // either side that modifies data makes the CTE one that does.
+    for sql in [
+        "WITH d AS ((SELECT 1) UNION (DELETE FROM t RETURNING *)) SELECT * FROM d",
+        "WITH d AS ((DELETE FROM t RETURNING *) UNION (SELECT 1)) SELECT * FROM d",
+    ] {
+        refused(sql, "data-modifying-cte");
+    }
 }
 
 #[test]
