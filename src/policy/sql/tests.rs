@@ -341,8 +341,15 @@ fn locking_clauses_are_refused_at_any_depth() {
         "FOR SHARE",
         "FOR KEY SHARE",
     ] {
-        let message = refused(&format!("SELECT * FROM t {lock}"), "locking-clause");
+        let sql = format!("SELECT * FROM t {lock}");
+        let message = refused(&sql, "locking-clause");
         assert!(message.contains(lock), "{message}");
+        // The lexer layer alone refuses it too: it is the one that covers forms sqlparser
+        // does not parse, so it must not lean on the tree's check.
+        let tokens = lex(&sql, StringMode::Conforming).unwrap();
+        let rejection = check_locking_tokens(&sql, &tokens).unwrap_err();
+        assert_eq!(rejection.rule, "locking-clause", "{rejection}");
+        assert!(rejection.message.contains(lock), "{rejection}");
     }
     refused(
         "SELECT * FROM t FOR UPDATE OF t SKIP LOCKED",
