@@ -252,6 +252,8 @@ fn explain_only_of_queries_and_without_analyze() {
     assert!(message.contains("EXPLAIN of DELETE"), "{message}");
     refused("EXPLAIN INSERT INTO t VALUES (1)", "statement-kind");
     refused("DESCRIBE t", "statement-kind");
+    refused("DESCRIBE SELECT 1", "statement-kind");
+    refused("DESC SELECT 1", "statement-kind");
     // Other dialects' EXPLAIN forms, which sqlparser reads and PostgreSQL has not.
     refused("EXPLAIN QUERY PLAN SELECT 1", "statement-kind");
     refused("EXPLAIN ESTIMATE SELECT 1", "statement-kind");
@@ -753,6 +755,9 @@ fn allow_relations_admit_only_listed_relations_and_visible_ctes() {
         "select * from (with secrets as (select 1) select * from secrets) a, secrets",
         "with a as (select * from b), b as (select 1) select * from a",
         "table secrets",
+        // A `TABLE` leaf on either side of a set operation.
+        "select 1 from t union table secrets",
+        "table secrets union select 1 from t",
     ] {
         refused_with(sql, &opts, "relation-not-allowed");
     }
@@ -778,6 +783,11 @@ fn denied_columns_refuse_the_name_and_everything_that_reads_all_columns() {
         "select json_agg(u.*) from users u",
         "select id from users natural join v",
         "table users",
+        "select 1 union table users",
+        // A whole row as a value: cast to text, in an array, in a condition.
+        "select (u.*)::text from users u",
+        "select array[u.*] from users u",
+        "select 1 from users u where (u.*) is not null",
     ] {
         refused_with(sql, &opts, "denied-column");
     }
