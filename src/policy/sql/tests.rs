@@ -507,12 +507,16 @@ fn lexer_layer_catches_calls_the_parser_never_sees_as_calls() {
     assert_eq!(check_call_tokens("", &tokens, &denylist), Ok(()));
 }
 
+/// The kinds of the tokens of `sql` in the conforming reading.
+fn token_kinds(sql: &str) -> Vec<TokenKind> {
+    let tokens = lex(sql, StringMode::Conforming).unwrap();
+    tokens.into_iter().map(|token| token.kind).collect()
+}
+
 #[test]
 fn lexer_tokens() {
-    let tokens = lex("SELECT a$b, $1, E'x', U&\"q\"(", StringMode::Conforming).unwrap();
-    let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
     assert_eq!(
-        kinds,
+        token_kinds("SELECT a$b, $1, E'x', U&\"q\"("),
         vec![
             TokenKind::Word("select".to_owned()),
             TokenKind::Word("a$b".to_owned()),
@@ -526,10 +530,8 @@ fn lexer_tokens() {
         ]
     );
     // Only `U&` opens a Unicode literal: `a&'y'` is a name, an operator and a string.
-    let tokens = lex("SELECT U&'x', a&'y', u&\"z\"", StringMode::Conforming).unwrap();
-    let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
     assert_eq!(
-        kinds,
+        token_kinds("SELECT U&'x', a&'y', u&\"z\""),
         vec![
             TokenKind::Word("select".to_owned()),
             TokenKind::Other,
@@ -547,10 +549,8 @@ fn lexer_tokens() {
     assert_eq!(refusal.rule, "parse", "{refusal}");
     accepted(r"SELECT U&'d\0061t\+000061'");
     // A dollar-quoted string is one token, and lexing goes on right after its closing tag.
-    let tokens = lex("SELECT $q$ a $q$, $$b$$ x(", StringMode::Conforming).unwrap();
-    let kinds: Vec<TokenKind> = tokens.into_iter().map(|token| token.kind).collect();
     assert_eq!(
-        kinds,
+        token_kinds("SELECT $q$ a $q$, $$b$$ x("),
         vec![
             TokenKind::Word("select".to_owned()),
             TokenKind::Other,
