@@ -758,6 +758,10 @@ fn allow_relations_admit_only_listed_relations_and_visible_ctes() {
         // A `TABLE` leaf on either side of a set operation.
         "select 1 from t union table secrets",
         "table secrets union select 1 from t",
+        "select 1 from t intersect table secrets",
+        "values (1) except table secrets",
+        "select 1 from t where exists (table secrets)",
+        "select 1 from t union table \"SECRETS\"",
     ] {
         refused_with(sql, &opts, "relation-not-allowed");
     }
@@ -788,6 +792,10 @@ fn denied_columns_refuse_the_name_and_everything_that_reads_all_columns() {
         "select (u.*)::text from users u",
         "select array[u.*] from users u",
         "select 1 from users u where (u.*) is not null",
+        "select u::text from users u",
+        "select format('%s', u.*) from users u",
+        "select x from (select * from users) s(x)",
+        "select 1 from users u group by u.*",
     ] {
         refused_with(sql, &opts, "denied-column");
     }
